@@ -1,0 +1,392 @@
+//! A lock-free count-min sketch of `isize` counters.
+//!
+//! # Algorithm
+//!
+//! H rows of N counters each (Cormode & Muthukrishnan, "An improved data stream summary: the
+//! count-min sketch and its applications", 2005). A key maps to one column in every row; an
+//! increment adds to those H counters, and the estimate is the minimum of them. With only
+//! non-negative updates, each of the H counters holds the key's true count plus whatever
+//! other keys that share its column added, so:
+//!
+//! - the estimate is never below the true count, and
+//! - with width N ≥ ⌈e/ε⌉ and depth H ≥ ⌈ln(1/δ)⌉, the estimate exceeds the true count by more
+//!   than ε·(total of all counts) with probability at most δ.
+//!
+//! [`Estimator::with_error`] sizes a sketch from (ε, δ) that way.
+//!
+//! # Implementation
+//!
+//! - All H×N counters live in one contiguous allocation, row after row.
+//! - N is rounded up to a power of two so a column is taken with a mask, not a division.
+//! - A key is hashed once per operation with [`ahash`], keyed with random per-instance seeds
+//!   (so an attacker cannot precompute keys that collide with a victim's). The H column
+//!   indexes are consecutive log2(N)-bit slices of that one 64-bit hash; when H·log2(N)
+//!   exceeds 64 bits the hash is re-mixed (SplitMix64's finaliser) for the next rows. Two keys
+//!   therefore share all H columns with probability N^-H (2^-52 for 4 × 8192) as long as
+//!   H·log2(N) ≤ 64.
+//! - Counters saturate at `isize::MAX / 2` instead of wrapping, and stay saturated (see the
+//!   `counter` module); every counter access is `Relaxed`, because no other data is published
+//!   through a counter and the estimate is a `min` over independent counters.
+
+use std::hash::Hash;
+
+use crate::counter;
+use crate::error::ConfigError;
+use crate::sync::{AtomicIsize, Ordering::Relaxed};
+
+/// An atomic H×N count-min sketch: approximate per-key counts in fixed memory, without locks.
+///
+/// The estimate of a key is never below its true count (for non-negative updates); it may be
+/// above it when other keys share its columns. See the [module docs](self) for the bound.
+///
+/// # Examples
+///
+/// ```
+/// use floodgate::Estimator;
+///
+/// let sketch = Estimator::new(4, 1024);
+/// assert_eq!(sketch.incr("origin-a", 3), 3);
+/// assert_eq!(sketch.incr("origin-a", 2), 5);
+/// sketch.decr("origin-a", 1);
+/// assert_eq!(sketch.get("origin-a"), 4);
+/// assert_eq!(sketch.get("never-seen"), 0);
+/// ```
+pub struct Estimator {
+    /// `rows × columns` counters, row-major. Each counter is an independent saturating
+    /// counter accessed with `Relaxed` ordering (see the module docs).
+    counters: Box<[AtomicIsize]>,
+    rows: usize,
+    /// log2(columns).
+    column_bits: u32,
+    hasher: ahash::RandomState,
+}
+
+impl Estimator {
+    /// The largest number of counters (rows × columns after rounding) one sketch may have:
+    /// 2^28, or 2 GiB of counters on a 64-bit target — already enough for ε below 10^-7.
+    pub const MAX_COUNTERS: usize = 1 << 28;
+
+    /// Creates a sketch with `hashes` rows and `slots` columns (rounded up to a power of two).
+    ///
+    /// The same signature as `pingora_limits::estimator::Estimator::new`.
+    ///
+    /// # Panics
+    ///
+    /// Panics with the [`ConfigError`] message when [`Estimator::try_new`] would return an error:
+    /// zero rows or columns, or more than [`Estimator::MAX_COUNTERS`] counters.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let sketch = floodgate::Estimator::new(3, 1000);
+    /// assert_eq!((sketch.rows(), sketch.columns()), (3, 1024));
+    /// ```
+    pub fn new(hashes: usize, slots: usize) -> Self {
+        match Self::try_new(hashes, slots) {
+            Ok(sketch) => sketch,
+            Err(e) => panic!("floodgate::Estimator::new: {e}"),
+        }
+    }
+
+    /// Creates a sketch with `rows` rows and `columns` columns (rounded up to a power of two),
+    /// or says why it cannot.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::ZeroRows`], [`ConfigError::ZeroColumns`], [`ConfigError::TooLarge`] when
+    /// the sketch would exceed [`Estimator::MAX_COUNTERS`], and
+    /// [`ConfigError::AllocationFailed`] when the allocator refuses the memory.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use floodgate::{ConfigError, Estimator};
+    ///
+    /// assert!(Estimator::try_new(4, 8192).is_ok());
+    /// assert_eq!(Estimator::try_new(4, 0).unwrap_err(), ConfigError::ZeroColumns);
+    /// assert!(matches!(Estimator::try_new(1 << 20, 1 << 20), Err(ConfigError::TooLarge { .. })));
+    /// ```
+    pub fn try_new(rows: usize, columns: usize) -> Result<Self, ConfigError> {
+        if rows == 0 {
+            return Err(ConfigError::ZeroRows);
+        }
+        if columns == 0 {
+            return Err(ConfigError::ZeroColumns);
+        }
+        let too_large = ConfigError::TooLarge { rows, columns };
+        let width = columns
+            .checked_next_power_of_two()
+            .ok_or_else(|| too_large.clone())?;
+        let total = rows
+            .checked_mul(width)
+            .filter(|&n| n <= Self::MAX_COUNTERS)
+            .ok_or(too_large)?;
+        let mut counters = Vec::new();
+        counters
+            .try_reserve_exact(total)
+            .map_err(|_| ConfigError::AllocationFailed {
+                bytes: total * std::mem::size_of::<AtomicIsize>(),
+            })?;
+        counters.extend((0..total).map(|_| AtomicIsize::new(0)));
+        Ok(Estimator {
+            counters: counters.into_boxed_slice(),
+            rows,
+            column_bits: width.trailing_zeros(),
+            hasher: ahash::RandomState::new(),
+        })
+    }
+
+    /// Creates a sketch sized for an error of at most ε·(total count) with probability at
+    /// least 1 − δ: width ⌈e/ε⌉ (rounded up to a power of two) and depth ⌈ln(1/δ)⌉.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Epsilon`] or [`ConfigError::Delta`] when either is not strictly between
+    /// 0 and 1, and the errors of [`Estimator::try_new`] for the resulting size.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let sketch = floodgate::Estimator::with_error(0.001, 0.01).unwrap();
+    /// // ⌈e / 0.001⌉ = 2719 → 4096 columns; ⌈ln 100⌉ = 5 rows.
+    /// assert_eq!((sketch.rows(), sketch.columns()), (5, 4096));
+    /// assert!(sketch.epsilon() <= 0.001 && sketch.delta() <= 0.01);
+    /// assert!(floodgate::Estimator::with_error(0.0, 0.01).is_err());
+    /// ```
+    pub fn with_error(epsilon: f64, delta: f64) -> Result<Self, ConfigError> {
+        let (rows, columns) = dimensions_for_error(epsilon, delta)?;
+        Self::try_new(rows, columns)
+    }
+
+    /// Adds `value` to `key`'s count and returns the key's new estimate.
+    ///
+    /// Never panics; counts saturate at `isize::MAX / 2` instead of wrapping.
+    #[inline]
+    pub fn incr<T: Hash>(&self, key: T, value: isize) -> isize {
+        self.incr_hashed(self.hash(&key), value)
+    }
+
+    /// Subtracts `value` from `key`'s count.
+    #[inline]
+    pub fn decr<T: Hash>(&self, key: T, value: isize) {
+        self.decr_hashed(self.hash(&key), value)
+    }
+
+    /// Returns `key`'s estimate: never below its true count (for non-negative updates).
+    #[inline]
+    pub fn get<T: Hash>(&self, key: T) -> isize {
+        self.get_hashed(self.hash(&key))
+    }
+
+    /// Sets every counter to zero.
+    ///
+    /// Not atomic as a whole: an update racing with `reset` may survive it or not.
+    pub fn reset(&self) {
+        for c in self.counters.iter() {
+            c.store(0, Relaxed);
+        }
+    }
+
+    /// Number of rows (hash functions), H.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Number of columns per row, N (a power of two).
+    pub fn columns(&self) -> usize {
+        1 << self.column_bits
+    }
+
+    /// The ε of the count-min bound for this size: e / N. An estimate exceeds the true count
+    /// by more than ε·(total count) with probability at most [`delta`](Self::delta).
+    pub fn epsilon(&self) -> f64 {
+        std::f64::consts::E / self.columns() as f64
+    }
+
+    /// The δ of the count-min bound for this size: e^−H.
+    pub fn delta(&self) -> f64 {
+        (-(self.rows as f64)).exp()
+    }
+
+    /// Heap and inline bytes this sketch occupies. Fixed at construction: it does not grow
+    /// with the number of distinct keys.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let sketch = floodgate::Estimator::new(3, 1024);
+    /// assert!(sketch.memory_bytes() >= 3 * 1024 * std::mem::size_of::<isize>());
+    /// ```
+    pub fn memory_bytes(&self) -> usize {
+        std::mem::size_of::<Self>() + std::mem::size_of_val(&*self.counters)
+    }
+
+    /// The one keyed hash of a key that every operation starts from.
+    #[inline]
+    pub(crate) fn hash<T: Hash + ?Sized>(&self, key: &T) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// `incr` for a key already hashed with [`Estimator::hash`].
+    #[inline]
+    pub(crate) fn incr_hashed(&self, hash: u64, value: isize) -> isize {
+        let mut estimate = isize::MAX;
+        self.for_each_counter(hash, |c| estimate = estimate.min(counter::add(c, value)));
+        estimate
+    }
+
+    /// `decr` for a key already hashed with [`Estimator::hash`].
+    #[inline]
+    pub(crate) fn decr_hashed(&self, hash: u64, value: isize) {
+        self.for_each_counter(hash, |c| counter::sub(c, value));
+    }
+
+    /// `get` for a key already hashed with [`Estimator::hash`].
+    #[inline]
+    pub(crate) fn get_hashed(&self, hash: u64) -> isize {
+        let mut estimate = isize::MAX;
+        self.for_each_counter(hash, |c| estimate = estimate.min(counter::load(c)));
+        estimate
+    }
+
+    /// Calls `f` on the key's counter in every row, row 0 first.
+    #[inline]
+    fn for_each_counter(&self, hash: u64, mut f: impl FnMut(&AtomicIsize)) {
+        let bits = self.column_bits;
+        let mask = (1usize << bits) - 1;
+        let mut word = hash;
+        let mut left = u64::BITS;
+        for (row, start) in (0..self.rows).map(|r| (r, r << bits)) {
+            if left < bits {
+                word = remix(hash, row as u64);
+                left = u64::BITS;
+            }
+            let column = word as usize & mask;
+            // `bits` < 64 because the sketch has at most 2^28 counters.
+            word >>= bits;
+            left -= bits;
+            let index = start | column;
+            debug_assert!(
+                index < self.counters.len(),
+                "row {row} column {column} out of range"
+            );
+            if let Some(c) = self.counters.get(index) {
+                f(c);
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Estimator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Estimator")
+            .field("rows", &self.rows)
+            .field("columns", &self.columns())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Rows and columns for a count-min sketch with error ε and failure probability δ.
+pub(crate) fn dimensions_for_error(
+    epsilon: f64,
+    delta: f64,
+) -> Result<(usize, usize), ConfigError> {
+    // `!(x > 0 && x < 1)` also rejects NaN.
+    if !(epsilon > 0.0 && epsilon < 1.0) {
+        return Err(ConfigError::Epsilon(epsilon));
+    }
+    if !(delta > 0.0 && delta < 1.0) {
+        return Err(ConfigError::Delta(delta));
+    }
+    let columns = (std::f64::consts::E / epsilon).ceil();
+    let rows = (1.0 / delta).ln().ceil().max(1.0);
+    let limit = Estimator::MAX_COUNTERS as f64;
+    if columns > limit || rows > limit {
+        return Err(ConfigError::TooLarge {
+            rows: rows.min(limit) as usize,
+            columns: columns.min(limit) as usize,
+        });
+    }
+    Ok((rows as usize, columns as usize))
+}
+
+/// A fresh 64-bit word for rows beyond what the first hash's bits cover (SplitMix64 finaliser).
+#[inline]
+fn remix(hash: u64, row: u64) -> u64 {
+    let mut z = hash ^ row.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+#[cfg(all(test, not(floodgate_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn columns_are_rounded_up_to_a_power_of_two() {
+        assert_eq!(Estimator::new(1, 1).columns(), 1);
+        assert_eq!(Estimator::new(1, 3).columns(), 4);
+        assert_eq!(Estimator::new(1, 1024).columns(), 1024);
+        assert_eq!(Estimator::new(1, 1025).columns(), 2048);
+    }
+
+    #[test]
+    fn every_row_is_touched_once_and_within_its_own_row() {
+        for (rows, columns) in [(1, 1), (4, 8192), (3, 1024), (9, 1 << 20), (20, 4)] {
+            let e = Estimator::new(rows, columns);
+            for key in 0..200u64 {
+                let mut seen = Vec::new();
+                e.for_each_counter(e.hash(&key), |c| {
+                    let base = e.counters.as_ptr() as usize;
+                    let index = (c as *const AtomicIsize as usize - base)
+                        / std::mem::size_of::<AtomicIsize>();
+                    seen.push(index);
+                });
+                assert_eq!(seen.len(), rows);
+                for (row, index) in seen.into_iter().enumerate() {
+                    assert_eq!(index / e.columns(), row, "{rows}x{columns} key {key}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn rows_beyond_the_first_hash_word_use_different_columns() {
+        // 9 rows x 2^20 columns needs 180 bits: rows past the third use re-mixed words, which
+        // must not repeat the columns of the first rows.
+        let e = Estimator::new(9, 1 << 20);
+        let mut columns = Vec::new();
+        let mut row = 0;
+        e.for_each_counter(e.hash(&"key"), |c| {
+            let base = e.counters.as_ptr() as usize;
+            let index = (c as *const AtomicIsize as usize - base) / 8;
+            columns.push(index - row * e.columns());
+            row += 1;
+        });
+        columns.sort_unstable();
+        columns.dedup();
+        assert!(
+            columns.len() >= 8,
+            "columns repeat across rows: {columns:?}"
+        );
+    }
+
+    #[test]
+    fn error_sizing_follows_the_count_min_formulas() {
+        assert_eq!(dimensions_for_error(0.01, 0.05), Ok((3, 272)));
+        assert_eq!(dimensions_for_error(0.5, 0.5), Ok((1, 6)));
+        for bad in [0.0, 1.0, -0.1, 2.0, f64::NAN] {
+            assert_eq!(
+                dimensions_for_error(bad, 0.1).is_err(),
+                true,
+                "epsilon {bad}"
+            );
+            assert_eq!(dimensions_for_error(0.1, bad).is_err(), true, "delta {bad}");
+        }
+        assert!(matches!(
+            dimensions_for_error(1e-12, 0.1),
+            Err(ConfigError::TooLarge { .. })
+        ));
+    }
+}

@@ -1,0 +1,41 @@
+//! Lock-free count-min-sketch limiting for proxies: per-key in-flight counts and request
+//! rates in fixed memory, in tens of nanoseconds, with a one-sided error — an estimate may be
+//! above the true count, never below it.
+//!
+//! - [`Estimator`]: the atomic H×N count-min sketch everything else is built on.
+//! - [`Inflight`]: in-flight counts per key; its [`Guard`] (or [`OwnedGuard`]) gives the count
+//!   back on drop.
+//! - [`ConfigError`]: what was wrong with a configuration, returned by every fallible
+//!   constructor.
+//!
+//! The modules [`estimator`] and [`inflight`] mirror pingora-limits' paths, so code written
+//! for `pingora_limits::inflight::Inflight` compiles against `floodgate::inflight::Inflight`.
+//!
+//! # Examples
+//!
+//! ```
+//! use floodgate::Inflight;
+//!
+//! let inflight = Inflight::new();
+//! let limit = 2;
+//! let (first, n) = inflight.incr("origin-a", 1);
+//! assert!(n <= limit);
+//! let (_second, n) = inflight.incr("origin-a", 1);
+//! assert!(n <= limit);
+//! let (_third, n) = inflight.incr("origin-a", 1);
+//! assert!(n > limit, "the third concurrent request would get a 503");
+//! drop(first);
+//! assert_eq!(inflight.get("origin-a"), 2);
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod counter;
+mod error;
+pub mod estimator;
+pub mod inflight;
+mod sync;
+
+pub use error::ConfigError;
+pub use estimator::Estimator;
+pub use inflight::{Guard, Inflight, OwnedGuard};
