@@ -377,12 +377,8 @@ mod tests {
         assert_eq!(dimensions_for_error(0.01, 0.05), Ok((3, 272)));
         assert_eq!(dimensions_for_error(0.5, 0.5), Ok((1, 6)));
         for bad in [0.0, 1.0, -0.1, 2.0, f64::NAN] {
-            assert_eq!(
-                dimensions_for_error(bad, 0.1).is_err(),
-                true,
-                "epsilon {bad}"
-            );
-            assert_eq!(dimensions_for_error(0.1, bad).is_err(), true, "delta {bad}");
+            assert!(dimensions_for_error(bad, 0.1).is_err(), "epsilon {bad}");
+            assert!(dimensions_for_error(0.1, bad).is_err(), "delta {bad}");
         }
         assert!(matches!(
             dimensions_for_error(1e-12, 0.1),
