@@ -5,10 +5,14 @@
 //! - [`Estimator`]: the atomic H×N count-min sketch everything else is built on.
 //! - [`Inflight`]: in-flight counts per key; its [`Guard`] (or [`OwnedGuard`]) gives the count
 //!   back on drop.
+//! - [`Rate`]: per-key event counts per window and the rates they give; [`RateComponents`]
+//!   and [`PROPORTIONAL_RATE_ESTIMATE_CALC_FN`] for sliding-window estimates.
+//! - [`clock`]: the shared 10 ms ticker behind `Rate`, its fork functions, and
+//!   [`ManualClock`](clock::ManualClock) for tests.
 //! - [`ConfigError`]: what was wrong with a configuration, returned by every fallible
 //!   constructor.
 //!
-//! The modules [`estimator`] and [`inflight`] mirror pingora-limits' paths, so code written
+//! The modules [`estimator`], [`inflight`] and [`rate`] mirror pingora-limits' paths, so code written
 //! for `pingora_limits::inflight::Inflight` compiles against `floodgate::inflight::Inflight`.
 //!
 //! # Examples
@@ -30,12 +34,15 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod clock;
 mod counter;
 mod error;
 pub mod estimator;
 pub mod inflight;
+pub mod rate;
 mod sync;
 
 pub use error::ConfigError;
 pub use estimator::Estimator;
 pub use inflight::{Guard, Inflight, OwnedGuard};
+pub use rate::{Rate, RateBuilder, RateComponents, PROPORTIONAL_RATE_ESTIMATE_CALC_FN};

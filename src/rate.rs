@@ -1,0 +1,518 @@
+//! Per-key event rates over fixed windows, in fixed memory, with no rotation on the request
+//! path.
+//!
+//! # Windows
+//!
+//! A [`Rate`] counts events in windows of a fixed interval, anchored at the moment the `Rate`
+//! was created: window `w` covers `[start + w·interval, start + (w+1)·interval)`, whatever
+//! the traffic. Optionally a window is made of k equal sub-windows ("buckets"); a plain `Rate`
+//! has k = 1 and its buckets are its windows.
+//!
+//! Each bucket's counts live in their own [`Estimator`] slot, in a ring of k + 3 slots; bucket
+//! `b` uses slot `b mod (k+3)`. Readers need buckets `b−k ..= b`; the shared ticker
+//! ([`clock`](crate::clock)) clears the slots of buckets `b+1` and `b+2` while bucket `b` is
+//! current, so a slot is always zeroed at least one whole bucket before it is used, and the
+//! request path never flips, clears or rotates anything: it derives the slot from the time.
+//!
+//! # Time on the request path
+//!
+//! The request path reads the coarse clock (one relaxed load) and the window the ticker last
+//! saw as current (one more load), and takes that window when the coarse time is not within two
+//! ticks of its end. Near a boundary it reads the precise clock instead, so an event just after
+//! a boundary counts in the new window even though the coarse clock lags by up to a tick. For
+//! an interval of one second that is 2% of calls; no division happens on the fast path.
+//!
+//! # Guarantees
+//!
+//! Within a window, estimates never fall below the true count of events observed in it, from
+//! any number of threads and across window changes (each slot is cleared only while it is at
+//! least one bucket away from current). A count may be over-estimated by collisions in the
+//! sketch, bounded as for [`Estimator`].
+//!
+//! # Orderings
+//!
+//! Each slot records the bucket it was cleared for (`Slot::bucket`). The ticker zeroes a slot's
+//! counters and then stores the new bucket with `Release`; `observe` loads it with `Acquire`
+//! before incrementing, so the zeroing happens-before any increment that sees the slot as
+//! prepared, and can never be ordered after it and wipe it. Counters themselves are `Relaxed`
+//! (see [`Estimator`]).
+
+use std::hash::Hash;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use crate::clock::{ManualClock, Tick, TimeSource, TICK, TICK_NANOS};
+use crate::error::ConfigError;
+use crate::sync::{AtomicU64, Ordering};
+use crate::Estimator;
+
+/// Rows of the default `Rate` sketch (pingora-limits' value).
+pub const DEFAULT_ROWS: usize = 4;
+/// Columns of the default `Rate` sketch (pingora-limits' value).
+pub const DEFAULT_COLUMNS: usize = 1024;
+/// The longest interval a `Rate` accepts.
+pub const MAX_INTERVAL: Duration = Duration::from_secs(365 * 24 * 3600);
+/// The most sub-windows a window may be split into.
+pub const MAX_SUB_WINDOWS: usize = 64;
+
+/// What a rate function gets to compute a rate from: see [`Rate::rate_with`].
+///
+/// For a plain `Rate`, `prev_samples` is the count of the previous window, `curr_samples` the
+/// count so far in the current one, and `current_interval_fraction` how far into the current
+/// window we are (0 ≤ f < 1). With k sub-windows, `curr_samples` is the count of the current
+/// sub-window and the k−1 before it, `prev_samples` the count of the sub-window before those,
+/// and the fraction is how far into the current sub-window we are — so the proportional
+/// estimate `prev·(1−f) + curr` is a sliding window of one interval at a finer grain.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use floodgate::{clock::ManualClock, Rate, RateComponents};
+///
+/// let clock = ManualClock::new();
+/// let rate = Rate::builder(Duration::from_secs(10)).clock(&clock).build().unwrap();
+/// rate.observe(&"k", 10);
+/// clock.advance(Duration::from_secs(12));
+/// rate.observe(&"k", 4);
+/// let parts: RateComponents = rate.rate_with(&"k", |parts| parts);
+/// assert_eq!((parts.prev_samples, parts.curr_samples), (10, 4));
+/// assert_eq!(parts.interval, Duration::from_secs(10));
+/// assert!((parts.current_interval_fraction - 0.2).abs() < 1e-9);
+/// ```
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+pub struct RateComponents {
+    /// Events in the previous window (see the type docs for sub-windows).
+    pub prev_samples: isize,
+    /// Events so far in the current window.
+    pub curr_samples: isize,
+    /// The configured interval.
+    pub interval: Duration,
+    /// How far into the current window (or sub-window) the time is, from 0 up to (not
+    /// including) 1.
+    pub current_interval_fraction: f64,
+}
+
+/// The sliding-window estimate of events per second: `(prev·(1−f) + curr) / interval`,
+/// interpolating between the previous and the current window by how far into the current one
+/// we are.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use floodgate::{clock::ManualClock, Rate, PROPORTIONAL_RATE_ESTIMATE_CALC_FN};
+///
+/// let clock = ManualClock::new();
+/// let rate = Rate::builder(Duration::from_secs(1)).clock(&clock).build().unwrap();
+/// rate.observe(&"k", 100);
+/// clock.advance(Duration::from_millis(1250));
+/// rate.observe(&"k", 10);
+/// // 100 · (1 − 0.25) + 10 = 85 events in the last second.
+/// let estimate = rate.rate_with(&"k", PROPORTIONAL_RATE_ESTIMATE_CALC_FN);
+/// assert!((estimate - 85.0).abs() < 1e-9);
+/// ```
+pub static PROPORTIONAL_RATE_ESTIMATE_CALC_FN: fn(RateComponents) -> f64 = |parts| {
+    let weighted =
+        parts.prev_samples as f64 * (1.0 - parts.current_interval_fraction) + parts.curr_samples as f64;
+    weighted / parts.interval.as_secs_f64()
+};
+
+/// Per-key event counts per time window, and the rates they give, in fixed memory.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use floodgate::{clock::ManualClock, Rate};
+///
+/// let clock = ManualClock::new();
+/// let rate = Rate::builder(Duration::from_secs(1)).clock(&clock).build().unwrap();
+/// assert_eq!(rate.observe(&"origin-a", 3), 3);
+/// assert_eq!(rate.observe(&"origin-a", 2), 5);
+/// assert_eq!(rate.rate(&"origin-a"), 0.0); // no complete window yet
+/// clock.advance(Duration::from_secs(1));
+/// assert_eq!(rate.rate(&"origin-a"), 5.0); // 5 events in the last complete second
+/// assert_eq!(rate.peek(&"origin-a"), 0); // nothing yet in the new window
+/// ```
+///
+/// In production, use the shared ticker (the default):
+///
+/// ```
+/// use std::time::Duration;
+///
+/// let rate = floodgate::Rate::new(Duration::from_secs(1));
+/// assert!(rate.observe(&"origin-a", 1) >= 1);
+/// ```
+pub struct Rate {
+    core: Arc<RateCore>,
+}
+
+/// A window slot: one bucket's counts, and which bucket they belong to.
+struct Slot {
+    /// The bucket this slot was last cleared for. Stored with `Release` after the clearing,
+    /// loaded with `Acquire` before counting into the slot (see the module docs).
+    bucket: AtomicU64,
+    counts: Estimator,
+}
+
+struct RateCore {
+    slots: Box<[Slot]>,
+    time: TimeSource,
+    /// The time the Rate was created, on `time`: the anchor of every window.
+    start: u64,
+    /// Length of a bucket (interval / sub_windows), in nanoseconds; at least one tick.
+    bucket_nanos: u64,
+    sub_windows: u64,
+    interval: Duration,
+    /// How close to a bucket's end the coarse time may come before the precise clock is read:
+    /// two ticks on the shared clock, none on a manual clock (whose time is exact).
+    margin: u64,
+    /// The bucket the ticker last saw as current: lets the request path find its bucket
+    /// without a division. Only ever raised (`fetch_max`); `Relaxed` because it is a hint
+    /// checked against the time, and the slot's own tag orders the data.
+    current_hint: AtomicU64,
+}
+
+/// Configures a [`Rate`]: interval, sketch size, sub-windows and clock.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+///
+/// let rate = floodgate::Rate::builder(Duration::from_secs(60))
+///     .estimator(4, 4096)
+///     .sub_windows(6)
+///     .build()
+///     .unwrap();
+/// assert_eq!(rate.interval(), Duration::from_secs(60));
+/// ```
+#[derive(Clone, Debug)]
+#[must_use = "a builder does nothing until build() is called"]
+pub struct RateBuilder {
+    interval: Duration,
+    rows: usize,
+    columns: usize,
+    sub_windows: usize,
+    clock: Option<ManualClock>,
+}
+
+impl RateBuilder {
+    /// The sketch size of each window slot: `hashes` rows × `slots` columns.
+    pub fn estimator(mut self, hashes: usize, slots: usize) -> Self {
+        self.rows = hashes;
+        self.columns = slots;
+        self
+    }
+
+    /// Splits each window into `k` sub-windows, for a smoother sliding rate. The interval must
+    /// be a whole number of nanoseconds per sub-window, each at least one tick long.
+    pub fn sub_windows(mut self, k: usize) -> Self {
+        self.sub_windows = k;
+        self
+    }
+
+    /// Takes time from a [`ManualClock`] instead of the shared ticker (for tests).
+    pub fn clock(mut self, clock: &ManualClock) -> Self {
+        self.clock = Some(clock.clone());
+        self
+    }
+
+    /// Builds the `Rate`.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::IntervalTooShort`] when a (sub-)window would be shorter than one tick
+    /// (10 ms), [`ConfigError::IntervalTooLong`] beyond [`MAX_INTERVAL`],
+    /// [`ConfigError::SubWindows`] for zero or more than [`MAX_SUB_WINDOWS`] sub-windows or an
+    /// interval they do not divide evenly, and the errors of [`Estimator::try_new`].
+    pub fn build(self) -> Result<Rate, ConfigError> {
+        let k = self.sub_windows;
+        if k == 0 || k > MAX_SUB_WINDOWS {
+            return Err(ConfigError::SubWindows {
+                asked: k,
+                max: MAX_SUB_WINDOWS,
+            });
+        }
+        if self.interval > MAX_INTERVAL {
+            return Err(ConfigError::IntervalTooLong {
+                interval: self.interval,
+                max: MAX_INTERVAL,
+            });
+        }
+        let interval_nanos = self.interval.as_nanos() as u64; // ≤ MAX_INTERVAL fits
+        let k64 = k as u64;
+        if interval_nanos / k64 < TICK_NANOS {
+            return Err(ConfigError::IntervalTooShort {
+                interval: self.interval,
+                min: TICK * k as u32,
+            });
+        }
+        if interval_nanos % k64 != 0 {
+            return Err(ConfigError::SubWindows {
+                asked: k,
+                max: MAX_SUB_WINDOWS,
+            });
+        }
+        let slots = (0..k + 3)
+            .map(|bucket| {
+                Ok(Slot {
+                    // Slot s starts out cleared for bucket s.
+                    bucket: AtomicU64::new(bucket as u64),
+                    counts: Estimator::try_new(self.rows, self.columns)?,
+                })
+            })
+            .collect::<Result<Box<[Slot]>, ConfigError>>()?;
+        let (time, margin) = match &self.clock {
+            Some(clock) => (TimeSource::manual(clock), 0),
+            None => (TimeSource::Shared, 2 * TICK_NANOS),
+        };
+        let core = Arc::new(RateCore {
+            slots,
+            start: time.precise(),
+            time,
+            bucket_nanos: interval_nanos / k64,
+            sub_windows: k64,
+            interval: self.interval,
+            margin,
+            current_hint: AtomicU64::new(0),
+        });
+        let weak: Weak<dyn Tick> = Arc::downgrade(&core) as Weak<dyn Tick>;
+        core.time.register(weak);
+        Ok(Rate { core })
+    }
+}
+
+impl Rate {
+    /// Creates a `Rate` with windows of `interval` and the default sketch (4 × 1024 per
+    /// window slot), on the shared ticker.
+    ///
+    /// # Panics
+    ///
+    /// Panics with the [`ConfigError`] message if `interval` is under one tick (10 ms) or over
+    /// [`MAX_INTERVAL`]; [`Rate::try_new`] returns the error instead.
+    pub fn new(interval: Duration) -> Self {
+        Self::builder(interval)
+            .build()
+            .unwrap_or_else(|e| panic!("floodgate::Rate::new: {e}"))
+    }
+
+    /// As [`Rate::new`], returning an error instead of panicking.
+    ///
+    /// # Errors
+    ///
+    /// As [`RateBuilder::build`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::{ConfigError, Rate};
+    ///
+    /// assert!(Rate::try_new(Duration::from_secs(1)).is_ok());
+    /// let err = Rate::try_new(Duration::from_millis(1)).unwrap_err();
+    /// assert!(matches!(err, ConfigError::IntervalTooShort { .. }));
+    /// ```
+    pub fn try_new(interval: Duration) -> Result<Self, ConfigError> {
+        Self::builder(interval).build()
+    }
+
+    /// Creates a `Rate` whose window slots are `hashes` × `slots` sketches (the signature of
+    /// pingora-limits' constructor).
+    ///
+    /// # Panics
+    ///
+    /// As [`Rate::new`], and for zero `hashes` or `slots`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let rate = floodgate::Rate::new_with_estimator_config(std::time::Duration::from_secs(1), 3, 2048);
+    /// assert_eq!(rate.observe(&7u64, 1), 1);
+    /// ```
+    pub fn new_with_estimator_config(interval: Duration, hashes: usize, slots: usize) -> Self {
+        Self::builder(interval)
+            .estimator(hashes, slots)
+            .build()
+            .unwrap_or_else(|e| panic!("floodgate::Rate::new_with_estimator_config: {e}"))
+    }
+
+    /// A builder for the less common settings: sketch size, sub-windows, a manual clock.
+    pub fn builder(interval: Duration) -> RateBuilder {
+        RateBuilder {
+            interval,
+            rows: DEFAULT_ROWS,
+            columns: DEFAULT_COLUMNS,
+            sub_windows: 1,
+            clock: None,
+        }
+    }
+
+    /// Counts `events` for `key` in the current window and returns the key's count so far in
+    /// the current window (with sub-windows: the current sub-window and the k−1 before it).
+    #[inline]
+    pub fn observe<T: Hash + ?Sized>(&self, key: &T, events: isize) -> isize {
+        let core = &*self.core;
+        let hash = core.hash(key);
+        let (bucket, _) = core.now();
+        let slot = core.slot(bucket);
+        // Acquire: pairs with the ticker's Release after clearing this slot (module docs).
+        let _prepared_for = slot.bucket.load(Ordering::Acquire);
+        let current = slot.counts.incr_hashed(hash, events);
+        if core.sub_windows == 1 {
+            current
+        } else {
+            current.saturating_add(core.sum(hash, bucket.saturating_sub(core.sub_windows - 1), bucket))
+        }
+    }
+
+    /// The key's count so far in the current window, without counting anything.
+    pub fn peek<T: Hash + ?Sized>(&self, key: &T) -> isize {
+        let core = &*self.core;
+        let (bucket, _) = core.now();
+        let first = (bucket + 1).saturating_sub(core.sub_windows);
+        core.sum(core.hash(key), first, bucket + 1)
+    }
+
+    /// The key's rate, in events per second, over the last complete window.
+    pub fn rate<T: Hash + ?Sized>(&self, key: &T) -> f64 {
+        let core = &*self.core;
+        let (bucket, _) = core.now();
+        let count = core.sum(core.hash(key), bucket.saturating_sub(core.sub_windows), bucket);
+        count as f64 / core.interval.as_secs_f64()
+    }
+
+    /// Computes a rate for `key` with `rate_calc_fn` from the previous and current counts, the
+    /// interval and how far into the current window the time is (see [`RateComponents`]).
+    ///
+    /// [`PROPORTIONAL_RATE_ESTIMATE_CALC_FN`] gives the sliding-window estimate.
+    pub fn rate_with<F, T, K>(&self, key: &K, mut rate_calc_fn: F) -> T
+    where
+        F: FnMut(RateComponents) -> T,
+        K: Hash + ?Sized,
+    {
+        let core = &*self.core;
+        let hash = core.hash(key);
+        let (bucket, elapsed) = core.now();
+        let k = core.sub_windows;
+        let first_current = (bucket + 1).saturating_sub(k);
+        let curr_samples = core.sum(hash, first_current, bucket + 1);
+        // With k = 1, the whole previous window; none before the Rate existed.
+        let prev_samples = match (bucket + 1).checked_sub(k + 1) {
+            Some(prev) => core.count(hash, prev),
+            None => 0,
+        };
+        let into_bucket = elapsed.saturating_sub(bucket * core.bucket_nanos);
+        let fraction = (into_bucket as f64 / core.bucket_nanos as f64).clamp(0.0, 1.0);
+        rate_calc_fn(RateComponents {
+            prev_samples,
+            curr_samples,
+            interval: core.interval,
+            current_interval_fraction: fraction,
+        })
+    }
+
+    /// The sliding-window rate estimate for `key`, in events per second:
+    /// `rate_with(key, PROPORTIONAL_RATE_ESTIMATE_CALC_FN)`.
+    pub fn sliding_rate<K: Hash + ?Sized>(&self, key: &K) -> f64 {
+        self.rate_with(key, PROPORTIONAL_RATE_ESTIMATE_CALC_FN)
+    }
+
+    /// The window length.
+    pub fn interval(&self) -> Duration {
+        self.core.interval
+    }
+
+    /// Bytes this `Rate` occupies: fixed at construction, whatever the number of keys.
+    pub fn memory_bytes(&self) -> usize {
+        std::mem::size_of::<RateCore>()
+            + self
+                .core
+                .slots
+                .iter()
+                .map(|s| std::mem::size_of::<AtomicU64>() + s.counts.memory_bytes())
+                .sum::<usize>()
+    }
+}
+
+impl std::fmt::Debug for Rate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rate")
+            .field("interval", &self.core.interval)
+            .field("sub_windows", &self.core.sub_windows)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RateCore {
+    #[inline]
+    fn hash<T: Hash + ?Sized>(&self, key: &T) -> u64 {
+        self.slots[0].counts.hash(key)
+    }
+
+    #[inline]
+    fn slot(&self, bucket: u64) -> &Slot {
+        &self.slots[(bucket % self.slots.len() as u64) as usize]
+    }
+
+    /// The current bucket and the time since `start`, in nanoseconds.
+    #[inline]
+    fn now(&self) -> (u64, u64) {
+        let elapsed = self.time.coarse().saturating_sub(self.start);
+        let hint = self.current_hint.load(Ordering::Relaxed);
+        let begin = hint.saturating_mul(self.bucket_nanos);
+        let end = begin.saturating_add(self.bucket_nanos);
+        if elapsed >= begin && elapsed.saturating_add(self.margin) < end {
+            return (hint, elapsed);
+        }
+        self.now_precise()
+    }
+
+    /// Near a boundary (or before the ticker has caught up): the exact bucket.
+    #[inline(never)]
+    fn now_precise(&self) -> (u64, u64) {
+        let elapsed = self.time.precise().saturating_sub(self.start);
+        (elapsed / self.bucket_nanos, elapsed)
+    }
+
+    /// The key's count in one bucket.
+    #[inline]
+    fn count(&self, hash: u64, bucket: u64) -> isize {
+        self.slot(bucket).counts.get_hashed(hash)
+    }
+
+    /// The key's total over buckets `first..end`.
+    fn sum(&self, hash: u64, first: u64, end: u64) -> isize {
+        (first..end).fold(0isize, |total, b| total.saturating_add(self.count(hash, b)))
+    }
+
+    /// Clears the slot for bucket `bucket`, unless it was already cleared for it (or a later
+    /// bucket): idempotent, so late or duplicate ticks do nothing.
+    fn prepare(&self, bucket: u64) {
+        let slot = self.slot(bucket);
+        if slot.bucket.load(Ordering::Relaxed) >= bucket {
+            return;
+        }
+        slot.counts.reset();
+        // Release: the zeroing above happens-before any observe that loads this tag.
+        slot.bucket.store(bucket, Ordering::Release);
+    }
+}
+
+impl Tick for RateCore {
+    fn tick(&self, now: u64) {
+        let elapsed = now.saturating_sub(self.start);
+        let current = elapsed / self.bucket_nanos;
+        self.current_hint.fetch_max(current, Ordering::Relaxed);
+        // The next bucket only while it is at least a tick away (it normally was cleared as
+        // "two ahead" a bucket ago; this catches up after a late tick), then the one after it,
+        // which is always at least a whole bucket away.
+        let next = current + 1;
+        if next.saturating_mul(self.bucket_nanos).saturating_sub(elapsed) >= TICK_NANOS {
+            self.prepare(next);
+        }
+        self.prepare(current + 2);
+    }
+}
