@@ -13,11 +13,11 @@
 //! truth. This is what keeps estimates one-sided (never under the true count) even at the
 //! limits of the integer type.
 //!
-//! Orderings: every access is `Relaxed`. A counter publishes no other data; each counter's
+//! Orderings: every access is `Relaxed` unless a caller asks otherwise ([`add_ordered`]). A counter publishes no other data; each counter's
 //! modification order alone decides its value, and callers combine counters with `min`,
 //! which needs no ordering between them.
 
-use crate::sync::{AtomicIsize, Ordering::Relaxed};
+use crate::sync::{AtomicIsize, Ordering, Ordering::Relaxed};
 
 /// The largest logical value; counters saturate here and stay.
 pub(crate) const CEILING: isize = isize::MAX / 2;
@@ -41,8 +41,15 @@ pub(crate) fn load(counter: &AtomicIsize) -> isize {
 /// Adds `delta` (any value, negative included) and returns the new logical value.
 #[inline]
 pub(crate) fn add(counter: &AtomicIsize, delta: isize) -> isize {
+    add_ordered(counter, delta, Relaxed)
+}
+
+/// As [`add`], with `order` on the update (the limiter's promotion handshake needs one
+/// `SeqCst` add; everything else is `Relaxed`).
+#[inline]
+pub(crate) fn add_ordered(counter: &AtomicIsize, delta: isize, order: Ordering) -> isize {
     if (0..=FAST_STEP).contains(&delta) {
-        let old = counter.fetch_add(delta, Relaxed);
+        let old = counter.fetch_add(delta, order);
         // Cannot overflow: raw values stay below CEILING + (threads in flight) * FAST_STEP.
         let new = old + delta;
         if new > CEILING {
@@ -52,7 +59,7 @@ pub(crate) fn add(counter: &AtomicIsize, delta: isize) -> isize {
         }
         logical(new)
     } else {
-        update_slow(counter, delta)
+        update_slow(counter, delta, order)
     }
 }
 
@@ -68,13 +75,13 @@ pub(crate) fn sub(counter: &AtomicIsize, delta: isize) {
             counter.fetch_max(FLOOR, Relaxed);
         }
     } else {
-        update_slow(counter, delta.checked_neg().unwrap_or(isize::MAX));
+        update_slow(counter, delta.checked_neg().unwrap_or(isize::MAX), Relaxed);
     }
 }
 
 /// The exact saturating path for deltas the fast path does not take.
 #[cold]
-fn update_slow(counter: &AtomicIsize, delta: isize) -> isize {
+fn update_slow(counter: &AtomicIsize, delta: isize, order: Ordering) -> isize {
     let step = |raw: isize| {
         let current = logical(raw);
         if current == CEILING && delta < 0 {
@@ -83,7 +90,7 @@ fn update_slow(counter: &AtomicIsize, delta: isize) -> isize {
             Some(logical(current.saturating_add(delta)))
         }
     };
-    match counter.fetch_update(Relaxed, Relaxed, step) {
+    match counter.fetch_update(order, Relaxed, step) {
         Ok(old) => step(old).unwrap_or(CEILING),
         Err(_) => CEILING,
     }

@@ -7,6 +7,9 @@
 //!   back on drop.
 //! - [`Rate`]: per-key event counts per window and the rates they give; [`RateComponents`]
 //!   and [`PROPORTIONAL_RATE_ESTIMATE_CALC_FN`] for sliding-window estimates.
+//! - [`Limiter`]: per-key limits on in-flight requests and request rate, decided by the
+//!   sketches with an exact second stage for the keys near their limits; [`Permit`],
+//!   [`Rejected`] and [`Limiter::heavy_hitters`] for what it decided and why.
 //! - [`clock`]: the shared 10 ms ticker behind `Rate`, its fork functions, and
 //!   [`ManualClock`](clock::ManualClock) for tests.
 //! - [`ConfigError`]: what was wrong with a configuration, returned by every fallible
@@ -38,11 +41,16 @@ pub mod clock;
 mod counter;
 mod error;
 pub mod estimator;
+mod exact;
 pub mod inflight;
+pub mod limiter;
 pub mod rate;
 mod sync;
 
 pub use error::ConfigError;
 pub use estimator::Estimator;
 pub use inflight::{Guard, Inflight, OwnedGuard};
+pub use limiter::{
+    HeavyHitter, Limiter, LimiterBuilder, LimiterStats, OwnedPermit, Permit, Reason, Rejected,
+};
 pub use rate::{Rate, RateBuilder, RateComponents, PROPORTIONAL_RATE_ESTIMATE_CALC_FN};

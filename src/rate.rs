@@ -114,8 +114,8 @@ pub struct RateComponents {
 /// assert!((estimate - 85.0).abs() < 1e-9);
 /// ```
 pub static PROPORTIONAL_RATE_ESTIMATE_CALC_FN: fn(RateComponents) -> f64 = |parts| {
-    let weighted =
-        parts.prev_samples as f64 * (1.0 - parts.current_interval_fraction) + parts.curr_samples as f64;
+    let weighted = parts.prev_samples as f64 * (1.0 - parts.current_interval_fraction)
+        + parts.curr_samples as f64;
     weighted / parts.interval.as_secs_f64()
 };
 
@@ -364,7 +364,11 @@ impl Rate {
         if core.sub_windows == 1 {
             current
         } else {
-            current.saturating_add(core.sum(hash, bucket.saturating_sub(core.sub_windows - 1), bucket))
+            current.saturating_add(core.sum(
+                hash,
+                bucket.saturating_sub(core.sub_windows - 1),
+                bucket,
+            ))
         }
     }
 
@@ -380,7 +384,11 @@ impl Rate {
     pub fn rate<T: Hash + ?Sized>(&self, key: &T) -> f64 {
         let core = &*self.core;
         let (bucket, _) = core.now();
-        let count = core.sum(core.hash(key), bucket.saturating_sub(core.sub_windows), bucket);
+        let count = core.sum(
+            core.hash(key),
+            bucket.saturating_sub(core.sub_windows),
+            bucket,
+        );
         count as f64 / core.interval.as_secs_f64()
     }
 
@@ -404,13 +412,11 @@ impl Rate {
             Some(prev) => core.count(hash, prev),
             None => 0,
         };
-        let into_bucket = elapsed.saturating_sub(bucket * core.bucket_nanos);
-        let fraction = (into_bucket as f64 / core.bucket_nanos as f64).clamp(0.0, 1.0);
         rate_calc_fn(RateComponents {
             prev_samples,
             curr_samples,
             interval: core.interval,
-            current_interval_fraction: fraction,
+            current_interval_fraction: core.fraction(bucket, elapsed),
         })
     }
 
@@ -434,6 +440,73 @@ impl Rate {
                 .iter()
                 .map(|s| std::mem::size_of::<AtomicU64>() + s.counts.memory_bytes())
                 .sum::<usize>()
+    }
+}
+
+/// One observation as the limiter sees it: the bucket it landed in and the key's counts.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WindowView {
+    pub(crate) bucket: u64,
+    /// The key's estimate in the previous window.
+    pub(crate) prev: isize,
+    /// The key's estimate in the current window, this observation included.
+    pub(crate) curr: isize,
+    /// How far into the current window the time is, in [0, 1).
+    pub(crate) fraction: f64,
+}
+
+impl WindowView {
+    /// The sliding-window count: `prev·(1−f) + curr`.
+    pub(crate) fn sliding(&self) -> f64 {
+        self.prev as f64 * (1.0 - self.fraction) + self.curr as f64
+    }
+}
+
+/// Hooks for the limiter, which hashes a key once for all its sketches. Plain windows only
+/// (one sub-window).
+impl Rate {
+    /// Counts one event for an already-hashed key with the `SeqCst` handshake of
+    /// [`Estimator::incr_hashed_sync`], and returns the window as it stands after it.
+    pub(crate) fn observe_sync(&self, hash: u64) -> WindowView {
+        let core = &*self.core;
+        debug_assert_eq!(core.sub_windows, 1, "the limiter uses plain windows");
+        let (bucket, elapsed) = core.now();
+        let slot = core.slot(bucket);
+        // Acquire: pairs with the ticker's Release after clearing this slot (module docs).
+        let _prepared_for = slot.bucket.load(Ordering::Acquire);
+        let curr = slot.counts.incr_hashed_sync(hash, 1);
+        let prev = match bucket.checked_sub(1) {
+            Some(prev) => core.count(hash, prev),
+            None => 0,
+        };
+        WindowView {
+            bucket,
+            prev,
+            curr,
+            fraction: core.fraction(bucket, elapsed),
+        }
+    }
+
+    /// The key's estimate in `bucket`, read with the handshake of
+    /// [`Estimator::get_hashed_sync`].
+    pub(crate) fn count_sync(&self, hash: u64, bucket: u64) -> isize {
+        self.core.slot(bucket).counts.get_hashed_sync(hash)
+    }
+
+    /// The current window as `observe_sync` would see it, without counting anything.
+    pub(crate) fn view(&self, hash: u64) -> WindowView {
+        let core = &*self.core;
+        let (bucket, elapsed) = core.now();
+        let prev = match bucket.checked_sub(1) {
+            Some(prev) => core.count(hash, prev),
+            None => 0,
+        };
+        WindowView {
+            bucket,
+            prev,
+            curr: core.count(hash, bucket),
+            fraction: core.fraction(bucket, elapsed),
+        }
     }
 }
 
@@ -477,6 +550,12 @@ impl RateCore {
         (elapsed / self.bucket_nanos, elapsed)
     }
 
+    /// How far into `bucket` the time `elapsed` is, in [0, 1).
+    fn fraction(&self, bucket: u64, elapsed: u64) -> f64 {
+        let into_bucket = elapsed.saturating_sub(bucket * self.bucket_nanos);
+        (into_bucket as f64 / self.bucket_nanos as f64).clamp(0.0, 1.0)
+    }
+
     /// The key's count in one bucket.
     #[inline]
     fn count(&self, hash: u64, bucket: u64) -> isize {
@@ -510,7 +589,11 @@ impl Tick for RateCore {
         // "two ahead" a bucket ago; this catches up after a late tick), then the one after it,
         // which is always at least a whole bucket away.
         let next = current + 1;
-        if next.saturating_mul(self.bucket_nanos).saturating_sub(elapsed) >= TICK_NANOS {
+        if next
+            .saturating_mul(self.bucket_nanos)
+            .saturating_sub(elapsed)
+            >= TICK_NANOS
+        {
             self.prepare(next);
         }
         self.prepare(current + 2);

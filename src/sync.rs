@@ -6,17 +6,19 @@
 //! `clock` lives in `static`s and always uses std; loom models drive a `ManualClock`.)
 
 #[cfg(not(floodgate_loom))]
-pub(crate) use std::sync::atomic::{AtomicIsize, AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{AtomicIsize, AtomicU32, AtomicU64, Ordering};
 #[cfg(not(floodgate_loom))]
 pub(crate) use std::sync::{Mutex, MutexGuard};
 
 #[cfg(floodgate_loom)]
-pub(crate) use loom::sync::atomic::{AtomicIsize, AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicIsize, AtomicU32, AtomicU64, Ordering};
 #[cfg(floodgate_loom)]
 pub(crate) use loom::sync::{Mutex, MutexGuard};
 
 /// Locks `mutex`, ignoring poisoning: the data behind the crate's locks (lists of weak
 /// references) stays consistent even if a holder panicked.
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

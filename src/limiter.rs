@@ -1,0 +1,841 @@
+//! Per-key limits on requests in flight and on request rate, decided in two stages.
+//!
+//! # The decision
+//!
+//! Every request hashes its key once and counts itself in the sketches: the in-flight
+//! [`Estimator`] (given back when the [`Permit`] drops) and the [`Rate`] window. Then:
+//!
+//! 1. **Sketch stage.** If every estimate is below its promotion threshold (a fraction of the
+//!    limit, 1/2 by default) and the key is not promoted, the request is admitted: no map, no
+//!    lock, no allocation. The estimates never under-count, so a key admitted here is truly
+//!    under its limits.
+//! 2. **Exact stage.** A key whose estimate reaches the threshold is promoted into a bounded
+//!    exact stage (see the `exact` module): from then on its requests are also counted
+//!    exactly, and each decision uses the smaller of the sketch's estimate and what the exact
+//!    stage can prove, so a key that merely shares sketch columns with a heavy one is not
+//!    rejected for it. A promoted key that cools down is demoted. When the exact stage is
+//!    full, keys that would be promoted are decided by the sketch alone, which can reject more
+//!    but never admits more.
+//!
+//! A request is admitted only if, counting itself, its key's in-flight count stays at or below
+//! `max_inflight` and its sliding-window rate (`prev·(1−f) + curr`, see
+//! [`PROPORTIONAL_RATE_ESTIMATE_CALC_FN`](crate::PROPORTIONAL_RATE_ESTIMATE_CALC_FN)) at or
+//! below `max_rate` per interval. Rejected requests give their in-flight count back at once;
+//! they stay counted in the rate sketch, which measures offered load, while the exact stage
+//! counts admitted requests only.
+//!
+//! # Concurrency
+//!
+//! Sketch estimates are read after the request's own increment (see
+//! [`Estimator`]'s `incr`), so of any number of concurrent requests at most `limit` see a
+//! count at or below the limit. The exact stage decides under its shard's lock. The
+//! promotion handshake is described in the `exact` module.
+
+use std::borrow::Borrow;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_utils::CachePadded;
+
+use crate::clock::ManualClock;
+use crate::error::ConfigError;
+use crate::exact::{Entry, ExactStage, InflightCount, RateCount};
+use crate::rate::WindowView;
+use crate::sync::{AtomicU64, Ordering::Relaxed};
+use crate::{Estimator, Rate};
+
+/// Default rows of the limiter's sketches.
+pub const DEFAULT_ROWS: usize = 4;
+/// Default columns of the limiter's sketches.
+pub const DEFAULT_COLUMNS: usize = 4096;
+/// Default capacity of the exact stage, in keys.
+pub const DEFAULT_EXACT_CAPACITY: usize = 1024;
+/// Default promotion threshold, as a fraction of each limit.
+pub const DEFAULT_PROMOTION: f64 = 0.5;
+
+/// Per-key limits on requests in flight and request rate, for a proxy's origins.
+///
+/// Cloning is cheap and clones share one set of counts.
+///
+/// # Examples
+///
+/// ```
+/// use floodgate::{Limiter, Reason};
+///
+/// let limiter: Limiter<String> = Limiter::builder().max_inflight(2).build().unwrap();
+/// let first = limiter.try_acquire("origin-a").unwrap();
+/// let _second = limiter.try_acquire("origin-a").unwrap();
+/// let rejected = limiter.try_acquire("origin-a").unwrap_err();
+/// assert_eq!(rejected.reason, Reason::Inflight);
+/// assert_eq!(rejected.limit, 2);
+/// drop(first); // gives the slot back
+/// assert!(limiter.try_acquire("origin-a").is_ok());
+/// assert!(limiter.try_acquire("origin-b").is_ok(), "other origins are not affected");
+/// ```
+pub struct Limiter<K> {
+    shared: Arc<Shared<K>>,
+}
+
+impl<K> Clone for Limiter<K> {
+    fn clone(&self) -> Self {
+        Limiter {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+struct Shared<K> {
+    hasher: ahash::RandomState,
+    inflight: Option<InflightLimit>,
+    rate: Option<RateLimit>,
+    exact: ExactStage<K>,
+    /// Decisions made by the sketch alone because the exact stage was full. Written only on
+    /// that (rare, by sizing) path; cache-padded so it does not share a line with the
+    /// read-mostly fields above.
+    exact_full: CachePadded<AtomicU64>,
+    promotions: CachePadded<AtomicU64>,
+}
+
+struct InflightLimit {
+    sketch: Estimator,
+    limit: isize,
+    promote_at: isize,
+}
+
+struct RateLimit {
+    rate: Rate,
+    limit: isize,
+    promote_at: f64,
+}
+
+/// Why a request was rejected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Reason {
+    /// The key has `max_inflight` requests in flight already.
+    Inflight,
+    /// The key's sliding-window rate would exceed `max_rate`.
+    Rate,
+}
+
+/// A rejected request: which limit, the estimate it was judged by, and when to retry.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use floodgate::{clock::ManualClock, Limiter, Reason};
+///
+/// let clock = ManualClock::new();
+/// let limiter: Limiter<String> = Limiter::builder()
+///     .max_rate(2, Duration::from_secs(1))
+///     .clock(&clock)
+///     .build()
+///     .unwrap();
+/// let _a = limiter.try_acquire("origin").unwrap();
+/// let _b = limiter.try_acquire("origin").unwrap();
+/// let rejected = limiter.try_acquire("origin").unwrap_err();
+/// assert_eq!(rejected.reason, Reason::Rate);
+/// assert_eq!((rejected.estimate, rejected.limit), (3, 2));
+/// // 2 requests in this window: one more fits once 1/2 of the next window has passed.
+/// assert_eq!(rejected.retry_after, Some(Duration::from_millis(1500)));
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Rejected {
+    /// The limit that was hit.
+    pub reason: Reason,
+    /// The key's count as judged, this request included (rounded up for rates).
+    pub estimate: isize,
+    /// The limit.
+    pub limit: isize,
+    /// For rate rejections, how long until the same request would fit, if nothing else
+    /// arrives meanwhile; `None` for in-flight rejections (that depends on other requests
+    /// finishing).
+    pub retry_after: Option<Duration>,
+}
+
+impl std::fmt::Display for Rejected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = match self.reason {
+            Reason::Inflight => "requests in flight",
+            Reason::Rate => "requests per interval",
+        };
+        write!(
+            f,
+            "{} {what} would exceed the limit of {}",
+            self.estimate, self.limit
+        )?;
+        if let Some(retry) = self.retry_after {
+            write!(f, "; retry after {retry:?}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Rejected {}
+
+/// A key the exact stage is counting: one of the origins currently near or over its limit.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct HeavyHitter<K> {
+    /// The key.
+    pub key: K,
+    /// An upper bound on its requests in flight (if an in-flight limit is configured).
+    pub inflight: Option<isize>,
+    /// Its sliding-window count per interval (if a rate limit is configured).
+    pub rate: Option<f64>,
+    /// Requests rejected since it was promoted.
+    pub rejected: u64,
+}
+
+/// Counters about the limiter's decisions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LimiterStats {
+    /// Keys in the exact stage now.
+    pub promoted: usize,
+    /// The exact stage's capacity.
+    pub exact_capacity: usize,
+    /// Promotions so far.
+    pub promotions: u64,
+    /// Decisions the sketch made alone because the exact stage was full.
+    pub exact_full: u64,
+}
+
+/// Configures a [`Limiter`].
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+///
+/// let limiter = floodgate::Limiter::<String>::builder()
+///     .max_inflight(100)
+///     .max_rate(1000, Duration::from_secs(1))
+///     .promotion_threshold(0.25)
+///     .exact_capacity(4096)
+///     .sketch(4, 8192)
+///     .build()
+///     .unwrap();
+/// assert!(limiter.memory_bytes() < 2 << 20);
+/// ```
+#[must_use = "a builder does nothing until build() is called"]
+pub struct LimiterBuilder<K> {
+    max_inflight: Option<isize>,
+    max_rate: Option<(isize, Duration)>,
+    promotion: f64,
+    exact_capacity: usize,
+    rows: usize,
+    columns: usize,
+    clock: Option<ManualClock>,
+    key: std::marker::PhantomData<fn() -> K>,
+}
+
+impl<K> Clone for LimiterBuilder<K> {
+    fn clone(&self) -> Self {
+        LimiterBuilder {
+            clock: self.clock.clone(),
+            ..*self
+        }
+    }
+}
+
+impl<K> std::fmt::Debug for LimiterBuilder<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LimiterBuilder")
+            .field("max_inflight", &self.max_inflight)
+            .field("max_rate", &self.max_rate)
+            .field("promotion", &self.promotion)
+            .field("exact_capacity", &self.exact_capacity)
+            .field("sketch", &(self.rows, self.columns))
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K> LimiterBuilder<K> {
+    /// At most `limit` requests in flight per key.
+    pub fn max_inflight(mut self, limit: isize) -> Self {
+        self.max_inflight = Some(limit);
+        self
+    }
+
+    /// At most `limit` requests per `interval` per key, as a sliding window.
+    pub fn max_rate(mut self, limit: isize, interval: Duration) -> Self {
+        self.max_rate = Some((limit, interval));
+        self
+    }
+
+    /// Promote a key to the exact stage once its estimate reaches this fraction of a limit;
+    /// in (0, 1], default 1/2.
+    pub fn promotion_threshold(mut self, fraction: f64) -> Self {
+        self.promotion = fraction;
+        self
+    }
+
+    /// How many keys the exact stage holds at most (rounded up to a multiple of 16).
+    pub fn exact_capacity(mut self, keys: usize) -> Self {
+        self.exact_capacity = keys;
+        self
+    }
+
+    /// The size of each sketch (in-flight, and each rate window): `rows` × `columns`.
+    pub fn sketch(mut self, rows: usize, columns: usize) -> Self {
+        self.rows = rows;
+        self.columns = columns;
+        self
+    }
+
+    /// Takes time from a [`ManualClock`] (for tests) instead of the shared ticker.
+    pub fn clock(mut self, clock: &ManualClock) -> Self {
+        self.clock = Some(clock.clone());
+        self
+    }
+
+    /// Builds the limiter.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::InvalidLimit`] when no limit is set, a limit is below 1, the promotion
+    /// threshold is outside (0, 1] or the exact capacity is 0; the errors of
+    /// [`Estimator::try_new`] and [`RateBuilder::build`](crate::RateBuilder::build) for the
+    /// sketch size and the interval.
+    pub fn build(self) -> Result<Limiter<K>, ConfigError> {
+        if self.max_inflight.is_none() && self.max_rate.is_none() {
+            return Err(ConfigError::InvalidLimit(
+                "a limiter needs max_inflight, max_rate or both",
+            ));
+        }
+        if self.max_inflight.is_some_and(|l| l < 1) {
+            return Err(ConfigError::InvalidLimit("max_inflight must be at least 1"));
+        }
+        if self.max_rate.is_some_and(|(l, _)| l < 1) {
+            return Err(ConfigError::InvalidLimit("max_rate must be at least 1"));
+        }
+        if !(self.promotion > 0.0 && self.promotion <= 1.0) {
+            return Err(ConfigError::InvalidLimit(
+                "the promotion threshold must be in (0, 1]",
+            ));
+        }
+        if self.exact_capacity == 0 {
+            return Err(ConfigError::InvalidLimit(
+                "the exact stage needs a capacity of at least 1 key",
+            ));
+        }
+        let inflight = match self.max_inflight {
+            Some(limit) => Some(InflightLimit {
+                sketch: Estimator::try_new(self.rows, self.columns)?,
+                limit,
+                promote_at: ((limit as f64 * self.promotion).ceil() as isize).clamp(1, limit),
+            }),
+            None => None,
+        };
+        let rate = match self.max_rate {
+            Some((limit, interval)) => {
+                let mut builder = Rate::builder(interval).estimator(self.rows, self.columns);
+                if let Some(clock) = &self.clock {
+                    builder = builder.clock(clock);
+                }
+                Some(RateLimit {
+                    rate: builder.build()?,
+                    limit,
+                    promote_at: (limit as f64 * self.promotion).max(1.0).min(limit as f64),
+                })
+            }
+            None => None,
+        };
+        Ok(Limiter {
+            shared: Arc::new(Shared {
+                hasher: ahash::RandomState::new(),
+                inflight,
+                rate,
+                exact: ExactStage::new(self.exact_capacity),
+                exact_full: CachePadded::new(AtomicU64::new(0)),
+                promotions: CachePadded::new(AtomicU64::new(0)),
+            }),
+        })
+    }
+}
+
+/// What the sketches said about one request.
+#[derive(Clone, Copy)]
+struct Sketched {
+    hash: u64,
+    /// In-flight estimate, this request included.
+    inflight: Option<isize>,
+    /// Rate window, this request included.
+    window: Option<WindowView>,
+}
+
+impl<K> Limiter<K>
+where
+    K: Hash + Eq + Send + Sync,
+{
+    /// A builder with no limits set yet; set `max_inflight`, `max_rate` or both.
+    pub fn builder() -> LimiterBuilder<K> {
+        LimiterBuilder {
+            max_inflight: None,
+            max_rate: None,
+            promotion: DEFAULT_PROMOTION,
+            exact_capacity: DEFAULT_EXACT_CAPACITY,
+            rows: DEFAULT_ROWS,
+            columns: DEFAULT_COLUMNS,
+            clock: None,
+            key: std::marker::PhantomData,
+        }
+    }
+
+    /// Admits a request for `key` and returns a permit that holds its in-flight slot until
+    /// dropped, or says which limit it would exceed.
+    ///
+    /// Never panics. Below the promotion threshold: one hash, the sketch updates, one filter
+    /// load; no lock, no allocation.
+    ///
+    /// # Errors
+    ///
+    /// [`Rejected`] when the request would take the key over a limit.
+    pub fn try_acquire<Q>(&self, key: &Q) -> Result<Permit<'_, K>, Rejected>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let ticket = self.shared.acquire(key)?;
+        Ok(Permit {
+            shared: &self.shared,
+            ticket,
+        })
+    }
+
+    /// As [`try_acquire`](Self::try_acquire), but the permit owns a reference to the limiter,
+    /// for requests that outlive any borrow (a spawned task, a response body).
+    ///
+    /// # Errors
+    ///
+    /// [`Rejected`] when the request would take the key over a limit.
+    pub fn try_acquire_owned<Q>(&self, key: &Q) -> Result<OwnedPermit<K>, Rejected>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let ticket = self.shared.acquire(key)?;
+        Ok(OwnedPermit {
+            shared: Arc::clone(&self.shared),
+            ticket,
+        })
+    }
+
+    /// The keys the exact stage is counting now — the origins near or over their limits —
+    /// with their counts, most rejected first.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter: floodgate::Limiter<String> =
+    ///     floodgate::Limiter::builder().max_inflight(4).build().unwrap();
+    /// let permits: Vec<_> = (0..6).filter_map(|_| limiter.try_acquire("busy").ok()).collect();
+    /// assert_eq!(permits.len(), 4);
+    /// let hitters = limiter.heavy_hitters();
+    /// assert_eq!(hitters.len(), 1);
+    /// assert_eq!(hitters[0].key, "busy");
+    /// assert_eq!(hitters[0].inflight, Some(4));
+    /// assert_eq!(hitters[0].rejected, 2);
+    /// ```
+    pub fn heavy_hitters(&self) -> Vec<HeavyHitter<K>>
+    where
+        K: Clone,
+    {
+        let shared = &*self.shared;
+        let mut hitters = Vec::new();
+        shared.exact.for_each_shard(|shard| {
+            for (&hash, entry) in shard.entries.iter() {
+                hitters.push(HeavyHitter {
+                    key: entry.key.clone(),
+                    inflight: shared
+                        .inflight
+                        .as_ref()
+                        .map(|l| entry.inflight.bound().min(l.sketch.get_hashed(hash))),
+                    rate: shared.rate.as_ref().map(|l| {
+                        let mut view = l.rate.view(hash);
+                        let mut count = entry.rate;
+                        count.roll_to(view.bucket);
+                        bound_window(&mut view, &count, 0);
+                        view.sliding()
+                    }),
+                    rejected: entry.rejected,
+                });
+            }
+        });
+        hitters.sort_by(|a, b| b.rejected.cmp(&a.rejected));
+        hitters
+    }
+
+    /// Counters about the decisions so far.
+    pub fn stats(&self) -> LimiterStats {
+        let mut promoted = 0;
+        self.shared
+            .exact
+            .for_each_shard(|shard| promoted += shard.entries.len());
+        LimiterStats {
+            promoted,
+            exact_capacity: self.shared.exact.capacity(),
+            promotions: self.shared.promotions.load(Relaxed),
+            exact_full: self.shared.exact_full.load(Relaxed),
+        }
+    }
+
+    /// Bytes this limiter occupies, allocated at construction: the sketches and the exact
+    /// stage at full capacity (not counting heap data the keys themselves own). It does not
+    /// grow with the number of distinct keys.
+    pub fn memory_bytes(&self) -> usize {
+        let s = &*self.shared;
+        std::mem::size_of::<Shared<K>>()
+            + s.inflight.as_ref().map_or(0, |l| l.sketch.memory_bytes())
+            + s.rate.as_ref().map_or(0, |l| l.rate.memory_bytes())
+            + s.exact.memory_bytes()
+    }
+}
+
+impl<K> std::fmt::Debug for Limiter<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = &*self.shared;
+        f.debug_struct("Limiter")
+            .field("max_inflight", &s.inflight.as_ref().map(|l| l.limit))
+            .field(
+                "max_rate",
+                &s.rate.as_ref().map(|l| (l.limit, l.rate.interval())),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+/// Lowers `view`'s counts to what the exact stage proves for windows it covers; `own` is this
+/// request's share of the current window (1 when deciding a request, 0 when reporting).
+fn bound_window(view: &mut WindowView, count: &RateCount, own: isize) {
+    if let Some(prev) = view.bucket.checked_sub(1).and_then(|b| count.bound(b)) {
+        view.prev = view.prev.min(prev);
+    }
+    if let Some(curr) = count.bound(view.bucket) {
+        view.curr = view.curr.min(curr.saturating_add(own));
+    }
+}
+
+impl<K> Shared<K>
+where
+    K: Hash + Eq,
+{
+    fn acquire<Q>(&self, key: &Q) -> Result<Ticket, Rejected>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let hash = self.hasher.hash_one(key);
+        let sketched = Sketched {
+            hash,
+            inflight: self
+                .inflight
+                .as_ref()
+                .map(|l| l.sketch.incr_hashed_sync(hash, 1)),
+            window: self.rate.as_ref().map(|l| l.rate.observe_sync(hash)),
+        };
+        let hot = self.is_hot(&sketched);
+        // The request's half of the promotion handshake: after the `SeqCst` increments.
+        let decision = if !hot && !self.exact.flagged(hash) {
+            Ok(None)
+        } else {
+            self.decide_exact(key, &sketched, hot)
+        };
+        match decision {
+            Ok(tracked) => Ok(Ticket { hash, tracked }),
+            Err(rejected) => {
+                if let Some(l) = &self.inflight {
+                    l.sketch.decr_hashed(hash, 1);
+                }
+                Err(rejected)
+            }
+        }
+    }
+
+    /// Whether an estimate reached its promotion threshold.
+    fn is_hot(&self, s: &Sketched) -> bool {
+        let inflight =
+            matches!((&self.inflight, s.inflight), (Some(l), Some(n)) if n >= l.promote_at);
+        let rate =
+            matches!((&self.rate, s.window), (Some(l), Some(w)) if w.sliding() >= l.promote_at);
+        inflight || rate
+    }
+
+    /// The exact stage's decision; `Ok(Some(generation))` when the permit is counted there.
+    #[cold]
+    fn decide_exact<Q>(&self, key: &Q, s: &Sketched, hot: bool) -> Result<Option<u64>, Rejected>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let mut shard = self.exact.shard(s.hash);
+        let known = shard.entries.get(&s.hash).map(|e| e.key.borrow() == key);
+        match known {
+            Some(true) => {}
+            // Another key with the same 64-bit hash is promoted: only the sketch can judge.
+            Some(false) => return self.decide_by_sketch(s),
+            // Flagged by another key in the same filter cell, and not hot: the sketch admits.
+            None if !hot => return Ok(None),
+            None => {
+                if shard.is_full() {
+                    self.evict_cool(&mut shard);
+                }
+                if shard.is_full() {
+                    self.exact_full.fetch_add(1, Relaxed);
+                    return self.decide_by_sketch(s);
+                }
+                // The promotion's half of the handshake: flag, then read the sketches.
+                self.exact.flag(s.hash);
+                self.promotions.fetch_add(1, Relaxed);
+                let inflight = InflightCount {
+                    base: self
+                        .inflight
+                        .as_ref()
+                        .map_or(0, |l| (l.sketch.get_hashed_sync(s.hash) - 1).max(0)),
+                    tracked: 0,
+                };
+                let (since, rate_base) = match (&self.rate, s.window) {
+                    (Some(l), Some(w)) => (w.bucket, l.rate.count_sync(s.hash, w.bucket) - 1),
+                    _ => (0, 0),
+                };
+                shard.insert(
+                    s.hash,
+                    key.to_owned(),
+                    inflight,
+                    RateCount::new(since, rate_base),
+                );
+            }
+        }
+        let entry = match shard.entries.get_mut(&s.hash) {
+            Some(entry) => entry,
+            None => return self.decide_by_sketch(s), // unreachable: found or inserted above
+        };
+        let decision = self.decide_entry(entry, s);
+        if decision.is_err() {
+            entry.rejected += 1;
+        }
+        decision
+    }
+
+    /// Decides with the smaller of the sketch estimates and the entry's exact bounds, and
+    /// counts an admitted request in the entry.
+    fn decide_entry(&self, entry: &mut Entry<K>, s: &Sketched) -> Result<Option<u64>, Rejected> {
+        let mut tracked = None;
+        if let (Some(l), Some(estimate)) = (&self.inflight, s.inflight) {
+            entry.inflight.rebase(estimate - 1);
+            let bound = estimate.min(entry.inflight.bound() + 1);
+            if bound > l.limit {
+                return Err(Rejected {
+                    reason: Reason::Inflight,
+                    estimate: bound,
+                    limit: l.limit,
+                    retry_after: None,
+                });
+            }
+            tracked = Some(entry.generation);
+        }
+        if let (Some(l), Some(mut view)) = (&self.rate, s.window) {
+            entry.rate.roll_to(view.bucket);
+            bound_window(&mut view, &entry.rate, 1);
+            let sliding = view.sliding();
+            if sliding > l.limit as f64 {
+                return Err(Rejected {
+                    reason: Reason::Rate,
+                    estimate: sliding.ceil() as isize,
+                    limit: l.limit,
+                    retry_after: retry_after(&view, l.limit, l.rate.interval()),
+                });
+            }
+            entry.rate.current += 1;
+        }
+        if tracked.is_some() {
+            entry.inflight.tracked += 1;
+        }
+        Ok(tracked)
+    }
+
+    /// The decision when the exact stage cannot help: the sketch estimates against the limits.
+    fn decide_by_sketch(&self, s: &Sketched) -> Result<Option<u64>, Rejected> {
+        if let (Some(l), Some(estimate)) = (&self.inflight, s.inflight) {
+            if estimate > l.limit {
+                return Err(Rejected {
+                    reason: Reason::Inflight,
+                    estimate,
+                    limit: l.limit,
+                    retry_after: None,
+                });
+            }
+        }
+        if let (Some(l), Some(view)) = (&self.rate, s.window) {
+            let sliding = view.sliding();
+            if sliding > l.limit as f64 {
+                return Err(Rejected {
+                    reason: Reason::Rate,
+                    estimate: sliding.ceil() as isize,
+                    limit: l.limit,
+                    retry_after: retry_after(&view, l.limit, l.rate.interval()),
+                });
+            }
+        }
+        Ok(None)
+    }
+
+    /// Whether a promoted key has cooled down: nothing of it tracked in flight and its
+    /// estimates below half their promotion thresholds.
+    fn is_cool(&self, hash: u64, entry: &Entry<K>) -> bool {
+        let inflight_cool = self.inflight.as_ref().map_or(true, |l| {
+            entry.inflight.tracked == 0 && l.sketch.get_hashed(hash) * 2 < l.promote_at
+        });
+        let rate_cool = self
+            .rate
+            .as_ref()
+            .map_or(true, |l| l.rate.view(hash).sliding() * 2.0 < l.promote_at);
+        inflight_cool && rate_cool
+    }
+
+    /// Demotes the cool entries of a full shard.
+    fn evict_cool(&self, shard: &mut crate::exact::Shard<K>) {
+        let exact = &self.exact;
+        shard.entries.retain(|&hash, entry| {
+            let cool = self.is_cool(hash, entry);
+            if cool {
+                exact.unflag(hash);
+            }
+            !cool
+        });
+    }
+
+    /// Gives back what an admitted request took.
+    fn release(&self, ticket: &Ticket) {
+        let Some(l) = &self.inflight else { return };
+        l.sketch.decr_hashed(ticket.hash, 1);
+        let Some(generation) = ticket.tracked else {
+            return;
+        };
+        let mut shard = self.exact.shard(ticket.hash);
+        let cool = match shard.entries.get_mut(&ticket.hash) {
+            Some(entry) if entry.generation == generation => {
+                entry.inflight.tracked -= 1;
+                self.is_cool(ticket.hash, entry)
+            }
+            // Demoted (and maybe promoted again) since: that entry never counted this permit.
+            _ => false,
+        };
+        if cool {
+            shard.entries.remove(&ticket.hash);
+            self.exact.unflag(ticket.hash);
+        }
+    }
+}
+
+/// How long until one more request fits under `limit`, if nothing else arrives: the sliding
+/// count `prev·(1−f) + curr` falls as `f` grows, and `curr` becomes the next window's `prev`.
+fn retry_after(view: &WindowView, limit: isize, interval: Duration) -> Option<Duration> {
+    // What is already counted, without the rejected request itself.
+    let prev = view.prev.max(0) as f64;
+    let curr = (view.curr - 1).max(0) as f64;
+    let room = (limit - 1) as f64; // the count that still leaves room for one more
+    let fraction = if curr <= room {
+        // Within this window, once enough of `prev` has slid out.
+        if prev <= 0.0 {
+            return Some(Duration::ZERO);
+        }
+        (1.0 - (room - curr) / prev) - view.fraction
+    } else {
+        // In the next window, where `curr` slides out in turn.
+        (1.0 - view.fraction) + (1.0 - room / curr)
+    };
+    Some(interval.mul_f64(fraction.clamp(0.0, 2.0)))
+}
+
+/// What a permit gives back: the key's hash, and the exact-stage entry that counted it.
+struct Ticket {
+    hash: u64,
+    tracked: Option<u64>,
+}
+
+/// An admitted request: holds its key's in-flight slot until dropped.
+///
+/// Dropping it on any thread, during a panic unwind, or with a cancelled future gives the
+/// slot back.
+#[must_use = "dropping the permit gives the in-flight slot back at once"]
+pub struct Permit<'a, K>
+where
+    K: Hash + Eq,
+{
+    shared: &'a Shared<K>,
+    ticket: Ticket,
+}
+
+impl<K: Hash + Eq> Drop for Permit<'_, K> {
+    fn drop(&mut self) {
+        self.shared.release(&self.ticket);
+    }
+}
+
+impl<K: Hash + Eq> std::fmt::Debug for Permit<'_, K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Permit")
+            .field("exact", &self.ticket.tracked.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// An admitted request that owns a reference to its [`Limiter`]; see
+/// [`Limiter::try_acquire_owned`].
+#[must_use = "dropping the permit gives the in-flight slot back at once"]
+pub struct OwnedPermit<K>
+where
+    K: Hash + Eq,
+{
+    shared: Arc<Shared<K>>,
+    ticket: Ticket,
+}
+
+impl<K: Hash + Eq> Drop for OwnedPermit<K> {
+    fn drop(&mut self) {
+        self.shared.release(&self.ticket);
+    }
+}
+
+impl<K: Hash + Eq> std::fmt::Debug for OwnedPermit<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnedPermit")
+            .field("exact", &self.ticket.tracked.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(all(test, not(floodgate_loom)))]
+mod tests {
+    use super::*;
+
+    fn view(prev: isize, curr: isize, fraction: f64) -> WindowView {
+        WindowView {
+            bucket: 5,
+            prev,
+            curr,
+            fraction,
+        }
+    }
+
+    #[test]
+    fn retry_after_waits_for_the_previous_window_to_slide_out() {
+        // limit 10, prev 10, curr 5 (+1 rejected) at f = 0.5: 10·0.5 + 5 = 10 already.
+        // One more fits when 10·(1−f) + 5 ≤ 9, i.e. f ≥ 0.6: 0.1 of the interval from now.
+        let wait = retry_after(&view(10, 6, 0.5), 10, Duration::from_secs(1)).unwrap();
+        assert!((wait.as_secs_f64() - 0.1).abs() < 1e-9, "{wait:?}");
+    }
+
+    #[test]
+    fn retry_after_waits_into_the_next_window_when_the_current_one_is_full() {
+        // limit 4, curr 4 (+1 rejected) at f = 0.25: 0.75 to the boundary, then 4·(1−g) ≤ 3
+        // needs g ≥ 0.25.
+        let wait = retry_after(&view(0, 5, 0.25), 4, Duration::from_secs(2)).unwrap();
+        assert!((wait.as_secs_f64() - 2.0).abs() < 1e-9, "{wait:?}");
+    }
+}
