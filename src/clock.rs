@@ -372,7 +372,9 @@ impl ManualClock {
         let mut users = lock(&self.inner.users);
         let start = self.inner.nanos.load(Ordering::Relaxed);
         let target = start.saturating_add(by);
-        let mut tick = (start / TICK_NANOS).saturating_add(1).saturating_mul(TICK_NANOS);
+        let mut tick = (start / TICK_NANOS)
+            .saturating_add(1)
+            .saturating_mul(TICK_NANOS);
         while tick < target {
             self.inner.nanos.store(tick, Ordering::Release);
             tick_all(&mut users, tick);

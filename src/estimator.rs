@@ -32,7 +32,10 @@ use std::hash::Hash;
 
 use crate::counter;
 use crate::error::ConfigError;
-use crate::sync::{AtomicIsize, Ordering::Relaxed};
+use crate::sync::{
+    AtomicIsize,
+    Ordering::{Relaxed, SeqCst},
+};
 
 /// An atomic H×N count-min sketch: approximate per-key counts in fixed memory, without locks.
 ///
@@ -230,9 +233,16 @@ impl Estimator {
     /// `incr` for a key already hashed with [`Estimator::hash`].
     #[inline]
     pub(crate) fn incr_hashed(&self, hash: u64, value: isize) -> isize {
-        let mut estimate = isize::MAX;
-        self.for_each_counter(hash, |c| estimate = estimate.min(counter::add(c, value)));
-        estimate
+        self.for_each_counter(hash, |c| {
+            counter::add(c, value);
+        });
+        // Re-read instead of taking the min of the values the adds returned. Rows are updated
+        // one at a time, so two concurrent increments of one key can each come first in a
+        // different row, and each would see a count of 1 that way although both are counted.
+        // A read after all our adds sees, in every row, every increment that completed before
+        // it, so the estimate is never below the number of completed increments — the
+        // property a limiter's admission decision rests on.
+        self.get_hashed(hash)
     }
 
     /// `decr` for a key already hashed with [`Estimator::hash`].
@@ -249,9 +259,53 @@ impl Estimator {
         estimate
     }
 
+    /// As [`Estimator::incr_hashed`], but the add in the last row is `SeqCst`.
+    ///
+    /// One half of a store-then-load handshake (with [`Estimator::get_hashed_sync`] on the
+    /// other side): the limiter increments a key here and then loads its promotion flag
+    /// (`SeqCst`), while a promotion stores the flag (`SeqCst`) and then reads the key's count
+    /// here. In the single total order of `SeqCst` operations one of the two comes second, so
+    /// either the increment sees the flag or the promotion's count includes the increment.
+    /// On x86-64 a `SeqCst` read-modify-write is the same instruction as a `Relaxed` one.
+    #[inline]
+    pub(crate) fn incr_hashed_sync(&self, hash: u64, value: isize) -> isize {
+        let last = self.rows - 1;
+        self.for_each_row(hash, |row, c| {
+            let order = if row == last { SeqCst } else { Relaxed };
+            counter::add_ordered(c, value, order);
+        });
+        self.get_hashed(hash)
+    }
+
+    /// The other half of the handshake of [`Estimator::incr_hashed_sync`]: loads the last
+    /// row's counter first, with `SeqCst`, which also acquires every earlier row's increment
+    /// of an `incr_hashed_sync` it reads (a `SeqCst` add releases), then the other rows.
+    pub(crate) fn get_hashed_sync(&self, hash: u64) -> isize {
+        let last = self.rows - 1;
+        let mut last_counter = None;
+        self.for_each_row(hash, |row, c| {
+            if row == last {
+                last_counter = Some(c);
+            }
+        });
+        let mut estimate = last_counter.map_or(isize::MAX, |c| counter::logical(c.load(SeqCst)));
+        self.for_each_row(hash, |row, c| {
+            if row != last {
+                estimate = estimate.min(counter::load(c));
+            }
+        });
+        estimate
+    }
+
     /// Calls `f` on the key's counter in every row, row 0 first.
     #[inline]
     fn for_each_counter(&self, hash: u64, mut f: impl FnMut(&AtomicIsize)) {
+        self.for_each_row(hash, |_, c| f(c));
+    }
+
+    /// Calls `f(row, counter)` on the key's counter in every row, row 0 first.
+    #[inline]
+    fn for_each_row<'s>(&'s self, hash: u64, mut f: impl FnMut(usize, &'s AtomicIsize)) {
         let bits = self.column_bits;
         let mask = (1usize << bits) - 1;
         let mut word = hash;
@@ -271,7 +325,7 @@ impl Estimator {
                 "row {row} column {column} out of range"
             );
             if let Some(c) = self.counters.get(index) {
-                f(c);
+                f(row, c);
             }
         }
     }
@@ -384,5 +438,105 @@ mod tests {
             dimensions_for_error(1e-12, 0.1),
             Err(ConfigError::TooLarge { .. })
         ));
+    }
+}
+
+#[cfg(all(test, not(floodgate_loom)))]
+mod proptests {
+    use std::collections::HashMap;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const KEYS: u64 = 10;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Incr(u64, isize),
+        /// Decrement by `pick % (true count + 1)`: never below what was incremented.
+        Decr(u64, u32),
+        Reset,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            5 => (0..KEYS, 0isize..=20).prop_map(|(k, v)| Op::Incr(k, v)),
+            4 => (0..KEYS, any::<u32>()).prop_map(|(k, p)| Op::Decr(k, p)),
+            1 => Just(Op::Reset),
+        ]
+    }
+
+    /// The index into `counters` of the key's counter in each row, row 0 first.
+    fn counter_indexes(sketch: &Estimator, key: u64) -> Vec<usize> {
+        let base = sketch.counters.as_ptr() as usize;
+        let mut indexes = Vec::with_capacity(sketch.rows);
+        sketch.for_each_counter(sketch.hash(&key), |c| {
+            indexes.push((c as *const AtomicIsize as usize - base) / std::mem::size_of_val(c));
+        });
+        indexes
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        /// A counter that no other live key (non-zero count) maps to holds exactly the key's
+        /// count, and every other counter of the key holds at least that much (counts are
+        /// non-negative), so the minimum is exact. Keys without such a row read at least
+        /// their count.
+        #[test]
+        fn estimate_equals_true_count_when_a_row_has_no_collision(
+            rows in 1usize..=4,
+            columns in 1usize..=32,
+            ops in prop::collection::vec(op(), 1..60),
+        ) {
+            let sketch = Estimator::new(rows, columns);
+            let indexes: Vec<Vec<usize>> =
+                (0..KEYS).map(|k| counter_indexes(&sketch, k)).collect();
+            let mut model: HashMap<u64, isize> = HashMap::new();
+            for op in ops {
+                match op {
+                    Op::Incr(key, value) => {
+                        *model.entry(key).or_insert(0) += value;
+                        sketch.incr(key, value);
+                    }
+                    Op::Decr(key, pick) => {
+                        let truth = model.entry(key).or_insert(0);
+                        let value = pick as isize % (*truth + 1);
+                        *truth -= value;
+                        sketch.decr(key, value);
+                    }
+                    Op::Reset => {
+                        sketch.reset();
+                        model.clear();
+                    }
+                }
+                let count = |k: u64| model.get(&k).copied().unwrap_or(0);
+                for key in 0..KEYS {
+                    let own = &indexes[key as usize];
+                    let collision_free_row = (0..rows).any(|row| {
+                        (0..KEYS).all(|other| {
+                            other == key
+                                || count(other) == 0
+                                || indexes[other as usize][row] != own[row]
+                        })
+                    });
+                    let estimate = sketch.get(key);
+                    if collision_free_row {
+                        prop_assert_eq!(
+                            estimate,
+                            count(key),
+                            "{}x{}: key {} has a collision-free row {:?}",
+                            rows,
+                            columns,
+                            key,
+                            own
+                        );
+                    } else {
+                        prop_assert!(estimate >= count(key));
+                    }
+                }
+            }
+        }
     }
 }
