@@ -1,23 +1,37 @@
 //! Saturating operations on one shared atomic counter, at the price of a plain `fetch_add`.
 //!
 //! A counter's *logical* value is its raw value clamped to `[FLOOR, CEILING]`, where
-//! `CEILING = isize::MAX / 2`. The half of the range above the ceiling is headroom: the fast
-//! paths add or subtract at most `FAST_STEP` with one `fetch_add`/`fetch_sub` and only then
-//! pull the raw value back to the ceiling, so a raw value could only wrap if more than
-//! `(isize::MAX - CEILING) / FAST_STEP` (2^20 on 64-bit targets) threads were between their add
-//! and their fix-up at once. Larger or negative deltas take a compare-and-swap loop that
-//! saturates exactly.
+//! `CEILING = isize::MAX / 2`. The range above the ceiling is headroom:
+//!
+//! - The fast paths add or subtract at most `FAST_STEP` with one `fetch_add`/`fetch_sub`. An
+//!   add that crosses the ceiling then *parks* the counter at `PARK`, far above it, and every
+//!   raw value from `SATURATED` up counts as saturated. Operations in flight on a parked
+//!   counter move it by at most `FAST_STEP` each before undoing that, so it could only leave
+//!   the saturated range if more than `(PARK - SATURATED) / FAST_STEP` (2^19 on 64-bit
+//!   targets) threads were between an operation and its undo at once; the same margin keeps a
+//!   raw value from wrapping past `isize::MAX`.
+//! - Larger or negative deltas take a compare-and-swap loop that saturates exactly.
 //!
 //! The ceiling is sticky: once a counter has saturated, its true count is unknown, so a
-//! decrement leaves it at the ceiling rather than reporting a number that could be below the
-//! truth. This is what keeps estimates one-sided (never under the true count) even at the
-//! limits of the integer type.
+//! decrement leaves it saturated rather than reporting a number that could be below the
+//! truth. This keeps estimates one-sided (never under the true count) even at the limits of
+//! the integer type.
 //!
-//! Orderings: every access is `Relaxed` unless a caller asks otherwise ([`add_ordered`]). A counter publishes no other data; each counter's
-//! modification order alone decides its value, and callers combine counters with `min`,
-//! which needs no ordering between them.
+//! # Ordering
+//!
+//! Every access is `SeqCst`. On x86-64 that costs nothing over `Relaxed` (a locked
+//! read-modify-write is a full barrier anyway, and a `SeqCst` load is a plain load); on
+//! weakly ordered CPUs it costs a little. What it buys is one total order over all counter
+//! updates and reads: a read that follows a thread's own updates of a key's H counters sees,
+//! in every row, every update that came before it in that order. `Estimator::incr` relies on
+//! that for its re-read (two concurrent increments of one key cannot both miss each other),
+//! and the limiter's promotion handshake relies on it (see `exact.rs`). Counters publish no
+//! other data.
 
-use crate::sync::{AtomicIsize, Ordering, Ordering::Relaxed};
+use crate::sync::{AtomicIsize, Ordering};
+
+/// The ordering of every counter access (see the module docs).
+const ORDER: Ordering = Ordering::SeqCst;
 
 /// The largest logical value; counters saturate here and stay.
 pub(crate) const CEILING: isize = isize::MAX / 2;
@@ -25,6 +39,10 @@ pub(crate) const CEILING: isize = isize::MAX / 2;
 pub(crate) const FLOOR: isize = -CEILING;
 /// The largest delta that takes the single-instruction path.
 const FAST_STEP: isize = CEILING >> 20;
+/// Where a saturated counter's raw value is parked.
+const PARK: isize = CEILING + (isize::MAX - CEILING) / 2;
+/// Raw values from here up are saturated counters.
+const SATURATED: isize = CEILING + (isize::MAX - CEILING) / 4;
 
 /// The logical value of a raw counter word.
 #[inline]
@@ -35,31 +53,29 @@ pub(crate) fn logical(raw: isize) -> isize {
 /// Reads the logical value.
 #[inline]
 pub(crate) fn load(counter: &AtomicIsize) -> isize {
-    logical(counter.load(Relaxed))
+    logical(counter.load(ORDER))
 }
 
 /// Adds `delta` (any value, negative included) and returns the new logical value.
 #[inline]
 pub(crate) fn add(counter: &AtomicIsize, delta: isize) -> isize {
-    add_ordered(counter, delta, Relaxed)
-}
-
-/// As [`add`], with `order` on the update (the limiter's promotion handshake needs one
-/// `SeqCst` add; everything else is `Relaxed`).
-#[inline]
-pub(crate) fn add_ordered(counter: &AtomicIsize, delta: isize, order: Ordering) -> isize {
     if (0..=FAST_STEP).contains(&delta) {
-        let old = counter.fetch_add(delta, order);
-        // Cannot overflow: raw values stay below CEILING + (threads in flight) * FAST_STEP.
+        let old = counter.fetch_add(delta, ORDER);
+        if old >= SATURATED {
+            // Already parked: undo, so parked values stay near PARK.
+            counter.fetch_sub(delta, ORDER);
+            return CEILING;
+        }
+        // Cannot overflow: `old` is below SATURATED plus what threads in flight added.
         let new = old + delta;
         if new > CEILING {
-            // Give the headroom back; the counter is saturated from now on.
-            counter.fetch_min(CEILING, Relaxed);
+            // Saturated from now on: park it.
+            counter.fetch_max(PARK, ORDER);
             return CEILING;
         }
         logical(new)
     } else {
-        update_slow(counter, delta, order)
+        update_slow(counter, delta)
     }
 }
 
@@ -67,31 +83,31 @@ pub(crate) fn add_ordered(counter: &AtomicIsize, delta: isize, order: Ordering) 
 #[inline]
 pub(crate) fn sub(counter: &AtomicIsize, delta: isize) {
     if (0..=FAST_STEP).contains(&delta) {
-        let old = counter.fetch_sub(delta, Relaxed);
-        if old >= CEILING {
+        let old = counter.fetch_sub(delta, ORDER);
+        if old >= SATURATED {
             // It was saturated: the true count is unknown, so put the delta back.
-            counter.fetch_add(delta, Relaxed);
+            counter.fetch_add(delta, ORDER);
         } else if old - delta < FLOOR {
-            counter.fetch_max(FLOOR, Relaxed);
+            counter.fetch_max(FLOOR, ORDER);
         }
     } else {
-        update_slow(counter, delta.checked_neg().unwrap_or(isize::MAX), Relaxed);
+        update_slow(counter, delta.checked_neg().unwrap_or(isize::MAX));
     }
 }
 
 /// The exact saturating path for deltas the fast path does not take.
 #[cold]
-fn update_slow(counter: &AtomicIsize, delta: isize, order: Ordering) -> isize {
+fn update_slow(counter: &AtomicIsize, delta: isize) -> isize {
     let step = |raw: isize| {
-        let current = logical(raw);
-        if current == CEILING && delta < 0 {
+        if raw >= SATURATED {
             None // sticky: a saturated counter is never lowered
         } else {
-            Some(logical(current.saturating_add(delta)))
+            let new = raw.saturating_add(delta);
+            Some(if new > CEILING { PARK } else { new.max(FLOOR) })
         }
     };
-    match counter.fetch_update(order, Relaxed, step) {
-        Ok(old) => step(old).unwrap_or(CEILING),
+    match counter.fetch_update(ORDER, ORDER, step) {
+        Ok(old) => step(old).map_or(CEILING, logical),
         Err(_) => CEILING,
     }
 }
@@ -106,11 +122,7 @@ mod tests {
         assert_eq!(add(&c, 5), CEILING);
         assert_eq!(load(&c), CEILING);
         assert_eq!(add(&c, isize::MAX), CEILING);
-        assert_eq!(
-            c.load(Relaxed),
-            CEILING,
-            "raw value pulled back to the ceiling"
-        );
+        assert!(c.load(ORDER) >= SATURATED, "raw value parked in the saturated range");
     }
 
     #[test]

@@ -24,18 +24,15 @@
 //!   exceeds 64 bits the hash is re-mixed (SplitMix64's finaliser) for the next rows. Two keys
 //!   therefore share all H columns with probability N^-H (2^-52 for 4 × 8192) as long as
 //!   H·log2(N) ≤ 64.
-//! - Counters saturate at `isize::MAX / 2` instead of wrapping, and stay saturated (see the
-//!   `counter` module); every counter access is `Relaxed`, because no other data is published
-//!   through a counter and the estimate is a `min` over independent counters.
+//! - Counters saturate at `isize::MAX / 2` instead of wrapping, and stay saturated; every
+//!   counter access is `SeqCst`, which is free on x86-64 and makes `incr`'s estimate count
+//!   every increment that finished before it (see the `counter` module).
 
 use std::hash::Hash;
 
 use crate::counter;
 use crate::error::ConfigError;
-use crate::sync::{
-    AtomicIsize,
-    Ordering::{Relaxed, SeqCst},
-};
+use crate::sync::{AtomicIsize, Ordering::Relaxed};
 
 /// An atomic H×N count-min sketch: approximate per-key counts in fixed memory, without locks.
 ///
@@ -56,7 +53,7 @@ use crate::sync::{
 /// ```
 pub struct Estimator {
     /// `rows × columns` counters, row-major. Each counter is an independent saturating
-    /// counter accessed with `Relaxed` ordering (see the module docs).
+    /// counter; see the `counter` module for its orderings.
     counters: Box<[AtomicIsize]>,
     rows: usize,
     /// log2(columns).
@@ -185,6 +182,7 @@ impl Estimator {
     ///
     /// Not atomic as a whole: an update racing with `reset` may survive it or not.
     pub fn reset(&self) {
+        // Relaxed: a `Rate` publishes a cleared slot with a Release store of its own.
         for c in self.counters.iter() {
             c.store(0, Relaxed);
         }
@@ -239,9 +237,11 @@ impl Estimator {
         // Re-read instead of taking the min of the values the adds returned. Rows are updated
         // one at a time, so two concurrent increments of one key can each come first in a
         // different row, and each would see a count of 1 that way although both are counted.
-        // A read after all our adds sees, in every row, every increment that completed before
-        // it, so the estimate is never below the number of completed increments — the
-        // property a limiter's admission decision rests on.
+        // A read after all our adds sees, in every row, every increment that came before it
+        // in the total order of counter accesses (they are all `SeqCst`, see `counter`), so
+        // of m concurrent increments the last to finish reads at least m — the property a
+        // limiter's admission decision rests on.
+        crate::sync::seqcst_fence_for_loom();
         self.get_hashed(hash)
     }
 
@@ -256,44 +256,6 @@ impl Estimator {
     pub(crate) fn get_hashed(&self, hash: u64) -> isize {
         let mut estimate = isize::MAX;
         self.for_each_counter(hash, |c| estimate = estimate.min(counter::load(c)));
-        estimate
-    }
-
-    /// As [`Estimator::incr_hashed`], but the add in the last row is `SeqCst`.
-    ///
-    /// One half of a store-then-load handshake (with [`Estimator::get_hashed_sync`] on the
-    /// other side): the limiter increments a key here and then loads its promotion flag
-    /// (`SeqCst`), while a promotion stores the flag (`SeqCst`) and then reads the key's count
-    /// here. In the single total order of `SeqCst` operations one of the two comes second, so
-    /// either the increment sees the flag or the promotion's count includes the increment.
-    /// On x86-64 a `SeqCst` read-modify-write is the same instruction as a `Relaxed` one.
-    #[inline]
-    pub(crate) fn incr_hashed_sync(&self, hash: u64, value: isize) -> isize {
-        let last = self.rows - 1;
-        self.for_each_row(hash, |row, c| {
-            let order = if row == last { SeqCst } else { Relaxed };
-            counter::add_ordered(c, value, order);
-        });
-        self.get_hashed(hash)
-    }
-
-    /// The other half of the handshake of [`Estimator::incr_hashed_sync`]: loads the last
-    /// row's counter first, with `SeqCst`, which also acquires every earlier row's increment
-    /// of an `incr_hashed_sync` it reads (a `SeqCst` add releases), then the other rows.
-    pub(crate) fn get_hashed_sync(&self, hash: u64) -> isize {
-        let last = self.rows - 1;
-        let mut last_counter = None;
-        self.for_each_row(hash, |row, c| {
-            if row == last {
-                last_counter = Some(c);
-            }
-        });
-        let mut estimate = last_counter.map_or(isize::MAX, |c| counter::logical(c.load(SeqCst)));
-        self.for_each_row(hash, |row, c| {
-            if row != last {
-                estimate = estimate.min(counter::load(c));
-            }
-        });
         estimate
     }
 

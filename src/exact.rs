@@ -23,9 +23,9 @@
 //!
 //! # The promotion handshake
 //!
-//! A request increments the sketch (last row `SeqCst`) and then loads the filter (`SeqCst`); a
-//! promotion increments the filter (`SeqCst`) and then reads the sketch (last row first,
-//! `SeqCst`) for `p`. In the total order of `SeqCst` operations one of the two comes second:
+//! A request increments the sketch and then loads the filter; a promotion increments the
+//! filter and then reads the sketch for `p`. All four are `SeqCst` (the sketch counters always
+//! are, see the `counter` module), so in their total order one of the two sides comes second:
 //! either the request sees the key as promoted and is counted here, or `p` includes it.
 
 use std::collections::HashMap;
@@ -208,7 +208,7 @@ impl<K> ExactStage<K> {
     }
 
     /// Whether the key may be promoted (false: certainly not). The request's half of the
-    /// handshake, after its `SeqCst` sketch increment.
+    /// handshake, after its sketch increment.
     #[inline]
     pub(crate) fn flagged(&self, hash: u64) -> bool {
         self.cell(hash).load(Ordering::SeqCst) != 0
@@ -217,6 +217,7 @@ impl<K> ExactStage<K> {
     /// Marks the key promoted. The promotion's half of the handshake: read the sketch after.
     pub(crate) fn flag(&self, hash: u64) {
         self.cell(hash).fetch_add(1, Ordering::SeqCst);
+        crate::sync::seqcst_fence_for_loom();
     }
 
     /// Undoes one [`flag`](Self::flag) (the entry was removed). `Relaxed`: a reader that

@@ -466,7 +466,7 @@ where
                 });
             }
         });
-        hitters.sort_by(|a, b| b.rejected.cmp(&a.rejected));
+        hitters.sort_by_key(|h| std::cmp::Reverse(h.rejected));
         hitters
     }
 
@@ -535,11 +535,11 @@ where
             inflight: self
                 .inflight
                 .as_ref()
-                .map(|l| l.sketch.incr_hashed_sync(hash, 1)),
-            window: self.rate.as_ref().map(|l| l.rate.observe_sync(hash)),
+                .map(|l| l.sketch.incr_hashed(hash, 1)),
+            window: self.rate.as_ref().map(|l| l.rate.observe_hashed(hash)),
         };
         let hot = self.is_hot(&sketched);
-        // The request's half of the promotion handshake: after the `SeqCst` increments.
+        // The request's half of the promotion handshake: after the sketch increments.
         let decision = if !hot && !self.exact.flagged(hash) {
             Ok(None)
         } else {
@@ -595,11 +595,11 @@ where
                     base: self
                         .inflight
                         .as_ref()
-                        .map_or(0, |l| (l.sketch.get_hashed_sync(s.hash) - 1).max(0)),
+                        .map_or(0, |l| (l.sketch.get_hashed(s.hash) - 1).max(0)),
                     tracked: 0,
                 };
                 let (since, rate_base) = match (&self.rate, s.window) {
-                    (Some(l), Some(w)) => (w.bucket, l.rate.count_sync(s.hash, w.bucket) - 1),
+                    (Some(l), Some(w)) => (w.bucket, l.rate.count_hashed(s.hash, w.bucket) - 1),
                     _ => (0, 0),
                 };
                 shard.insert(

@@ -465,16 +465,16 @@ impl WindowView {
 /// Hooks for the limiter, which hashes a key once for all its sketches. Plain windows only
 /// (one sub-window).
 impl Rate {
-    /// Counts one event for an already-hashed key with the `SeqCst` handshake of
-    /// [`Estimator::incr_hashed_sync`], and returns the window as it stands after it.
-    pub(crate) fn observe_sync(&self, hash: u64) -> WindowView {
+    /// Counts one event for an already-hashed key and returns the window as it stands after
+    /// it.
+    pub(crate) fn observe_hashed(&self, hash: u64) -> WindowView {
         let core = &*self.core;
         debug_assert_eq!(core.sub_windows, 1, "the limiter uses plain windows");
         let (bucket, elapsed) = core.now();
         let slot = core.slot(bucket);
         // Acquire: pairs with the ticker's Release after clearing this slot (module docs).
         let _prepared_for = slot.bucket.load(Ordering::Acquire);
-        let curr = slot.counts.incr_hashed_sync(hash, 1);
+        let curr = slot.counts.incr_hashed(hash, 1);
         let prev = match bucket.checked_sub(1) {
             Some(prev) => core.count(hash, prev),
             None => 0,
@@ -487,13 +487,12 @@ impl Rate {
         }
     }
 
-    /// The key's estimate in `bucket`, read with the handshake of
-    /// [`Estimator::get_hashed_sync`].
-    pub(crate) fn count_sync(&self, hash: u64, bucket: u64) -> isize {
-        self.core.slot(bucket).counts.get_hashed_sync(hash)
+    /// The key's estimate in `bucket`.
+    pub(crate) fn count_hashed(&self, hash: u64, bucket: u64) -> isize {
+        self.core.count(hash, bucket)
     }
 
-    /// The current window as `observe_sync` would see it, without counting anything.
+    /// The current window as `observe_hashed` would see it, without counting anything.
     pub(crate) fn view(&self, hash: u64) -> WindowView {
         let core = &*self.core;
         let (bucket, elapsed) = core.now();

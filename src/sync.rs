@@ -22,3 +22,15 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
+
+/// A `SeqCst` fence under loom, nothing otherwise.
+///
+/// Loom models `SeqCst` loads and stores as acquire/release only (a documented limitation
+/// that makes it report interleavings no real execution has), but it models `SeqCst` fences
+/// exactly. Where a protocol relies on the total order of `SeqCst` accesses, this fence lets
+/// loom check it; in real builds the `SeqCst` accesses themselves give that order.
+#[inline(always)]
+pub(crate) fn seqcst_fence_for_loom() {
+    #[cfg(floodgate_loom)]
+    loom::sync::atomic::fence(Ordering::SeqCst);
+}
