@@ -122,7 +122,10 @@ mod tests {
         assert_eq!(add(&c, 5), CEILING);
         assert_eq!(load(&c), CEILING);
         assert_eq!(add(&c, isize::MAX), CEILING);
-        assert!(c.load(ORDER) >= SATURATED, "raw value parked in the saturated range");
+        assert!(
+            c.load(ORDER) >= SATURATED,
+            "raw value parked in the saturated range"
+        );
     }
 
     #[test]
