@@ -152,8 +152,9 @@ fn start_ticker(now: u64) {
     {
         return;
     }
-    // Publish the time at once so the request path has a fresh value before the first tick.
-    COARSE.fetch_max(now, StdOrdering::Relaxed);
+    // Publish the time at once so the request path has a fresh value before the first tick
+    // (read again: requests that saw no coarse time meanwhile used the precise clock).
+    COARSE.fetch_max(now.max(precise_nanos()), StdOrdering::Relaxed);
     let generation = GENERATION.fetch_add(1, StdOrdering::AcqRel) + 1;
     let spawned = std::thread::Builder::new()
         .name("floodgate-ticker".into())
@@ -187,15 +188,15 @@ fn run_ticker(generation: u64) {
             None if now.duration_since(deadline) > 5 * TICK => deadline = now,
             None => {}
         }
-        if GENERATION.load(StdOrdering::Acquire) != generation {
-            return;
-        }
         if PANIC_NEXT_TICK.swap(false, StdOrdering::Relaxed) {
             panic!("floodgate-ticker: panic injected by clock::testing::panic_ticker");
         }
         let stall = STALL_NEXT_TICK_MS.swap(0, StdOrdering::Relaxed);
         if stall > 0 {
             std::thread::sleep(Duration::from_millis(stall));
+        }
+        if GENERATION.load(StdOrdering::Acquire) != generation {
+            return; // replaced while asleep
         }
         tick_shared();
     }
@@ -365,8 +366,8 @@ impl ManualClock {
     }
 
     /// Moves the clock forward by `by`, running the ticks that a real ticker would run on the
-    /// way (one at every 10 ms boundary crossed, and one at the final time). Saturates at
-    /// about 584 years.
+    /// way (one at every 10 ms boundary crossed, and one at the final time). The work grows
+    /// with the distance: about a tenth of a second per simulated day and `Rate`.
     pub fn advance(&self, by: Duration) {
         let by = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
         let mut users = lock(&self.inner.users);

@@ -63,6 +63,13 @@ pub enum ConfigError {
         /// The most allowed.
         max: usize,
     },
+    /// An interval that its sub-windows do not divide into whole nanoseconds.
+    SubWindowsDoNotDivide {
+        /// The interval asked for.
+        interval: Duration,
+        /// Sub-windows asked for.
+        sub_windows: usize,
+    },
     /// A limit or threshold outside what is allowed; the message names it.
     InvalidLimit(&'static str),
 }
@@ -90,7 +97,7 @@ impl fmt::Display for ConfigError {
             ConfigError::IntervalTooShort { interval, min } => write!(
                 f,
                 "a rate interval of {interval:?} is shorter than the minimum of {min:?} \
-                 (one tick of the coarse clock)"
+                 (one 10 ms tick of the coarse clock per sub-window)"
             ),
             ConfigError::IntervalTooLong { interval, max } => {
                 write!(f, "a rate interval of {interval:?} exceeds the maximum of {max:?}")
@@ -98,6 +105,14 @@ impl fmt::Display for ConfigError {
             ConfigError::SubWindows { asked, max } => write!(
                 f,
                 "a rate window needs between 1 and {max} sub-windows, got {asked}"
+            ),
+            ConfigError::SubWindowsDoNotDivide {
+                interval,
+                sub_windows,
+            } => write!(
+                f,
+                "a rate interval of {interval:?} does not divide into {sub_windows} sub-windows \
+                 of whole nanoseconds; choose an interval that is a multiple of {sub_windows} ns"
             ),
             ConfigError::InvalidLimit(what) => f.write_str(what),
         }

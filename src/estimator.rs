@@ -231,18 +231,19 @@ impl Estimator {
     /// `incr` for a key already hashed with [`Estimator::hash`].
     #[inline]
     pub(crate) fn incr_hashed(&self, hash: u64, value: isize) -> isize {
-        self.for_each_counter(hash, |c| {
-            counter::add(c, value);
-        });
+        let mut added = isize::MAX;
+        self.for_each_counter(hash, |c| added = added.min(counter::add(c, value)));
         // Re-read instead of taking the min of the values the adds returned. Rows are updated
         // one at a time, so two concurrent increments of one key can each come first in a
         // different row, and each would see a count of 1 that way although both are counted.
         // A read after all our adds sees, in every row, every increment that came before it
         // in the total order of counter accesses (they are all `SeqCst`, see `counter`), so
         // of m concurrent increments the last to finish reads at least m — the property a
-        // limiter's admission decision rests on.
+        // limiter's admission decision rests on. The max with what the adds returned keeps
+        // the increment's own value in the estimate even if the counters were cleared in
+        // between (a `Rate` slot reused under a reader that fell behind).
         crate::sync::seqcst_fence_for_loom();
-        self.get_hashed(hash)
+        self.get_hashed(hash).max(added)
     }
 
     /// `decr` for a key already hashed with [`Estimator::hash`].

@@ -8,11 +8,14 @@
 //! the traffic. Optionally a window is made of k equal sub-windows ("buckets"); a plain `Rate`
 //! has k = 1 and its buckets are its windows.
 //!
-//! Each bucket's counts live in their own [`Estimator`] slot, in a ring of k + 3 slots; bucket
-//! `b` uses slot `b mod (k+3)`. Readers need buckets `b−k ..= b`; the shared ticker
+//! Each bucket's counts live in their own [`Estimator`] slot, in a ring of k + 4 slots; bucket
+//! `b` uses slot `b mod (k+4)`. Readers need buckets `b−k ..= b`; the shared ticker
 //! ([`clock`](crate::clock)) clears the slots of buckets `b+1` and `b+2` while bucket `b` is
 //! current, so a slot is always zeroed at least one whole bucket before it is used, and the
 //! request path never flips, clears or rotates anything: it derives the slot from the time.
+//! The fourth spare slot is for readers: one that read the time in bucket `b−1` and reads
+//! the counts after the ticker has moved on to `b` still finds buckets `b−1−k ..= b−1` intact
+//! (the clearing for `b+2` reuses the slot of `b−k−2`).
 //!
 //! # Time on the request path
 //!
@@ -226,8 +229,9 @@ impl RateBuilder {
     ///
     /// [`ConfigError::IntervalTooShort`] when a (sub-)window would be shorter than one tick
     /// (10 ms), [`ConfigError::IntervalTooLong`] beyond [`MAX_INTERVAL`],
-    /// [`ConfigError::SubWindows`] for zero or more than [`MAX_SUB_WINDOWS`] sub-windows or an
-    /// interval they do not divide evenly, and the errors of [`Estimator::try_new`].
+    /// [`ConfigError::SubWindows`] for zero or more than [`MAX_SUB_WINDOWS`] sub-windows,
+    /// [`ConfigError::SubWindowsDoNotDivide`] for an interval they do not divide into whole
+    /// nanoseconds, and the errors of [`Estimator::try_new`].
     pub fn build(self) -> Result<Rate, ConfigError> {
         let k = self.sub_windows;
         if k == 0 || k > MAX_SUB_WINDOWS {
@@ -251,12 +255,12 @@ impl RateBuilder {
             });
         }
         if interval_nanos % k64 != 0 {
-            return Err(ConfigError::SubWindows {
-                asked: k,
-                max: MAX_SUB_WINDOWS,
+            return Err(ConfigError::SubWindowsDoNotDivide {
+                interval: self.interval,
+                sub_windows: k,
             });
         }
-        let slots = (0..k + 3)
+        let slots = (0..k + 4)
             .map(|bucket| {
                 Ok(Slot {
                     // Slot s starts out cleared for bucket s.

@@ -1,0 +1,269 @@
+//! loom models of a `Rate`'s window change: an `observe` racing `ManualClock::advance`, whose
+//! tick clears the slots of the buckets one and two ahead, never loses a count from the current
+//! window and never reads a stale count (left in a slot from a bucket a ring ago) as current.
+//!
+//! Run with (a separate target dir keeps the normal build cache intact):
+//!
+//! ```sh
+//! RUSTFLAGS="--cfg floodgate_loom" CARGO_TARGET_DIR=target/loom \
+//!     cargo test --release --test loom_rate
+//! ```
+//!
+//! The Rates have 10 ms buckets (one tick), so each `advance(10 ms)` runs exactly one tick, and
+//! a one-row, one-column sketch: its hash seeds are random per instance, so only a one-column
+//! sketch gives every loom iteration the same accesses to the same counters. One key is used,
+//! so every count is exact. Each model builds its clock and Rate inside `loom::model`, as loom
+//! requires of the crate's atomics and locks.
+
+#![cfg(floodgate_loom)]
+
+use std::time::Duration;
+
+use loom::model::Builder;
+use loom::sync::Arc;
+use loom::thread;
+
+use floodgate::clock::ManualClock;
+use floodgate::{Rate, RateComponents};
+
+const TICK: Duration = Duration::from_millis(10);
+
+fn check(model: impl Fn() + Sync + Send + 'static) {
+    let mut builder = Builder::new();
+    builder.preemption_bound = Some(3);
+    builder.check(model);
+}
+
+/// A Rate of `k` 10 ms buckets per window, with a 1 × 1 sketch, on `clock`.
+fn rate_on(clock: &ManualClock, k: usize) -> Arc<Rate> {
+    let rate = Rate::builder(TICK * k as u32)
+        .sub_windows(k)
+        .estimator(1, 1)
+        .clock(clock)
+        .build()
+        .unwrap();
+    Arc::new(rate)
+}
+
+/// `(prev_samples, curr_samples)`.
+fn counts(rate: &Rate) -> (isize, isize) {
+    rate.rate_with("k", |c: RateComponents| (c.prev_samples, c.curr_samples))
+}
+
+/// The bucket (10 ms) the clock is in.
+fn bucket(clock: &ManualClock) -> u128 {
+    clock.now().as_nanos() / TICK.as_nanos()
+}
+
+/// One observe racing one window change. Buckets 0, 1 hold 100 and 5; the clock is in bucket
+/// 1, and the advance to bucket 2 clears the slot of bucket 4, which still holds bucket 0's
+/// 100 (a ring of 4 slots). The observe counts in bucket 1 or in bucket 2, exactly once.
+#[test]
+fn observe_racing_a_window_change_counts_once_and_reads_nothing_stale() {
+    check(|| {
+        let clock = ManualClock::new();
+        let rate = rate_on(&clock, 1);
+        rate.observe("k", 100);
+        clock.advance(TICK);
+        rate.observe("k", 5);
+
+        let advancer = {
+            let clock = clock.clone();
+            thread::spawn(move || clock.advance(TICK))
+        };
+        let got = rate.observe("k", 1);
+        advancer.join().unwrap();
+
+        // Bucket 1 (5 + 1) or bucket 2 (a fresh slot): never bucket 0's stale 100.
+        assert!(got == 6 || got == 1, "observe returned {got}");
+        let in_new = isize::from(got == 1);
+        assert_eq!(
+            counts(&rate),
+            (6 - in_new, in_new),
+            "observe returned {got}"
+        );
+        clock.advance(2 * TICK); // bucket 4: bucket 0's slot again
+        assert_eq!(rate.peek("k"), 0, "bucket 0's count read as current");
+        assert_eq!(counts(&rate), (0, 0));
+    });
+}
+
+/// Two observes racing one window change (bucket 1 → 2): each counts once, in bucket 1 or 2,
+/// and between them the two windows hold exactly bucket 1's 5 plus both events.
+#[test]
+fn two_observes_racing_a_window_change_lose_nothing() {
+    check(|| {
+        let clock = ManualClock::new();
+        let rate = rate_on(&clock, 1);
+        rate.observe("k", 100);
+        clock.advance(TICK);
+        rate.observe("k", 5);
+
+        let advancer = {
+            let clock = clock.clone();
+            thread::spawn(move || clock.advance(TICK))
+        };
+        let other = {
+            let rate = Arc::clone(&rate);
+            thread::spawn(move || rate.observe("k", 1))
+        };
+        let mine = rate.observe("k", 1);
+        let theirs = other.join().unwrap();
+        advancer.join().unwrap();
+
+        let (prev, curr) = counts(&rate);
+        assert_eq!(
+            prev + curr,
+            7,
+            "({prev}, {curr}) after observes returning {mine}, {theirs}"
+        );
+        assert!(prev >= 5 && curr <= 2, "({prev}, {curr})");
+        for got in [mine, theirs] {
+            // In bucket 1: 6 or 7. In bucket 2: 1 or 2. Never bucket 0's 100.
+            assert!(matches!(got, 1 | 2 | 6 | 7), "observe returned {got}");
+        }
+        // Each result counts at least the observes known to be in its bucket: its own.
+        let in_new = [mine, theirs].iter().filter(|&&g| g <= 2).count() as isize;
+        assert_eq!(curr, in_new, "({prev}, {curr}) after {mine}, {theirs}");
+    });
+}
+
+/// One observe racing three window changes (buckets 1 → 4), each clearing a slot: the first
+/// clears bucket 0's 100 from the slot bucket 4 will use. The observing thread reads the clock
+/// first: the observe counts in that bucket or a later one. Once the clock is in bucket 3 or 4
+/// no slot it can count in is cleared any more, so its count must be exact and must survive;
+/// in no case may it read bucket 0's stale 100.
+#[test]
+fn observe_racing_several_window_changes_sees_each_slot_cleared() {
+    check(|| {
+        let (clock, rate) = several_changes_setup();
+        let advancer = several_changes_advancer(&clock);
+        let before = bucket(&clock);
+        let got = rate.observe("k", 1);
+        advancer.join().unwrap();
+
+        // Bucket 1 holds 5 (6 with this event); every other slot it can reach was cleared
+        // before it counted. An observe that read the clock in bucket 1 or 2 may count in a
+        // slot that a later tick clears (its bucket is then two or more behind): see
+        // `observe_in_flight_across_window_changes_returns_at_least_its_own_events`.
+        assert!(
+            matches!(got, 0 | 1 | 6),
+            "observe from bucket {before} returned {got}"
+        );
+        let (prev, curr) = counts(&rate); // buckets 3 and 4
+        assert!(prev <= 1 && curr <= 1, "stale count: ({prev}, {curr})");
+        if before >= 3 {
+            assert_eq!(got, 1, "observe from bucket {before}");
+            assert_eq!(prev + curr, 1, "an observe in bucket 3 or 4 was lost");
+        }
+        if before == 4 {
+            assert_eq!((prev, curr), (0, 1));
+        }
+    });
+}
+
+/// An `observe` returns the count so far in the window it counted in, its own events
+/// included, even when it is in flight while the clock moves two windows on.
+#[test]
+fn observe_in_flight_across_window_changes_returns_at_least_its_own_events() {
+    check(|| {
+        let (clock, rate) = several_changes_setup();
+        let advancer = several_changes_advancer(&clock);
+        let got = rate.observe("k", 1);
+        advancer.join().unwrap();
+        assert!(got >= 1, "observe(k, 1) returned {got}");
+    });
+}
+
+/// Bucket 0 holds 100, bucket 1 holds 5, and the clock is in bucket 1.
+fn several_changes_setup() -> (ManualClock, Arc<Rate>) {
+    let clock = ManualClock::new();
+    let rate = rate_on(&clock, 1);
+    rate.observe("k", 100);
+    clock.advance(TICK);
+    rate.observe("k", 5);
+    (clock, rate)
+}
+
+/// Advances the clock from bucket 1 to bucket 4, one tick at a time, on another thread.
+fn several_changes_advancer(clock: &ManualClock) -> thread::JoinHandle<()> {
+    let clock = clock.clone();
+    thread::spawn(move || {
+        for _ in 0..3 {
+            clock.advance(TICK);
+        }
+    })
+}
+
+/// With 2 sub-windows (ring of 5 slots): buckets 0, 1, 2 hold 100, 20, 3 and the clock is in
+/// bucket 2; the advance to bucket 3 clears the slot of bucket 5 (bucket 0's 100). The observe
+/// sees the window of buckets 1..=2 or 2..=3, with its own event counted once.
+#[test]
+fn sub_window_observe_racing_a_change_counts_once_and_reads_nothing_stale() {
+    check(|| {
+        let clock = ManualClock::new();
+        let rate = rate_on(&clock, 2);
+        rate.observe("k", 100);
+        clock.advance(TICK);
+        rate.observe("k", 20);
+        clock.advance(TICK);
+        rate.observe("k", 3);
+
+        let advancer = {
+            let clock = clock.clone();
+            thread::spawn(move || clock.advance(TICK))
+        };
+        let got = rate.observe("k", 1);
+        advancer.join().unwrap();
+
+        // Window 1..=2: 20 + 3 + 1; window 2..=3: 3 + 1.
+        assert!(got == 24 || got == 4, "observe returned {got}");
+        assert_eq!(
+            counts(&rate),
+            (20, 4),
+            "bucket 3: prev is bucket 1, curr buckets 2..=3"
+        );
+        let in_bucket_3 = isize::from(got == 4);
+        clock.advance(TICK); // bucket 4
+        assert_eq!(counts(&rate), (4 - in_bucket_3, in_bucket_3));
+        clock.advance(TICK); // bucket 5: bucket 0's slot again
+        assert_eq!(
+            counts(&rate),
+            (in_bucket_3, 0),
+            "bucket 0's count read as current"
+        );
+    });
+}
+
+/// A reader racing a window change reads the last complete window as it stands either before
+/// the change (bucket 0: 100) or after it (bucket 1: 5). The advance to bucket 2 clears the
+/// slot of bucket 4 = bucket 0's slot, so a reader that read the time in bucket 1 and the
+/// slot after the clearing sees 0: a count below both true answers.
+#[test]
+fn rate_racing_a_window_change_reads_the_window_before_or_after_it() {
+    check(|| {
+        let clock = ManualClock::new();
+        let rate = rate_on(&clock, 1);
+        rate.observe("k", 100);
+        clock.advance(TICK);
+        rate.observe("k", 5);
+
+        let advancer = {
+            let clock = clock.clone();
+            thread::spawn(move || clock.advance(TICK))
+        };
+        let last_window = rate.rate("k") * TICK.as_secs_f64();
+        let prev = rate.rate_with("k", |c: RateComponents| c.prev_samples);
+        advancer.join().unwrap();
+
+        let last_window = last_window.round() as isize;
+        assert!(
+            last_window == 100 || last_window == 5,
+            "rate() × interval = {last_window}, the true last window is 100 or 5"
+        );
+        assert!(
+            prev == 100 || prev == 5,
+            "prev_samples = {prev}, expected 100 or 5"
+        );
+    });
+}
