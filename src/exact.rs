@@ -240,13 +240,30 @@ impl<K> ExactStage<K> {
         }
     }
 
-    /// Bytes allocated up front for the filter and the entries.
+    /// Bytes allocated up front for the filter and the entries (not counting heap data that
+    /// the keys themselves own).
     pub(crate) fn memory_bytes(&self) -> usize {
-        let entry = std::mem::size_of::<(u64, Entry<K>)>() + 1; // + hashbrown's control byte
+        let mut tables = 0;
+        self.for_each_shard(|shard| tables += table_bytes::<K>(shard.entries.capacity()));
         std::mem::size_of_val(&*self.filter)
             + self.shards.len() * std::mem::size_of::<Mutex<Shard<K>>>()
-            + self.capacity() * entry
+            + tables
     }
+}
+
+/// The bytes of a std `HashMap<u64, Entry<K>>` table that holds `capacity` entries: a power
+/// of two of buckets at most 7/8 full, each an entry and a control byte, plus one group of
+/// control bytes (16) at the end.
+fn table_bytes<K>(capacity: usize) -> usize {
+    if capacity == 0 {
+        return 0;
+    }
+    let buckets = if capacity < 8 {
+        (capacity + 1).next_power_of_two()
+    } else {
+        (capacity * 8 / 7).next_power_of_two()
+    };
+    buckets * (std::mem::size_of::<(u64, Entry<K>)>() + 1) + 16
 }
 
 /// A `Hasher` for keys that are already uniformly distributed 64-bit hashes.

@@ -10,6 +10,8 @@
 //! - [`Limiter`]: per-key limits on in-flight requests and request rate, decided by the
 //!   sketches with an exact second stage for the keys near their limits; [`Permit`],
 //!   [`Rejected`] and [`Limiter::heavy_hitters`] for what it decided and why.
+//! - `LimitLayer` (feature `tower`, on by default): a tower layer for hyper and axum that
+//!   answers 503 + `Retry-After` per origin host or any key; with `LimitService`, `LimitBody`.
 //! - [`clock`]: the shared 10 ms ticker behind `Rate`, its fork functions, and
 //!   [`ManualClock`](clock::ManualClock) for tests.
 //! - [`ConfigError`]: what was wrong with a configuration, returned by every fallible
@@ -43,6 +45,8 @@ mod error;
 pub mod estimator;
 mod exact;
 pub mod inflight;
+#[cfg(feature = "tower")]
+mod layer;
 pub mod limiter;
 pub mod rate;
 mod sync;
@@ -50,7 +54,15 @@ mod sync;
 pub use error::ConfigError;
 pub use estimator::Estimator;
 pub use inflight::{Guard, Inflight, OwnedGuard};
+#[cfg(feature = "tower")]
+pub use layer::{HostKey, KeyExtractor, LimitBody, LimitLayer, LimitService, ResponseFuture};
 pub use limiter::{
-    HeavyHitter, Limiter, LimiterBuilder, LimiterStats, OwnedPermit, Permit, Reason, Rejected,
+    Estimate, HeavyHitter, Limiter, LimiterBuilder, LimiterStats, OwnedPermit, Permit, Reason,
+    Rejected,
 };
 pub use rate::{Rate, RateBuilder, RateComponents, PROPORTIONAL_RATE_ESTIMATE_CALC_FN};
+
+/// The README's examples, run as doctests so the quick start stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -190,6 +190,16 @@ pub struct HeavyHitter<K> {
     pub rejected: u64,
 }
 
+/// A key's counts as the limiter judges them; see [`Limiter::estimate`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct Estimate {
+    /// An upper bound on its requests in flight (if an in-flight limit is configured).
+    pub inflight: Option<isize>,
+    /// Its sliding-window count per interval (if a rate limit is configured).
+    pub rate: Option<f64>,
+}
+
 /// Counters about the limiter's decisions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -219,7 +229,7 @@ pub struct LimiterStats {
 ///     .sketch(4, 8192)
 ///     .build()
 ///     .unwrap();
-/// assert!(limiter.memory_bytes() < 2 << 20);
+/// assert!(limiter.memory_bytes() < 4 << 20); // fixed, whatever the number of keys
 /// ```
 #[must_use = "a builder does nothing until build() is called"]
 pub struct LimiterBuilder<K> {
@@ -425,6 +435,36 @@ where
         })
     }
 
+    /// The key's counts as the limiter judges them now, without counting a request: the
+    /// sketch estimates, lowered to the exact stage's bounds if the key is promoted.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter: floodgate::Limiter<String> =
+    ///     floodgate::Limiter::builder().max_inflight(10).build().unwrap();
+    /// let _permit = limiter.try_acquire("origin").unwrap();
+    /// assert_eq!(limiter.estimate("origin").inflight, Some(1));
+    /// assert_eq!(limiter.estimate("origin").rate, None, "no rate limit configured");
+    /// ```
+    pub fn estimate<Q>(&self, key: &Q) -> Estimate
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let shared = &*self.shared;
+        let hash = shared.hasher.hash_one(key);
+        if !shared.exact.flagged(hash) {
+            return shared.estimate_hashed(hash, None);
+        }
+        let shard = shared.exact.shard(hash);
+        let entry = shard
+            .entries
+            .get(&hash)
+            .filter(|entry| entry.key.borrow() == key);
+        shared.estimate_hashed(hash, entry)
+    }
+
     /// The keys the exact stage is counting now — the origins near or over their limits —
     /// with their counts, most rejected first.
     ///
@@ -449,19 +489,11 @@ where
         let mut hitters = Vec::new();
         shared.exact.for_each_shard(|shard| {
             for (&hash, entry) in shard.entries.iter() {
+                let estimate = shared.estimate_hashed(hash, Some(entry));
                 hitters.push(HeavyHitter {
                     key: entry.key.clone(),
-                    inflight: shared
-                        .inflight
-                        .as_ref()
-                        .map(|l| entry.inflight.bound().min(l.sketch.get_hashed(hash))),
-                    rate: shared.rate.as_ref().map(|l| {
-                        let mut view = l.rate.view(hash);
-                        let mut count = entry.rate;
-                        count.roll_to(view.bucket);
-                        bound_window(&mut view, &count, 0);
-                        view.sliding()
-                    }),
+                    inflight: estimate.inflight,
+                    rate: estimate.rate,
                     rejected: entry.rejected,
                 });
             }
@@ -524,6 +556,25 @@ impl<K> Shared<K>
 where
     K: Hash + Eq,
 {
+    /// The sketch estimates of a hashed key, lowered to `entry`'s exact bounds if given.
+    fn estimate_hashed(&self, hash: u64, entry: Option<&Entry<K>>) -> Estimate {
+        Estimate {
+            inflight: self.inflight.as_ref().map(|l| {
+                let estimate = l.sketch.get_hashed(hash);
+                entry.map_or(estimate, |e| estimate.min(e.inflight.bound()))
+            }),
+            rate: self.rate.as_ref().map(|l| {
+                let mut view = l.rate.view(hash);
+                if let Some(e) = entry {
+                    let mut count = e.rate;
+                    count.roll_to(view.bucket);
+                    bound_window(&mut view, &count, 0);
+                }
+                view.sliding()
+            }),
+        }
+    }
+
     fn acquire<Q>(&self, key: &Q) -> Result<Ticket, Rejected>
     where
         K: Borrow<Q>,

@@ -1,0 +1,54 @@
+//! `Inflight::incr` plus dropping its guard — one request's whole in-flight bookkeeping —
+//! for floodgate's borrowed `Guard`, its `OwnedGuard` (through an `Arc`), and
+//! pingora-limits' `Inflight` (fixed at 4 × 8192), next to the floor of H `fetch_add`s and H
+//! `fetch_sub`s at that size. One group per workload, one and two threads.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{Floor, Workload};
+use criterion::{criterion_group, criterion_main, Criterion};
+
+fn inflight(c: &mut Criterion) {
+    for workload in Workload::ALL {
+        let keys = workload.keys();
+        let (floor, floor_keys) = (Floor::<4, 8192>::new(), Floor::<4, 8192>::keys(&keys));
+        // Both floodgate variants at pingora-limits' fixed size (also floodgate's default).
+        let borrowed = floodgate::Inflight::new();
+        let owned = Arc::new(floodgate::Inflight::new());
+        let pingora = pingora_limits::inflight::Inflight::new();
+
+        let mut group = common::group(c, "inflight", workload);
+        for threads in [1, 2] {
+            common::bench(&mut group, "floor_4x8192", threads, &floor_keys, |k| {
+                let estimate = floor.incr(k, 1);
+                floor.decr(k, 1);
+                estimate
+            });
+            common::bench(&mut group, "floodgate_guard", threads, &keys, |k| {
+                let (guard, estimate) = borrowed.incr(k, 1);
+                drop(guard);
+                estimate
+            });
+            common::bench(&mut group, "floodgate_owned_guard", threads, &keys, |k| {
+                let (guard, estimate) = owned.incr_owned(k, 1);
+                drop(guard);
+                estimate
+            });
+            common::bench(&mut group, "pingora", threads, &keys, |k| {
+                let (guard, estimate) = pingora.incr(k, 1);
+                drop(guard);
+                estimate
+            });
+        }
+        group.finish();
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = common::config();
+    targets = inflight
+}
+criterion_main!(benches);

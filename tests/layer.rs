@@ -1,0 +1,587 @@
+//! The tower layer over real HTTP: a hyper server on 127.0.0.1 with [`floodgate::LimitLayer`]
+//! in front of a handler that plays several origins (chosen by the Host header), driven by
+//! hyper clients over loopback TCP.
+//!
+//! Rate windows come from a [`ManualClock`], so no test waits for a window. Where the server
+//! notices something asynchronously (a client that went away), the tests poll with short
+//! sleeps up to a generous deadline: the deadline only bounds a failing run, nothing asserts a
+//! duration.
+#![cfg(all(feature = "tower", not(floodgate_loom)))]
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use floodgate::clock::ManualClock;
+use floodgate::{LimitLayer, LimitService, Limiter, Reason, Rejected};
+use http::header::{HOST, RETRY_AFTER};
+use http::{Request, Response, StatusCode};
+use http_body::{Body, Frame};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tower::{Layer, Service, ServiceExt};
+
+// ---------------------------------------------------------------------------------------------
+// The origins: a handler that behaves by Host header.
+
+/// What the handler did, for the tests to check.
+#[derive(Default)]
+struct Origins {
+    /// Calls of the handler per host: rejected requests must never reach it.
+    calls: Mutex<HashMap<String, usize>>,
+    /// `hang.*`: told when a request has started and when its future was dropped.
+    hang_started: Option<mpsc::UnboundedSender<()>>,
+    hang_dropped: Option<mpsc::UnboundedSender<()>>,
+    /// `stream.*`: the sending end of each streaming body, handed to the test.
+    stream_bodies: Option<mpsc::UnboundedSender<mpsc::Sender<Bytes>>>,
+}
+
+type TestBody = BoxBody<Bytes, Infallible>;
+
+/// Tells the test, when dropped, that a hanging handler's future was dropped.
+struct DropSignal(Option<mpsc::UnboundedSender<()>>);
+
+impl Drop for DropSignal {
+    fn drop(&mut self) {
+        if let Some(tx) = &self.0 {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// A response body whose frames the test sends one at a time; it ends when the sender drops.
+struct ChannelBody(mpsc::Receiver<Bytes>);
+
+impl Body for ChannelBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|chunk| chunk.map(|bytes| Ok(Frame::data(bytes))))
+    }
+}
+
+async fn handle(
+    origins: Arc<Origins>,
+    req: Request<Incoming>,
+) -> Result<Response<TestBody>, Infallible> {
+    let host = req
+        .headers()
+        .get(HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    *origins
+        .calls
+        .lock()
+        .unwrap()
+        .entry(host.clone())
+        .or_default() += 1;
+    if host.starts_with("hang.") {
+        let _signal = DropSignal(origins.hang_dropped.clone());
+        if let Some(tx) = &origins.hang_started {
+            let _ = tx.send(());
+        }
+        // Longer than any test runs; the client goes away first.
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    }
+    if host.starts_with("stream.") {
+        let (tx, rx) = mpsc::channel(1);
+        if let Some(bodies) = &origins.stream_bodies {
+            let _ = bodies.send(tx);
+        }
+        return Ok(Response::new(ChannelBody(rx).boxed()));
+    }
+    Ok(Response::new(Full::new(Bytes::from_static(b"ok")).boxed()))
+}
+
+fn handler(
+    origins: &Arc<Origins>,
+) -> impl Service<
+    Request<Incoming>,
+    Response = Response<TestBody>,
+    Error = Infallible,
+    Future = impl Send,
+> + Clone
+       + Send
+       + 'static {
+    let origins = Arc::clone(origins);
+    tower::service_fn(move |req| handle(Arc::clone(&origins), req))
+}
+
+fn calls(origins: &Origins, host: &str) -> usize {
+    origins
+        .calls
+        .lock()
+        .unwrap()
+        .get(host)
+        .copied()
+        .unwrap_or(0)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Server and clients over loopback.
+
+/// Serves `service` on 127.0.0.1 (an ephemeral port) until the test's runtime ends.
+async fn serve<S, B>(service: S) -> SocketAddr
+where
+    S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let service = TowerToHyperService::new(service.clone());
+            tokio::spawn(async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+fn client() -> Client<HttpConnector, Empty<Bytes>> {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+fn request(addr: SocketAddr, host: &str) -> Request<Empty<Bytes>> {
+    Request::get(format!("http://{addr}/"))
+        .header(HOST, host)
+        .body(Empty::new())
+        .unwrap()
+}
+
+/// A request in origin form (`GET / HTTP/1.1` + `Host`), for a connection of the test's own.
+/// (An absolute-form target would name 127.0.0.1, and the key follows the target.)
+fn origin_form(host: &str) -> Request<Empty<Bytes>> {
+    Request::get("/")
+        .header(HOST, host)
+        .body(Empty::new())
+        .unwrap()
+}
+
+/// Sends one GET for `host` and reads the whole response: status and `Retry-After`.
+async fn get(
+    client: &Client<HttpConnector, Empty<Bytes>>,
+    addr: SocketAddr,
+    host: &str,
+) -> (StatusCode, Option<u64>) {
+    let response = client.request(request(addr, host)).await.unwrap();
+    let status = response.status();
+    let retry_after = response
+        .headers()
+        .get(RETRY_AFTER)
+        .map(|v| v.to_str().unwrap().parse::<u64>().unwrap());
+    response.into_body().collect().await.unwrap();
+    (status, retry_after)
+}
+
+/// A connection of its own, so the test can drop it mid-request: the request's sender, and
+/// the task driving the connection (aborting it closes the socket).
+async fn connection(
+    addr: SocketAddr,
+) -> (
+    hyper::client::conn::http1::SendRequest<Empty<Bytes>>,
+    tokio::task::JoinHandle<()>,
+) {
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    let driver = tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    (sender, driver)
+}
+
+/// Waits until `condition` holds, failing the test if it does not within a generous deadline.
+async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !condition() {
+        assert!(Instant::now() < deadline, "never happened: {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Whether `key` has nothing in flight: all `limit` slots can be taken at once.
+fn all_slots_free(limiter: &Limiter<String>, key: &str, limit: usize) -> bool {
+    let permits: Result<Vec<_>, Rejected> = (0..limit).map(|_| limiter.try_acquire(key)).collect();
+    permits.is_ok()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests.
+
+#[tokio::test]
+async fn flooded_origin_gets_503_with_retry_after_and_healthy_origins_never_do() {
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder()
+        .max_inflight(100)
+        .max_rate(5, Duration::from_secs(1))
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let origins = Arc::new(Origins::default());
+    let addr = serve(LimitLayer::new(limiter.clone()).layer(handler(&origins))).await;
+    let client = client();
+
+    let mut flooded = Vec::new();
+    for i in 0..12 {
+        flooded.push(get(&client, addr, "flooded.example").await);
+        for j in 0..3 {
+            let host = format!("healthy-{i}-{j}.example");
+            assert_eq!(
+                get(&client, addr, &host).await,
+                (StatusCode::OK, None),
+                "{host}"
+            );
+        }
+    }
+    for (i, &(status, retry_after)) in flooded.iter().enumerate() {
+        if i < 5 {
+            assert_eq!((status, retry_after), (StatusCode::OK, None), "request {i}");
+        } else {
+            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "request {i}");
+            assert!(
+                retry_after.is_some_and(|s| s >= 1),
+                "request {i}: {retry_after:?}"
+            );
+        }
+    }
+    assert_eq!(
+        calls(&origins, "flooded.example"),
+        5,
+        "rejected requests reached the origin"
+    );
+    let hitters = limiter.heavy_hitters();
+    assert_eq!(
+        hitters.first().map(|h| h.key.as_str()),
+        Some("flooded.example")
+    );
+    assert_eq!(hitters[0].rejected, 7);
+
+    // A client that waits as long as the last Retry-After said gets through.
+    let wait = flooded.last().unwrap().1.unwrap();
+    clock.advance(Duration::from_secs(wait));
+    assert_eq!(
+        get(&client, addr, "flooded.example").await,
+        (StatusCode::OK, None)
+    );
+}
+
+#[tokio::test]
+async fn client_that_disconnects_mid_request_gives_its_permit_back() {
+    let limiter: Limiter<String> = Limiter::builder().max_inflight(2).build().unwrap();
+    let (started_tx, mut started) = mpsc::unbounded_channel();
+    let (dropped_tx, mut dropped) = mpsc::unbounded_channel();
+    let origins = Arc::new(Origins {
+        hang_started: Some(started_tx),
+        hang_dropped: Some(dropped_tx),
+        ..Origins::default()
+    });
+    let addr = serve(LimitLayer::new(limiter.clone()).layer(handler(&origins))).await;
+
+    // Two requests hang in the handler, each on its own connection.
+    let mut hanging = Vec::new();
+    for _ in 0..2 {
+        let (mut sender, driver) = connection(addr).await;
+        let req = origin_form("hang.example");
+        let pending = tokio::spawn(async move { sender.send_request(req).await });
+        started.recv().await.unwrap();
+        hanging.push((pending, driver));
+    }
+    // The key is at its limit: a third request is refused, without Retry-After (in flight).
+    assert_eq!(
+        get(&client(), addr, "hang.example").await,
+        (StatusCode::SERVICE_UNAVAILABLE, None)
+    );
+    let rejected = limiter.try_acquire("hang.example").unwrap_err();
+    assert_eq!(rejected.reason, Reason::Inflight);
+
+    // Both clients go away mid-request: the server drops the handlers' futures, and with
+    // them the permits.
+    for (pending, driver) in hanging {
+        pending.abort();
+        driver.abort();
+    }
+    for _ in 0..2 {
+        tokio::time::timeout(Duration::from_secs(20), dropped.recv())
+            .await
+            .expect("the server never dropped the abandoned request")
+            .unwrap();
+    }
+    eventually(
+        "both in-flight slots of hang.example are free again",
+        || all_slots_free(&limiter, "hang.example", 2),
+    )
+    .await;
+    assert_eq!(
+        calls(&origins, "hang.example"),
+        2,
+        "the refused request reached the origin"
+    );
+}
+
+#[tokio::test]
+async fn permit_is_held_until_the_response_body_is_fully_sent() {
+    let limiter: Limiter<String> = Limiter::builder().max_inflight(1).build().unwrap();
+    let (bodies_tx, mut bodies) = mpsc::unbounded_channel();
+    let origins = Arc::new(Origins {
+        stream_bodies: Some(bodies_tx),
+        ..Origins::default()
+    });
+    let addr = serve(LimitLayer::new(limiter.clone()).layer(handler(&origins))).await;
+
+    let (mut sender, _driver) = connection(addr).await;
+    let response = sender
+        .send_request(origin_form("stream.example"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let body_tx = bodies.recv().await.unwrap();
+    let mut body = response.into_body();
+
+    // The handler has returned and the head is on the client, but the body is unfinished:
+    // the request still counts as in flight.
+    assert_eq!(
+        limiter.try_acquire("stream.example").unwrap_err().reason,
+        Reason::Inflight
+    );
+    assert_eq!(
+        get(&client(), addr, "stream.example").await,
+        (StatusCode::SERVICE_UNAVAILABLE, None)
+    );
+    body_tx.send(Bytes::from_static(b"first")).await.unwrap();
+    let frame = body.frame().await.unwrap().unwrap();
+    assert_eq!(frame.into_data().unwrap(), "first");
+    assert!(
+        limiter.try_acquire("stream.example").is_err(),
+        "released mid-body"
+    );
+
+    // The origin finishes the body: the permit is given back.
+    drop(body_tx);
+    assert!(body.frame().await.is_none(), "the body should end");
+    eventually("stream.example's slot is free after its body ended", || {
+        all_slots_free(&limiter, "stream.example", 1)
+    })
+    .await;
+    assert_eq!(calls(&origins, "stream.example"), 1);
+}
+
+#[tokio::test]
+async fn client_that_disconnects_mid_body_gives_its_permit_back() {
+    let limiter: Limiter<String> = Limiter::builder().max_inflight(1).build().unwrap();
+    let (bodies_tx, mut bodies) = mpsc::unbounded_channel();
+    let origins = Arc::new(Origins {
+        stream_bodies: Some(bodies_tx),
+        ..Origins::default()
+    });
+    let addr = serve(LimitLayer::new(limiter.clone()).layer(handler(&origins))).await;
+
+    let (mut sender, driver) = connection(addr).await;
+    let response = sender
+        .send_request(origin_form("stream.example"))
+        .await
+        .unwrap();
+    let body_tx = bodies.recv().await.unwrap();
+    let mut body = response.into_body();
+    body_tx.send(Bytes::from_static(b"first")).await.unwrap();
+    body.frame().await.unwrap().unwrap();
+    assert!(limiter.try_acquire("stream.example").is_err());
+
+    // The client goes away with the body unfinished; the origin would go on sending.
+    drop(body);
+    drop(sender);
+    driver.abort();
+    eventually(
+        "stream.example's slot is free after its client left",
+        || all_slots_free(&limiter, "stream.example", 1),
+    )
+    .await;
+    drop(body_tx);
+}
+
+#[tokio::test]
+async fn clones_of_one_layer_share_one_limit() {
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder()
+        .max_rate(4, Duration::from_secs(1))
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let layer = LimitLayer::new(limiter);
+    let origins = Arc::new(Origins::default());
+    // Two servers, each with a service from its own clone of the layer.
+    let a = serve(layer.clone().layer(handler(&origins))).await;
+    let b = serve(layer.clone().layer(handler(&origins))).await;
+    let client = client();
+
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        statuses.push(get(&client, a, "shared.example").await.0);
+        statuses.push(get(&client, b, "shared.example").await.0);
+    }
+    let ok = StatusCode::OK;
+    let no = StatusCode::SERVICE_UNAVAILABLE;
+    // Separate limits would admit all six (three per server).
+    assert_eq!(statuses, [ok, ok, ok, ok, no, no]);
+    assert_eq!(calls(&origins, "shared.example"), 4);
+    assert_eq!(layer.limiter().heavy_hitters()[0].key, "shared.example");
+}
+
+#[tokio::test]
+async fn a_key_closure_limits_per_returned_key() {
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder()
+        .max_rate(2, Duration::from_secs(1))
+        .clock(&clock)
+        .build()
+        .unwrap();
+    // Key by tenant header, whatever the host.
+    let layer = LimitLayer::new(limiter).key_fn(|req: &Request<Incoming>| {
+        let tenant = req.headers().get("x-tenant").and_then(|v| v.to_str().ok());
+        tenant.unwrap_or("anonymous").to_owned()
+    });
+    let origins = Arc::new(Origins::default());
+    let addr = serve(layer.layer(handler(&origins))).await;
+    let client = client();
+    let send = |tenant: &str, host: &str| {
+        let mut req = request(addr, host);
+        req.headers_mut()
+            .insert("x-tenant", tenant.parse().unwrap());
+        client.request(req)
+    };
+
+    let mut statuses = Vec::new();
+    for (tenant, host) in [
+        ("acme", "a.example"),
+        ("acme", "b.example"),
+        ("acme", "c.example"),
+    ] {
+        statuses.push(send(tenant, host).await.unwrap().status());
+    }
+    let other = send("globex", "a.example").await.unwrap().status();
+    let ok = StatusCode::OK;
+    assert_eq!(statuses, [ok, ok, StatusCode::SERVICE_UNAVAILABLE]);
+    assert_eq!(
+        other, ok,
+        "another tenant on the same host has its own limit"
+    );
+}
+
+// In-process: the future and readiness contract, without a socket.
+
+/// An inner service whose response never comes.
+#[derive(Clone)]
+struct Never;
+
+impl Service<Request<()>> for Never {
+    type Response = Response<Full<Bytes>>;
+    type Error = Infallible;
+    type Future = std::future::Pending<Result<Response<Full<Bytes>>, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Request<()>) -> Self::Future {
+        std::future::pending()
+    }
+}
+
+fn local_request(host: &str) -> Request<()> {
+    Request::get("/").header(HOST, host).body(()).unwrap()
+}
+
+#[tokio::test]
+async fn dropping_the_response_future_gives_the_permit_back() {
+    let limiter: Limiter<String> = Limiter::builder().max_inflight(1).build().unwrap();
+    let mut service = LimitService::new(Never, limiter.clone());
+    let future = service
+        .ready()
+        .await
+        .unwrap()
+        .call(local_request("a.example"));
+    assert!(
+        limiter.try_acquire("a.example").is_err(),
+        "the future holds the permit"
+    );
+    let cancelled = tokio::time::timeout(Duration::from_millis(1), future).await;
+    assert!(cancelled.is_err(), "the inner service never answers");
+    // The timeout dropped the future.
+    assert!(limiter.try_acquire("a.example").is_ok());
+}
+
+/// An inner service that is not ready until told, and then fails readiness once.
+struct Gate {
+    state: Arc<Mutex<Poll<Result<(), &'static str>>>>,
+}
+
+impl Service<Request<()>> for Gate {
+    type Response = Response<Full<Bytes>>;
+    type Error = &'static str;
+    type Future = std::future::Ready<Result<Response<Full<Bytes>>, &'static str>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), &'static str>> {
+        *self.state.lock().unwrap()
+    }
+
+    fn call(&mut self, _: Request<()>) -> Self::Future {
+        std::future::ready(Ok(Response::new(Full::default())))
+    }
+}
+
+#[test]
+fn poll_ready_is_the_inner_services() {
+    let limiter: Limiter<String> = Limiter::builder().max_inflight(1).build().unwrap();
+    let state = Arc::new(Mutex::new(Poll::Pending));
+    let mut service = LimitService::new(
+        Gate {
+            state: Arc::clone(&state),
+        },
+        limiter,
+    );
+    let waker = std::task::Waker::from(Arc::new(NoopWake));
+    let mut cx = Context::from_waker(&waker);
+    assert!(service.poll_ready(&mut cx).is_pending());
+    *state.lock().unwrap() = Poll::Ready(Err("inner not available"));
+    assert_eq!(
+        service.poll_ready(&mut cx),
+        Poll::Ready(Err("inner not available"))
+    );
+    *state.lock().unwrap() = Poll::Ready(Ok(()));
+    assert_eq!(service.poll_ready(&mut cx), Poll::Ready(Ok(())));
+}
+
+struct NoopWake;
+
+impl std::task::Wake for NoopWake {
+    fn wake(self: Arc<Self>) {}
+}
