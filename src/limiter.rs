@@ -626,7 +626,19 @@ where
         let mut shard = self.exact.shard(s.hash);
         let known = shard.entries.get(&s.hash).map(|e| e.key.borrow() == key);
         match known {
-            Some(true) => {}
+            Some(true) => {
+                // A request the sketch admits alone, for a key that has cooled down apart from
+                // this request: demote the key.
+                let cool = shard
+                    .entries
+                    .get(&s.hash)
+                    .is_some_and(|e| self.is_cool_but_for(s, e));
+                if !hot && cool {
+                    shard.entries.remove(&s.hash);
+                    self.exact.unflag(s.hash);
+                    return Ok(None);
+                }
+            }
             // Another key with the same 64-bit hash is promoted: only the sketch can judge.
             Some(false) => return self.decide_by_sketch(s),
             // Flagged by another key in the same filter cell, and not hot: the sketch admits.
@@ -676,7 +688,12 @@ where
     /// counts an admitted request in the entry.
     fn decide_entry(&self, entry: &mut Entry<K>, s: &Sketched) -> Result<Option<u64>, Rejected> {
         let mut tracked = None;
-        if let (Some(l), Some(estimate)) = (&self.inflight, s.inflight) {
+        if let (Some(l), Some(_)) = (&self.inflight, s.inflight) {
+            // Read the estimate again under the shard lock, so that it includes every request
+            // this entry admitted before us (each counted itself in the sketch before taking
+            // the lock we now hold): the estimate read before the lock may miss a request
+            // admitted in between, and the bound would then be one short.
+            let estimate = l.sketch.get_hashed(s.hash);
             entry.inflight.rebase(estimate - 1);
             let bound = estimate.min(entry.inflight.bound() + 1);
             if bound > l.limit {
@@ -690,15 +707,20 @@ where
             tracked = Some(entry.generation);
         }
         if let (Some(l), Some(mut view)) = (&self.rate, s.window) {
+            // The same for the window counts.
+            view.curr = l.rate.count_hashed(s.hash, view.bucket);
+            if let Some(prev) = view.bucket.checked_sub(1) {
+                view.prev = l.rate.count_hashed(s.hash, prev);
+            }
             entry.rate.roll_to(view.bucket);
             bound_window(&mut view, &entry.rate, 1);
             let sliding = view.sliding();
-            if sliding > l.limit as f64 {
+            if !view.fits(l.limit) {
                 return Err(Rejected {
                     reason: Reason::Rate,
                     estimate: sliding.ceil() as isize,
                     limit: l.limit,
-                    retry_after: retry_after(&view, l.limit, l.rate.interval()),
+                    retry_after: retry_after(&view, l.limit, view.curr - 1),
                 });
             }
             entry.rate.current += 1;
@@ -723,12 +745,12 @@ where
         }
         if let (Some(l), Some(view)) = (&self.rate, s.window) {
             let sliding = view.sliding();
-            if sliding > l.limit as f64 {
+            if !view.fits(l.limit) {
                 return Err(Rejected {
                     reason: Reason::Rate,
                     estimate: sliding.ceil() as isize,
                     limit: l.limit,
-                    retry_after: retry_after(&view, l.limit, l.rate.interval()),
+                    retry_after: retry_after(&view, l.limit, view.curr),
                 });
             }
         }
@@ -748,6 +770,30 @@ where
         inflight_cool && rate_cool
     }
 
+    /// Whether a promoted key is cool, not counting the request `s`: nothing
+    /// tracked in flight, estimates below half their thresholds, and (for rates) no rejected
+    /// requests in the windows the sketch would still be read for, so that a re-promotion
+    /// inherits no window inflated by rejected requests.
+    fn is_cool_but_for(&self, s: &Sketched, entry: &Entry<K>) -> bool {
+        let inflight_cool = self.inflight.as_ref().map_or(true, |l| {
+            entry.inflight.tracked == 0 && (l.sketch.get_hashed(s.hash) - 1) * 2 < l.promote_at
+        });
+        let rate_cool = match (&self.rate, s.window) {
+            (Some(l), Some(w)) => {
+                let mut count = entry.rate;
+                count.roll_to(w.bucket);
+                let clean_prev = w
+                    .bucket
+                    .checked_sub(1)
+                    .map_or(true, |b| count.bound(b).map_or(true, |n| w.prev <= n));
+                let clean_curr = count.bound(w.bucket).map_or(true, |n| w.curr - 1 <= n);
+                clean_prev && clean_curr && (w.sliding() - 1.0) * 2.0 < l.promote_at
+            }
+            _ => true,
+        };
+        inflight_cool && rate_cool
+    }
+
     /// Demotes the cool entries of a full shard.
     fn evict_cool(&self, shard: &mut crate::exact::Shard<K>) {
         let exact = &self.exact;
@@ -763,11 +809,15 @@ where
     /// Gives back what an admitted request took.
     fn release(&self, ticket: &Ticket) {
         let Some(l) = &self.inflight else { return };
-        l.sketch.decr_hashed(ticket.hash, 1);
         let Some(generation) = ticket.tracked else {
+            l.sketch.decr_hashed(ticket.hash, 1);
             return;
         };
         let mut shard = self.exact.shard(ticket.hash);
+        // Under the lock, together with `tracked` below, so that a rebase under the lock never
+        // sees the sketch without this permit while `tracked` still counts it (which would
+        // lower `base` below the truth for good).
+        l.sketch.decr_hashed(ticket.hash, 1);
         let cool = match shard.entries.get_mut(&ticket.hash) {
             Some(entry) if entry.generation == generation => {
                 entry.inflight.tracked -= 1;
@@ -785,22 +835,29 @@ where
 
 /// How long until one more request fits under `limit`, if nothing else arrives: the sliding
 /// count `prev·(1−f) + curr` falls as `f` grows, and `curr` becomes the next window's `prev`.
-fn retry_after(view: &WindowView, limit: isize, interval: Duration) -> Option<Duration> {
-    // What is already counted, without the rejected request itself.
-    let prev = view.prev.max(0) as f64;
-    let curr = (view.curr - 1).max(0) as f64;
-    let room = (limit - 1) as f64; // the count that still leaves room for one more
-    let fraction = if curr <= room {
-        // Within this window, once enough of `prev` has slid out.
-        if prev <= 0.0 {
+/// `counted` is what the current window will count when the request is retried, not counting
+/// the retry: the sketch keeps a rejected request, the exact stage does not. Computed in whole
+/// nanoseconds and rounded up, so a retry after exactly `retry_after` fits.
+fn retry_after(view: &WindowView, limit: isize, counted: isize) -> Option<Duration> {
+    let (p, c, r) = (
+        view.prev.max(0) as i128,
+        counted.max(0) as i128,
+        (limit - 1) as i128,
+    );
+    let (i, x) = (i128::from(view.len), i128::from(view.into.min(view.len)));
+    let wait = if c <= r {
+        if p == 0 {
             return Some(Duration::ZERO);
         }
-        (1.0 - (room - curr) / prev) - view.fraction
+        // p·(i − x') + c·i ≤ r·i  ⇔  x' ≥ i − ⌊(r − c)·i / p⌋
+        (i - (r - c) * i / p - x).max(0)
     } else {
-        // In the next window, where `curr` slides out in turn.
-        (1.0 - view.fraction) + (1.0 - room / curr)
+        // In the next window: c·(i − y) ≤ r·i  ⇔  y ≥ i − ⌊r·i / c⌋
+        (i - x) + (i - r * i / c)
     };
-    Some(interval.mul_f64(fraction.clamp(0.0, 2.0)))
+    Some(Duration::from_nanos(
+        u64::try_from(wait).unwrap_or(u64::MAX),
+    ))
 }
 
 /// What a permit gives back: the key's hash, and the exact-stage entry that counted it.
@@ -870,7 +927,8 @@ mod tests {
             bucket: 5,
             prev,
             curr,
-            fraction,
+            into: (fraction * 1e9) as u64,
+            len: 1_000_000_000,
         }
     }
 
@@ -878,7 +936,7 @@ mod tests {
     fn retry_after_waits_for_the_previous_window_to_slide_out() {
         // limit 10, prev 10, curr 5 (+1 rejected) at f = 0.5: 10·0.5 + 5 = 10 already.
         // One more fits when 10·(1−f) + 5 ≤ 9, i.e. f ≥ 0.6: 0.1 of the interval from now.
-        let wait = retry_after(&view(10, 6, 0.5), 10, Duration::from_secs(1)).unwrap();
+        let wait = retry_after(&view(10, 6, 0.5), 10, 5).unwrap();
         assert!((wait.as_secs_f64() - 0.1).abs() < 1e-9, "{wait:?}");
     }
 
@@ -886,7 +944,7 @@ mod tests {
     fn retry_after_waits_into_the_next_window_when_the_current_one_is_full() {
         // limit 4, curr 4 (+1 rejected) at f = 0.25: 0.75 to the boundary, then 4·(1−g) ≤ 3
         // needs g ≥ 0.25.
-        let wait = retry_after(&view(0, 5, 0.25), 4, Duration::from_secs(2)).unwrap();
-        assert!((wait.as_secs_f64() - 2.0).abs() < 1e-9, "{wait:?}");
+        let wait = retry_after(&view(0, 5, 0.25), 4, 4).unwrap();
+        assert!((wait.as_secs_f64() - 1.0).abs() < 1e-9, "{wait:?}");
     }
 }

@@ -455,14 +455,22 @@ pub(crate) struct WindowView {
     pub(crate) prev: isize,
     /// The key's estimate in the current window, this observation included.
     pub(crate) curr: isize,
-    /// How far into the current window the time is, in [0, 1).
-    pub(crate) fraction: f64,
+    /// Nanoseconds into the current window (less than `len`), and the window's length.
+    pub(crate) into: u64,
+    pub(crate) len: u64,
 }
 
 impl WindowView {
-    /// The sliding-window count: `prev·(1−f) + curr`.
+    /// Whether `prev·(1−f) + curr ≤ limit`, exactly, in integer nanoseconds.
+    pub(crate) fn fits(&self, limit: isize) -> bool {
+        let (i, x) = (i128::from(self.len), i128::from(self.into.min(self.len)));
+        (self.prev.max(0) as i128) * (i - x) + (self.curr as i128) * i <= (limit as i128) * i
+    }
+
+    /// The sliding-window count: `prev·(1−f) + curr`, with `f = into / len`.
     pub(crate) fn sliding(&self) -> f64 {
-        self.prev as f64 * (1.0 - self.fraction) + self.curr as f64
+        let fraction = self.into.min(self.len) as f64 / self.len as f64;
+        self.prev as f64 * (1.0 - fraction) + self.curr as f64
     }
 }
 
@@ -487,7 +495,8 @@ impl Rate {
             bucket,
             prev,
             curr,
-            fraction: core.fraction(bucket, elapsed),
+            into: elapsed.saturating_sub(bucket * core.bucket_nanos),
+            len: core.bucket_nanos,
         }
     }
 
@@ -508,7 +517,8 @@ impl Rate {
             bucket,
             prev,
             curr: core.count(hash, bucket),
-            fraction: core.fraction(bucket, elapsed),
+            into: elapsed.saturating_sub(bucket * core.bucket_nanos),
+            len: core.bucket_nanos,
         }
     }
 }

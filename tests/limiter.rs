@@ -1,0 +1,1317 @@
+#![cfg(not(floodgate_loom))]
+//! Public-API tests of [`floodgate::Limiter`]: it never admits a key at or over its limit
+//! (against an exact model, for any interleaving, with sketches small enough that every key
+//! collides and an exact stage small enough to be full); it never rejects a key under its
+//! limit that has the sketch to itself, and the exact stage admits a light key that shares
+//! every sketch counter with a heavy one; permits always give their slot back; its reports
+//! (`heavy_hitters`, `stats`, `Rejected`) say what happened; bad configurations are refused.
+//!
+//! Tests marked `#[ignore = "bug: …"]` fail on the current code and guard a reported bug:
+//! run them with `cargo test --test limiter -- --ignored`.
+//!
+//! Rate windows run on a [`ManualClock`]: time moves only when a test calls `advance`, so no
+//! test sleeps and no test asserts a timing.
+
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use floodgate::clock::{ManualClock, TICK};
+use floodgate::{ConfigError, Limiter, OwnedPermit, Permit, Reason, Rejected};
+use proptest::prelude::*;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+// ---------------------------------------------------------------------------------------------
+// Helpers: an exact model of what the limiter should allow.
+
+const NS: Duration = Duration::from_nanos(1);
+/// The rate interval of the model tests.
+const INTERVAL: Duration = Duration::from_millis(100);
+/// Slack for comparing sliding-window counts computed in floating point.
+const EPS: f64 = 1e-9;
+
+/// A permit of either kind, held only to be dropped.
+#[derive(Debug)]
+enum AnyPermit<'a> {
+    Borrowed(#[allow(dead_code)] Permit<'a, u64>),
+    Owned(#[allow(dead_code)] OwnedPermit<u64>),
+}
+
+fn acquire(limiter: &Limiter<u64>, key: u64, owned: bool) -> Result<AnyPermit<'_>, Rejected> {
+    if owned {
+        limiter.try_acquire_owned(&key).map(AnyPermit::Owned)
+    } else {
+        limiter.try_acquire(&key).map(AnyPermit::Borrowed)
+    }
+}
+
+/// The window of time `now` (nanoseconds since the limiter's creation at clock time 0) and
+/// how far into it `now` is, computed as the limiter computes it.
+fn window_at(now: u64, interval: Duration) -> (u64, f64) {
+    let nanos = interval.as_nanos() as u64;
+    let bucket = now / nanos;
+    (bucket, (now - bucket * nanos) as f64 / nanos as f64)
+}
+
+/// Admitted requests of one key in the current and the previous window.
+#[derive(Debug, Clone, Copy, Default)]
+struct WindowModel {
+    bucket: u64,
+    prev: isize,
+    curr: isize,
+}
+
+impl WindowModel {
+    fn roll_to(&mut self, bucket: u64) {
+        if bucket > self.bucket {
+            self.prev = if bucket == self.bucket + 1 {
+                self.curr
+            } else {
+                0
+            };
+            self.curr = 0;
+            self.bucket = bucket;
+        }
+    }
+
+    /// The sliding-window count `prev·(1−f) + curr` with one more request.
+    fn with_one_more(&self, fraction: f64) -> f64 {
+        self.prev as f64 * (1.0 - fraction) + (self.curr + 1) as f64
+    }
+}
+
+/// What the exact model says about one more request for a key.
+#[derive(Debug, Clone, Copy)]
+struct Verdict {
+    /// Permits held for the key now.
+    held: isize,
+    /// The key's sliding-window count of admitted requests, this request included.
+    sliding: f64,
+    /// Whether one more in flight stays within `max_inflight` (true if none is set).
+    inflight_ok: bool,
+    /// Whether the sliding count stays within `max_rate` (true if none is set).
+    rate_ok: bool,
+}
+
+/// Checks a rejection against the limits and the model: the right reason, limit and
+/// `retry_after`, and an estimate that is over the limit and never below the truth.
+fn check_rejection(
+    r: &Rejected,
+    v: &Verdict,
+    max_inflight: Option<isize>,
+    max_rate: Option<isize>,
+) -> Result<(), TestCaseError> {
+    prop_assert!(
+        r.estimate > r.limit,
+        "rejected at or under the limit: {:?}",
+        r
+    );
+    match r.reason {
+        Reason::Inflight => {
+            let limit = max_inflight.ok_or_else(|| {
+                TestCaseError::fail(format!(
+                    "in-flight rejection without an in-flight limit: {r:?}"
+                ))
+            })?;
+            prop_assert_eq!(r.limit, limit);
+            prop_assert_eq!(
+                r.retry_after,
+                None,
+                "in-flight rejections have no retry time"
+            );
+            prop_assert!(
+                r.estimate > v.held,
+                "in-flight estimate {} below the {} held plus this request",
+                r.estimate,
+                v.held
+            );
+        }
+        Reason::Rate => {
+            let limit = max_rate.ok_or_else(|| {
+                TestCaseError::fail(format!("rate rejection without a rate limit: {r:?}"))
+            })?;
+            prop_assert_eq!(r.limit, limit);
+            prop_assert!(
+                v.inflight_ok,
+                "over the in-flight limit but rejected for rate: {:?}",
+                r
+            );
+            let retry = r.retry_after.ok_or_else(|| {
+                TestCaseError::fail(format!("rate rejection without retry_after: {r:?}"))
+            })?;
+            prop_assert!(
+                retry <= 2 * INTERVAL,
+                "retry_after {:?} beyond two windows",
+                retry
+            );
+            prop_assert!(
+                r.estimate as f64 >= v.sliding - EPS,
+                "rate estimate {} below the true sliding count {}",
+                r.estimate,
+                v.sliding
+            );
+        }
+        other => prop_assert!(false, "unexpected reason {:?}", other),
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Property: never admit a key at or over its limit, for any interleaving (tiny sketches, tiny
+// exact stage), with the right reason on every rejection; and permits balance afterwards.
+
+const KEYS: u64 = 6;
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// Try to acquire `key`, as an `OwnedPermit` when `owned`.
+    Acquire { key: u64, owned: bool },
+    /// Drop the held permit at `pick % held.len()`.
+    Drop(usize),
+    /// Advance the test clock by this many nanoseconds.
+    Advance(u64),
+}
+
+fn op(keys: u64) -> impl Strategy<Value = Op> {
+    let advance = prop_oneof![
+        (1u64..=250).prop_map(|ms| ms * 1_000_000),
+        // Whole ticks: lands on window boundaries and simple fractions.
+        (1u64..=25).prop_map(|t| t * TICK.as_nanos() as u64),
+        Just(1u64),
+        1u64..=INTERVAL.as_nanos() as u64,
+    ];
+    prop_oneof![
+        8 => (0..keys, any::<bool>()).prop_map(|(key, owned)| Op::Acquire { key, owned }),
+        4 => any::<usize>().prop_map(Op::Drop),
+        2 => advance.prop_map(Op::Advance),
+    ]
+}
+
+#[derive(Debug, Clone)]
+struct Config {
+    max_inflight: Option<isize>,
+    max_rate: Option<isize>,
+    promotion: f64,
+    rows: usize,
+    columns: usize,
+    capacity: usize,
+}
+
+impl Config {
+    fn build(&self, clock: &ManualClock) -> Limiter<u64> {
+        let mut builder = Limiter::builder()
+            .promotion_threshold(self.promotion)
+            .sketch(self.rows, self.columns)
+            .exact_capacity(self.capacity)
+            .clock(clock);
+        if let Some(limit) = self.max_inflight {
+            builder = builder.max_inflight(limit);
+        }
+        if let Some(limit) = self.max_rate {
+            builder = builder.max_rate(limit, INTERVAL);
+        }
+        builder.build().unwrap()
+    }
+
+    /// How many requests a key alone gets with nothing held and empty windows.
+    fn alone(&self) -> isize {
+        self.max_inflight
+            .unwrap_or(isize::MAX)
+            .min(self.max_rate.unwrap_or(isize::MAX))
+    }
+}
+
+fn config() -> impl Strategy<Value = Config> {
+    let limits = prop_oneof![
+        (1isize..=4).prop_map(|l| (Some(l), None)),
+        (1isize..=6).prop_map(|l| (None, Some(l))),
+        (1isize..=4, 1isize..=6).prop_map(|(i, r)| (Some(i), Some(r))),
+    ];
+    let sketch = prop_oneof![
+        Just((1usize, 1usize)),
+        Just((1, 2)),
+        Just((2, 4)),
+        Just((3, 8)),
+        Just((4, 1024)),
+    ];
+    let capacity = prop_oneof![Just(1usize), Just(16), Just(1024)];
+    (limits, 0.1f64..=1.0, sketch, capacity).prop_map(
+        |((max_inflight, max_rate), promotion, (rows, columns), capacity)| Config {
+            max_inflight,
+            max_rate,
+            promotion,
+            rows,
+            columns,
+            capacity,
+        },
+    )
+}
+
+/// The exact model of every key, and the permits held.
+struct Model<'a> {
+    now: u64,
+    windows: Vec<WindowModel>,
+    held: Vec<(u64, AnyPermit<'a>)>,
+}
+
+impl<'a> Model<'a> {
+    fn new(keys: u64) -> Self {
+        Model {
+            now: 0,
+            windows: vec![WindowModel::default(); keys as usize],
+            held: Vec::new(),
+        }
+    }
+
+    fn held_for(&self, key: u64) -> isize {
+        self.held.iter().filter(|(k, _)| *k == key).count() as isize
+    }
+
+    fn verdict(&mut self, cfg: &Config, key: u64) -> Verdict {
+        let (bucket, fraction) = window_at(self.now, INTERVAL);
+        let w = &mut self.windows[key as usize];
+        w.roll_to(bucket);
+        let sliding = w.with_one_more(fraction);
+        let held = self.held_for(key);
+        Verdict {
+            held,
+            sliding,
+            inflight_ok: cfg.max_inflight.map_or(true, |l| held < l),
+            rate_ok: cfg.max_rate.map_or(true, |l| sliding <= l as f64 + EPS),
+        }
+    }
+
+    fn admitted(&mut self, key: u64, permit: AnyPermit<'a>) {
+        self.windows[key as usize].curr += 1;
+        self.held.push((key, permit));
+    }
+}
+
+/// Runs `ops` against a limiter and the model, checking every decision; `exact` also
+/// requires every request the model admits (by more than float slack) to be admitted.
+fn run_against_model(
+    cfg: &Config,
+    keys: u64,
+    ops: &[Op],
+    exact: bool,
+) -> Result<(), TestCaseError> {
+    let clock = ManualClock::new();
+    let limiter = cfg.build(&clock);
+    let mut model = Model::new(keys);
+    for op in ops {
+        match *op {
+            Op::Acquire { key, owned } => {
+                let v = model.verdict(cfg, key);
+                match acquire(&limiter, key, owned) {
+                    Ok(permit) => {
+                        prop_assert!(
+                            v.inflight_ok,
+                            "admitted key {} with {} already held (limit {:?})",
+                            key,
+                            v.held,
+                            cfg.max_inflight
+                        );
+                        prop_assert!(
+                            v.rate_ok,
+                            "admitted key {} at a sliding count of {} (limit {:?})",
+                            key,
+                            v.sliding,
+                            cfg.max_rate
+                        );
+                        model.admitted(key, permit);
+                    }
+                    Err(r) => {
+                        check_rejection(&r, &v, cfg.max_inflight, cfg.max_rate)?;
+                        let clearly_ok = v.inflight_ok
+                            && cfg.max_rate.map_or(true, |l| v.sliding <= l as f64 - EPS);
+                        prop_assert!(
+                            !(exact && clearly_ok),
+                            "over-rejected key {} ({:?}): {}",
+                            key,
+                            v,
+                            r
+                        );
+                    }
+                }
+            }
+            Op::Drop(pick) => {
+                if !model.held.is_empty() {
+                    let i = pick % model.held.len();
+                    drop(model.held.swap_remove(i));
+                }
+            }
+            Op::Advance(nanos) => {
+                clock.advance(Duration::from_nanos(nanos));
+                model.now += nanos;
+            }
+        }
+    }
+
+    // Every permit dropped: each key alone, with empty windows, gets exactly what its limits
+    // allow, and the next request is rejected for the tighter limit.
+    model.held.clear();
+    for key in 0..keys {
+        clock.advance(3 * INTERVAL);
+        let mut permits = Vec::new();
+        let rejected = loop {
+            match limiter.try_acquire(&key) {
+                Ok(p) => permits.push(p),
+                Err(r) => break r,
+            }
+            prop_assert!(
+                permits.len() as isize <= cfg.alone(),
+                "key {} over its limit",
+                key
+            );
+        };
+        prop_assert_eq!(
+            permits.len() as isize,
+            cfg.alone(),
+            "key {} after every permit dropped: {}",
+            key,
+            rejected
+        );
+        let expected = match cfg.max_inflight {
+            Some(l) if l == cfg.alone() => Reason::Inflight,
+            _ => Reason::Rate,
+        };
+        prop_assert_eq!(rejected.reason, expected);
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn never_admits_a_key_at_or_over_its_limit_and_balances_afterwards(
+        cfg in config(),
+        ops in prop::collection::vec(op(KEYS), 1..120),
+    ) {
+        run_against_model(&cfg, KEYS, &ops, false)?;
+    }
+
+    /// With one key and a sketch it has to itself, the sketch counts it exactly, so every
+    /// request the exact model admits must be admitted — below the promotion threshold
+    /// (sketch only) and above it (exact stage). A rate-only or in-flight-only limiter: with
+    /// both, a demoted and re-promoted key may carry rejected requests in a window the exact
+    /// stage did not see (the sketch counts offered load), which is allowed.
+    #[test]
+    fn a_lone_key_is_never_over_rejected(
+        limits in prop_oneof![
+            (1isize..=6).prop_map(|l| (Some(l), None)),
+            (1isize..=8).prop_map(|l| (None, Some(l))),
+        ],
+        promotion in 0.1f64..=1.0,
+        ops in prop::collection::vec(op(1), 1..150),
+    ) {
+        let cfg = Config {
+            max_inflight: limits.0,
+            max_rate: limits.1,
+            promotion,
+            rows: 4,
+            columns: 1024,
+            capacity: 16,
+        };
+        run_against_model(&cfg, 1, &ops, true)?;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Over-rejection: the exact stage admits a light key that shares every sketch counter with a
+// heavy one.
+
+/// A limiter whose sketch has one counter per row: every key shares the same counters, so
+/// the sketch's estimate for any key is the total of all keys.
+fn one_counter(clock: &ManualClock) -> floodgate::LimiterBuilder<String> {
+    Limiter::builder().sketch(1, 1).clock(clock)
+}
+
+#[test]
+fn a_light_key_sharing_the_sketch_with_a_heavy_one_gets_its_full_in_flight_limit() {
+    let clock = ManualClock::new();
+    let limiter = one_counter(&clock)
+        .max_inflight(4)
+        .promotion_threshold(0.25) // promote at one in flight
+        .build()
+        .unwrap();
+    // The light key is promoted on its first request and keeps its entry while it holds it.
+    let mut light = vec![limiter.try_acquire("light").unwrap()];
+    // The heavy key fills the shared counter: its own requests now count the light one too.
+    let heavy: Vec<_> = (0..8)
+        .filter_map(|_| limiter.try_acquire("heavy").ok())
+        .collect();
+    assert_eq!(
+        heavy.len(),
+        3,
+        "the heavy key is judged with the light key's permit"
+    );
+    // The shared counter now says 1 + 3 + this request = 5 > 4 for every key: a key the exact
+    // stage knows nothing about is rejected with that estimate.
+    let fresh = limiter.try_acquire("fresh").unwrap_err();
+    assert_eq!(
+        (fresh.reason, fresh.estimate, fresh.limit),
+        (Reason::Inflight, 5, 4)
+    );
+    // The light key's exact count is 1: it gets all 4 although the sketch says 5, 6, 7.
+    for n in 2..=4 {
+        match limiter.try_acquire("light") {
+            Ok(p) => light.push(p),
+            Err(r) => panic!("light key over-rejected at its permit {n}: {r}"),
+        }
+    }
+    let over = limiter.try_acquire("light").unwrap_err();
+    assert_eq!((over.reason, over.estimate), (Reason::Inflight, 5));
+}
+
+/// Fills every shard of a capacity-16 exact stage (one key per shard): 400 keys with one
+/// request each, all but the first few hot in a one-counter sketch, land in every one of the
+/// 16 shards except with probability below 16·(15/16)^396 ≈ 1e-10.
+fn fill_exact_stage(limiter: &Limiter<String>) {
+    for i in 0..400 {
+        let _ = limiter.try_acquire(&format!("filler-{i}"));
+    }
+    let stats = limiter.stats();
+    assert_eq!(stats.exact_capacity, 16);
+    assert_eq!(stats.promoted, 16, "every shard holds a promoted key");
+}
+
+/// Rate-limits a heavy key (30 requests per window) and a light one (1 per window, mid-window)
+/// that share the one sketch counter, for `windows` windows; returns whether each of the light
+/// key's requests was admitted.
+fn light_next_to_heavy(limiter: &Limiter<String>, clock: &ManualClock, windows: u32) -> Vec<bool> {
+    let mut admitted = Vec::new();
+    for _ in 0..windows {
+        for _ in 0..30 {
+            let _ = limiter.try_acquire("heavy");
+        }
+        clock.advance(INTERVAL / 2);
+        match limiter.try_acquire("light") {
+            Ok(_) => admitted.push(true),
+            Err(r) => {
+                // The one counter holds the heavy key's ~30 too.
+                assert!(r.estimate >= 16, "{r}");
+                admitted.push(false);
+            }
+        }
+        clock.advance(INTERVAL / 2);
+    }
+    admitted
+}
+
+#[test]
+fn a_light_key_sharing_the_sketch_with_a_heavy_one_is_admitted_by_rate_once_promoted() {
+    let clock = ManualClock::new();
+    let roomy = one_counter(&clock)
+        .max_rate(10, INTERVAL)
+        .exact_capacity(1024)
+        .build()
+        .unwrap();
+    let light = light_next_to_heavy(&roomy, &clock, 8);
+    // Promoted in window 0 with the sketch's count as its base; that base is gone from the
+    // sliding window after two windows, and from then on the exact counts decide.
+    assert_eq!(&light[2..], &[true; 6], "{light:?}");
+    assert!(roomy.heavy_hitters().iter().any(|h| h.key == "light"));
+
+    // The same traffic with the exact stage full: the sketch alone rejects the light key in
+    // every window. This is what the exact stage saved it from.
+    let clock = ManualClock::new();
+    let full = one_counter(&clock)
+        .max_rate(10, INTERVAL)
+        .exact_capacity(1)
+        .build()
+        .unwrap();
+    fill_exact_stage(&full);
+    let light = light_next_to_heavy(&full, &clock, 8);
+    assert_eq!(light, vec![false; 8]);
+    assert!(full.stats().exact_full > 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Permits balance, wherever and however they are dropped.
+
+/// Takes as many permits (up to `limit`) for each key as the limiter admits, in a mix of kinds.
+fn take_permits<'a>(
+    limiter: &'a Limiter<String>,
+    keys: &[&str],
+    limit: isize,
+) -> (Vec<Permit<'a, String>>, Vec<OwnedPermit<String>>) {
+    let (mut borrowed, mut owned) = (Vec::new(), Vec::new());
+    for key in keys {
+        for i in 0..limit {
+            if i % 2 == 0 {
+                borrowed.extend(limiter.try_acquire(*key).ok());
+            } else {
+                owned.extend(limiter.try_acquire_owned(*key).ok());
+            }
+        }
+    }
+    (borrowed, owned)
+}
+
+/// Each key alone can take exactly `limit` permits.
+fn assert_each_key_gets_exactly(limiter: &Limiter<String>, keys: &[&str], limit: isize) {
+    for key in keys {
+        let permits: Vec<_> = (0..limit)
+            .map(|i| {
+                limiter
+                    .try_acquire(*key)
+                    .unwrap_or_else(|r| panic!("{key}: permit {} rejected: {r}", i + 1))
+            })
+            .collect();
+        let r = limiter.try_acquire(*key).unwrap_err();
+        assert_eq!(
+            (r.reason, r.estimate),
+            (Reason::Inflight, limit + 1),
+            "{key}"
+        );
+        drop(permits);
+    }
+}
+
+#[test]
+fn permits_dropped_on_other_threads_in_a_panic_or_owned_give_every_slot_back() {
+    const LIMIT: isize = 6;
+    let keys = ["a", "b", "c", "d"];
+    // A sketch with no collisions, and one where all four keys share two counters.
+    for (rows, columns) in [(4, 4096), (1, 2)] {
+        let limiter: Limiter<String> = Limiter::builder()
+            .max_inflight(LIMIT)
+            .sketch(rows, columns)
+            .exact_capacity(16)
+            .build()
+            .unwrap();
+        for round in 0..3 {
+            let (mut borrowed, mut owned) = take_permits(&limiter, &keys, LIMIT);
+            if columns > 2 {
+                assert_eq!((borrowed.len(), owned.len()), (12, 12), "round {round}");
+            }
+            assert!(!borrowed.is_empty() && !owned.is_empty());
+            let unwinding = borrowed.split_off(borrowed.len() / 2);
+            let owned_unwinding = owned.split_off(owned.len() / 2);
+            // Dropped while a request handler panics, on this thread.
+            let result = catch_unwind(AssertUnwindSafe(move || {
+                let _held = (unwinding, owned_unwinding);
+                panic!("request handler panicked (expected by the test)");
+            }));
+            assert!(result.is_err());
+            thread::scope(|s| {
+                // Borrowed permits dropped on another thread, half of them in a panic there.
+                let panicking = borrowed.split_off(borrowed.len() / 2);
+                s.spawn(move || drop(borrowed));
+                let handle = s.spawn(move || {
+                    let _held = panicking;
+                    panic!("handler thread panicked (expected by the test)");
+                });
+                assert!(handle.join().is_err());
+                // Owned permits sent to another thread and dropped there.
+                let (tx, rx) = mpsc::channel::<OwnedPermit<String>>();
+                s.spawn(move || rx.into_iter().for_each(drop));
+                owned.into_iter().for_each(|p| tx.send(p).unwrap());
+            });
+            assert_each_key_gets_exactly(&limiter, &keys, LIMIT);
+        }
+        let stats = limiter.stats();
+        assert!(
+            stats.promotions >= 4,
+            "the exact stage took part: {stats:?}"
+        );
+    }
+}
+
+/// Held permits per key, counted by the test: incremented after an admission, decremented
+/// before the permit drops, so it never exceeds what the limiter really has admitted.
+struct HeldCounts(Vec<AtomicIsize>);
+
+impl HeldCounts {
+    fn new(keys: usize) -> Self {
+        HeldCounts((0..keys).map(|_| AtomicIsize::new(0)).collect())
+    }
+
+    /// Counts an admission and returns the count held now.
+    fn admitted(&self, key: usize) -> isize {
+        self.0[key].fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    fn released(&self, key: usize) {
+        self.0[key].fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// `threads` threads, each with its own clone of the limiter, acquire random keys (mostly the
+/// `hot` first ones), hold up to `hold` permits and drop random ones, for `ops` operations;
+/// asserts after every admission that no key holds more than `limit`.
+fn hammer(
+    limiter: &Limiter<u64>,
+    keys: usize,
+    hot: usize,
+    limit: isize,
+    threads: u64,
+    ops: usize,
+    hold: usize,
+) {
+    let held = HeldCounts::new(keys);
+    let stop = AtomicBool::new(false);
+    thread::scope(|s| {
+        for t in 0..threads {
+            let limiter = limiter.clone();
+            let (held, stop) = (&held, &stop);
+            s.spawn(move || {
+                let mut rng = StdRng::seed_from_u64(0x5eed + t);
+                let mut mine: VecDeque<(usize, AnyPermit<'_>)> = VecDeque::new();
+                for _ in 0..ops {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    if mine.len() >= hold || (!mine.is_empty() && rng.gen_bool(0.4)) {
+                        let i = rng.gen_range(0..mine.len());
+                        let (key, permit) = mine.swap_remove_back(i).unwrap();
+                        held.released(key);
+                        drop(permit);
+                        continue;
+                    }
+                    let key = if rng.gen_bool(0.7) {
+                        rng.gen_range(0..hot)
+                    } else {
+                        rng.gen_range(hot..keys)
+                    };
+                    if let Ok(permit) = acquire(&limiter, key as u64, rng.gen_bool(0.3)) {
+                        let now = held.admitted(key);
+                        if now > limit {
+                            stop.store(true, Ordering::Relaxed);
+                            panic!("key {key} has {now} permits held, limit {limit}");
+                        }
+                        mine.push_back((key, permit));
+                    }
+                }
+                for (key, permit) in mine {
+                    held.released(key);
+                    drop(permit);
+                }
+            });
+        }
+    });
+}
+
+/// Each of `keys` keys alone takes exactly `limit` permits.
+fn assert_balanced(limiter: &Limiter<u64>, keys: usize, limit: isize) {
+    for key in 0..keys as u64 {
+        let permits: Vec<_> = (0..limit)
+            .map(|i| {
+                limiter
+                    .try_acquire(&key)
+                    .unwrap_or_else(|r| panic!("key {key} permit {}: {r}", i + 1))
+            })
+            .collect();
+        assert_eq!(limiter.try_acquire(&key).unwrap_err().estimate, limit + 1);
+        drop(permits);
+    }
+}
+
+#[test]
+fn concurrent_sketch_decisions_never_hold_more_than_the_limit_and_balance_afterwards() {
+    const KEYS: usize = 24;
+    const LIMIT: isize = 3;
+    let limiter: Limiter<u64> = Limiter::builder()
+        .max_inflight(LIMIT)
+        .promotion_threshold(0.25) // promote at 1 in flight
+        .exact_capacity(1) // one key per shard
+        .build()
+        .unwrap();
+    // Fill the exact stage with keys that hold a permit (so they never cool down): every
+    // hot request of the test's keys is then decided by the sketch, the fallback path.
+    let fillers: Vec<_> = (1_000..1_400u64)
+        .map(|k| limiter.try_acquire(&k).unwrap())
+        .collect();
+    assert_eq!(limiter.stats().promoted, 16);
+    let full = limiter.stats().exact_full;
+    hammer(&limiter, KEYS, 3, LIMIT, 3, 200_000, 6);
+    assert!(
+        limiter.stats().exact_full > full + 1_000,
+        "{:?}",
+        limiter.stats()
+    );
+    drop(fillers);
+    assert_balanced(&limiter, KEYS, LIMIT);
+}
+
+#[test]
+fn concurrent_exact_stage_decisions_never_hold_more_than_the_limit_and_balance_afterwards() {
+    const KEYS: usize = 24;
+    const LIMIT: isize = 3;
+    // Collisions everywhere with a tiny exact stage; few collisions with a roomy one.
+    for (rows, columns, capacity) in [(2, 8, 1), (4, 1024, 64)] {
+        let limiter: Limiter<u64> = Limiter::builder()
+            .max_inflight(LIMIT)
+            .sketch(rows, columns)
+            .exact_capacity(capacity)
+            .build()
+            .unwrap();
+        hammer(&limiter, KEYS, 3, LIMIT, 3, 60_000, 6);
+        assert!(limiter.stats().promotions > 0);
+        assert_balanced(&limiter, KEYS, LIMIT);
+    }
+}
+
+/// Two threads each take a permit for one key, count it, give it back, `rounds` times, while
+/// `already_held` permits for the key are held elsewhere; returns the most held at once.
+fn churn_one_key(limiter: &Limiter<u64>, already_held: isize, rounds: usize) -> isize {
+    let held = AtomicIsize::new(already_held);
+    let most = AtomicIsize::new(already_held);
+    thread::scope(|s| {
+        for _ in 0..2 {
+            let limiter = limiter.clone();
+            let (held, most) = (&held, &most);
+            s.spawn(move || {
+                for _ in 0..rounds {
+                    if let Ok(permit) = limiter.try_acquire(&7) {
+                        let now = held.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        held.fetch_sub(1, Ordering::SeqCst);
+                        drop(permit);
+                    }
+                    if most.load(Ordering::Relaxed) > already_held + 1 {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    most.load(Ordering::SeqCst)
+}
+
+/// A promoted key at its limit of 1: thread A counts itself in the sketch and reads 1; thread B
+/// counts itself (2), takes the lock first and is admitted by the exact count (0 + 1); A then
+/// takes the lock and decides with min(its stale sketch read 1, exact 1 + 1) = 1: admitted.
+#[test]
+fn no_over_admission_when_two_requests_race_for_the_exact_stage_lock() {
+    let limiter: Limiter<u64> = Limiter::builder()
+        .max_inflight(1)
+        .promotion_threshold(1.0)
+        .build()
+        .unwrap();
+    let most = churn_one_key(&limiter, 0, 2_000_000);
+    assert!(most <= 1, "{most} permits held at once, limit 1");
+}
+
+/// One permit admitted before the promotion stays held (untracked, base 1); two threads take
+/// and give back the second slot. A release decrements the sketch, then (under the lock)
+/// `tracked`; a request deciding in between rebases with `estimate − 1 − tracked`, which
+/// counts the released permit twice, and lowers `base` to 0 for good: from then on the exact
+/// bound is one short and both threads are admitted next to the held permit.
+#[test]
+fn no_over_admission_when_a_release_races_a_rebase() {
+    let limiter: Limiter<u64> = Limiter::builder()
+        .max_inflight(2)
+        .promotion_threshold(1.0)
+        .build()
+        .unwrap();
+    let _admitted_before_promotion = limiter.try_acquire(&7).unwrap();
+    let most = churn_one_key(&limiter, 1, 2_000_000);
+    assert!(most <= 2, "{most} permits held at once, limit 2");
+}
+
+/// The rate form of the first race, over many keys at once: each key is promoted with one
+/// admitted request in the window (limit 2), then two threads walk the keys in step, one
+/// request each. Thread A counts itself in the sketch (2) and reads it; B counts itself (3),
+/// takes the lock first and is admitted by the exact count (1 + 1); A then decides with
+/// min(its stale sketch read 2, exact 2 + 1) = 2: admitted, the third in the window.
+#[test]
+fn no_rate_over_admission_when_two_requests_race_for_the_exact_stage_lock() {
+    const KEYS: u64 = 1_000;
+    let clock = ManualClock::new();
+    let limiter: Limiter<u64> = Limiter::builder()
+        .max_rate(2, INTERVAL)
+        .exact_capacity(KEYS as usize)
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let admitted: Vec<AtomicIsize> = (0..KEYS).map(|_| AtomicIsize::new(0)).collect();
+    for round in 0..300 {
+        // Two whole windows on: the previous window and the current one are empty.
+        clock.advance(2 * INTERVAL);
+        for (key, count) in (0..KEYS).zip(&admitted) {
+            let _ = limiter.try_acquire(&key).unwrap();
+            count.store(1, Ordering::SeqCst);
+        }
+        thread::scope(|s| {
+            for _ in 0..2 {
+                let (limiter, admitted) = (&limiter, &admitted);
+                s.spawn(move || {
+                    for (key, count) in (0..KEYS).zip(admitted) {
+                        if limiter.try_acquire(&key).is_ok() {
+                            count.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                });
+            }
+        });
+        for (key, count) in admitted.iter().enumerate() {
+            let n = count.load(Ordering::SeqCst);
+            assert!(
+                n <= 2,
+                "round {round}: key {key} admitted {n} times in one window, limit 2"
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reports: heavy hitters, stats, demotion.
+
+#[test]
+fn heavy_hitters_lists_the_flooded_keys_with_counts_and_rejections_but_not_the_light_ones() {
+    let limiter: Limiter<String> = Limiter::builder().max_inflight(4).build().unwrap();
+    let busy_1: Vec<_> = (0..10)
+        .filter_map(|_| limiter.try_acquire("busy-1").ok())
+        .collect();
+    let busy_2: Vec<_> = (0..7)
+        .filter_map(|_| limiter.try_acquire("busy-2").ok())
+        .collect();
+    let light: Vec<_> = (0..50)
+        .map(|i| limiter.try_acquire(&format!("light-{i}")).unwrap())
+        .collect();
+    assert_eq!((busy_1.len(), busy_2.len()), (4, 4));
+    let hitters = limiter.heavy_hitters();
+    let summary: Vec<_> = hitters
+        .iter()
+        .map(|h| (h.key.as_str(), h.inflight, h.rate, h.rejected))
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            ("busy-1", Some(4), None, 6), // most rejected first
+            ("busy-2", Some(4), None, 3),
+        ]
+    );
+    drop((busy_1, busy_2, light));
+}
+
+#[test]
+fn heavy_hitters_reports_admitted_rates_not_offered_load() {
+    let clock = ManualClock::new();
+    let limiter: Limiter<String> = Limiter::builder()
+        .max_rate(4, Duration::from_secs(1))
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let admitted = (0..10)
+        .filter(|_| limiter.try_acquire("busy").is_ok())
+        .count();
+    let _ = limiter.try_acquire("quiet").unwrap();
+    assert_eq!(admitted, 4);
+    let hitters = limiter.heavy_hitters();
+    assert_eq!(hitters.len(), 1, "{hitters:?}");
+    let busy = &hitters[0];
+    assert_eq!(
+        (busy.key.as_str(), busy.inflight, busy.rejected),
+        ("busy", None, 6)
+    );
+    // 10 offered, 4 admitted: the sketch says 10, the exact stage knows 4.
+    assert_eq!(busy.rate, Some(4.0));
+    clock.advance(Duration::from_millis(1500));
+    // Half of the previous window still counts.
+    assert_eq!(limiter.heavy_hitters()[0].rate, Some(2.0));
+}
+
+#[test]
+fn stats_count_promotions_and_exact_full_fallbacks() {
+    let limiter: Limiter<String> = Limiter::builder()
+        .max_inflight(2)
+        .exact_capacity(1) // one key per shard, 16 in all
+        .build()
+        .unwrap();
+    assert_eq!(
+        (limiter.stats().promotions, limiter.stats().exact_full),
+        (0, 0)
+    );
+    // Promotion at 1 in flight: each key's first request is hot, and holding it keeps the key
+    // from cooling down. 400 keys cover all 16 shards (but for odds of about 1e-10).
+    let held: Vec<_> = (0..400)
+        .map(|i| limiter.try_acquire(&format!("k{i}")).unwrap())
+        .collect();
+    let stats = limiter.stats();
+    assert_eq!(stats.exact_capacity, 16);
+    assert_eq!(stats.promoted, 16);
+    assert_eq!(stats.promotions, 16);
+    assert_eq!(
+        stats.exact_full,
+        400 - 16,
+        "every other hot key fell back to the sketch"
+    );
+    // Sketch-only decisions still hold the limit.
+    let k399 = limiter.try_acquire("k399");
+    let over = limiter.try_acquire("k399").unwrap_err();
+    assert!(k399.is_ok(), "the second permit fits the limit of 2");
+    assert_eq!((over.reason, over.limit), (Reason::Inflight, 2));
+    drop(held);
+}
+
+/// Floods `key` to its in-flight limit of 4 (promoted at 2), returns the permits.
+fn flood<'a>(limiter: &'a Limiter<String>, key: &str) -> Vec<Permit<'a, String>> {
+    let permits: Vec<_> = (0..6)
+        .filter_map(|_| limiter.try_acquire(key).ok())
+        .collect();
+    assert_eq!(permits.len(), 4);
+    permits
+}
+
+#[test]
+fn a_cooled_key_is_demoted_and_promoted_afresh() {
+    let limiter: Limiter<String> = Limiter::builder().max_inflight(4).build().unwrap();
+    let permits = flood(&limiter, "origin");
+    assert_eq!(limiter.stats().promotions, 1);
+    assert_eq!(limiter.stats().promoted, 1);
+    drop(permits); // in the order they were taken
+    assert_eq!(
+        limiter.stats().promoted,
+        0,
+        "demoted once nothing is in flight"
+    );
+    assert!(limiter.heavy_hitters().is_empty());
+    let permits = flood(&limiter, "origin");
+    assert_eq!(limiter.stats().promotions, 2, "promoted again");
+    assert_eq!(
+        limiter.heavy_hitters()[0].rejected,
+        2,
+        "counts start afresh"
+    );
+    drop(permits);
+}
+
+#[test]
+fn a_cooled_key_is_demoted_whatever_order_its_permits_drop_in() {
+    let limiter: Limiter<String> = Limiter::builder().max_inflight(4).build().unwrap();
+    let mut permits = flood(&limiter, "origin");
+    // The first permit was admitted by the sketch before the promotion; drop it last.
+    permits.reverse();
+    drop(permits);
+    let _permits = flood(&limiter, "origin");
+    assert_eq!(
+        limiter.stats().promotions,
+        2,
+        "{:?}",
+        limiter.heavy_hitters()
+    );
+    assert_eq!(
+        limiter.heavy_hitters()[0].rejected,
+        2,
+        "counts start afresh"
+    );
+}
+
+#[test]
+fn a_rate_limited_key_that_cooled_down_is_demoted() {
+    let clock = ManualClock::new();
+    let limiter: Limiter<String> = Limiter::builder()
+        .max_rate(10, Duration::from_secs(1))
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let flood_rate = || {
+        (0..20)
+            .filter(|_| limiter.try_acquire("origin").is_ok())
+            .count()
+    };
+    assert_eq!(flood_rate(), 10);
+    assert_eq!(limiter.stats().promotions, 1);
+    // Ten quiet windows later, one request (a sliding count of 1, under a quarter of the
+    // limit): the key is cold by any measure.
+    clock.advance(Duration::from_secs(10));
+    let _ = limiter.try_acquire("origin").unwrap();
+    let hitters = limiter.heavy_hitters();
+    assert!(
+        hitters.is_empty(),
+        "idle for 10 windows, still listed: {hitters:?}"
+    );
+    clock.advance(Duration::from_secs(2));
+    assert_eq!(flood_rate(), 10);
+    assert_eq!(limiter.stats().promotions, 2, "promoted afresh");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Construction errors.
+
+#[test]
+fn builder_rejects_bad_configs_with_the_right_error_and_a_helpful_message() {
+    type B = floodgate::LimiterBuilder<String>;
+    let base = || Limiter::<String>::builder();
+    let cases: Vec<(&str, B, ConfigError, &[&str])> = vec![
+        (
+            "no limit",
+            base(),
+            ConfigError::InvalidLimit("a limiter needs max_inflight, max_rate or both"),
+            &["max_inflight", "max_rate"],
+        ),
+        (
+            "max_inflight 0",
+            base().max_inflight(0),
+            ConfigError::InvalidLimit("max_inflight must be at least 1"),
+            &["max_inflight", "at least 1"],
+        ),
+        (
+            "max_inflight -1",
+            base().max_inflight(-1),
+            ConfigError::InvalidLimit("max_inflight must be at least 1"),
+            &["at least 1"],
+        ),
+        (
+            "max_rate 0",
+            base().max_rate(0, Duration::from_secs(1)),
+            ConfigError::InvalidLimit("max_rate must be at least 1"),
+            &["max_rate", "at least 1"],
+        ),
+        (
+            "promotion 0",
+            base().max_inflight(1).promotion_threshold(0.0),
+            ConfigError::InvalidLimit("the promotion threshold must be in (0, 1]"),
+            &["promotion", "(0, 1]"],
+        ),
+        (
+            "promotion 1.5",
+            base().max_inflight(1).promotion_threshold(1.5),
+            ConfigError::InvalidLimit("the promotion threshold must be in (0, 1]"),
+            &["promotion", "(0, 1]"],
+        ),
+        (
+            "promotion NaN",
+            base()
+                .max_rate(1, Duration::from_secs(1))
+                .promotion_threshold(f64::NAN),
+            ConfigError::InvalidLimit("the promotion threshold must be in (0, 1]"),
+            &["promotion", "(0, 1]"],
+        ),
+        (
+            "promotion -inf",
+            base()
+                .max_inflight(1)
+                .promotion_threshold(f64::NEG_INFINITY),
+            ConfigError::InvalidLimit("the promotion threshold must be in (0, 1]"),
+            &["promotion"],
+        ),
+        (
+            "exact capacity 0",
+            base().max_inflight(1).exact_capacity(0),
+            ConfigError::InvalidLimit("the exact stage needs a capacity of at least 1 key"),
+            &["capacity", "at least 1"],
+        ),
+        (
+            "zero sketch rows (in flight)",
+            base().max_inflight(1).sketch(0, 1024),
+            ConfigError::ZeroRows,
+            &["at least one row"],
+        ),
+        (
+            "zero sketch rows (rate)",
+            base().max_rate(1, Duration::from_secs(1)).sketch(0, 1024),
+            ConfigError::ZeroRows,
+            &["at least one row"],
+        ),
+        (
+            "zero sketch columns",
+            base().max_inflight(1).sketch(4, 0),
+            ConfigError::ZeroColumns,
+            &["at least one column"],
+        ),
+        (
+            "interval under a tick",
+            base().max_rate(10, Duration::from_millis(5)),
+            ConfigError::IntervalTooShort {
+                interval: Duration::from_millis(5),
+                min: TICK,
+            },
+            &["5ms", "10ms", "shorter"],
+        ),
+        (
+            "zero interval",
+            base().max_rate(10, Duration::ZERO),
+            ConfigError::IntervalTooShort {
+                interval: Duration::ZERO,
+                min: TICK,
+            },
+            &["shorter"],
+        ),
+    ];
+    for (what, builder, expected, words) in cases {
+        let err = builder
+            .build()
+            .err()
+            .unwrap_or_else(|| panic!("{what}: accepted"));
+        assert_eq!(err, expected, "{what}");
+        let message = err.to_string();
+        for word in words {
+            assert!(message.contains(word), "{what}: {message:?} lacks {word:?}");
+        }
+    }
+    // The edges that are allowed.
+    assert!(base()
+        .max_inflight(1)
+        .promotion_threshold(1.0)
+        .build()
+        .is_ok());
+    assert!(base()
+        .max_inflight(1)
+        .exact_capacity(1)
+        .sketch(1, 1)
+        .build()
+        .is_ok());
+    assert!(base().max_rate(1, TICK).build().is_ok());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rejected: Display and retry_after.
+
+#[test]
+fn rejected_display_mentions_the_estimate_the_limit_and_the_retry_time() {
+    let clock = ManualClock::new();
+    let limiter: Limiter<String> = Limiter::builder()
+        .max_inflight(2)
+        .max_rate(3, Duration::from_secs(1))
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let held: Vec<_> = (0..2).map(|_| limiter.try_acquire("k").unwrap()).collect();
+    let inflight = limiter.try_acquire("k").unwrap_err();
+    assert_eq!((inflight.estimate, inflight.limit), (3, 2));
+    let text = inflight.to_string();
+    assert!(text.contains('3') && text.contains("limit of 2"), "{text}");
+    assert!(
+        text.contains("in flight") && !text.contains("retry"),
+        "{text}"
+    );
+    drop(held);
+    let _third = limiter.try_acquire("k").unwrap();
+    let rate = limiter.try_acquire("k").unwrap_err();
+    assert_eq!(
+        (rate.reason, rate.estimate, rate.limit),
+        (Reason::Rate, 4, 3)
+    );
+    let text = rate.to_string();
+    assert!(text.contains('4') && text.contains("limit of 3"), "{text}");
+    assert!(text.contains("retry after"), "{text}");
+    let boxed: Box<dyn std::error::Error> = Box::new(rate);
+    assert!(boxed.to_string().contains("per interval"));
+}
+
+/// A rate-limited key on a fresh limiter: `before` requests at the start of window 0, then at
+/// `offset` into window 1, requests until one is rejected. Returns the limiter, its clock and
+/// the rejection (`None` if nothing was rejected).
+fn rate_scenario(
+    interval: Duration,
+    limit: isize,
+    before: isize,
+    offset: Duration,
+) -> (Limiter<String>, ManualClock, Option<Rejected>) {
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder()
+        .max_rate(limit, interval)
+        .sketch(4, 256)
+        .clock(&clock)
+        .build()
+        .unwrap();
+    for _ in 0..before {
+        let _ = limiter.try_acquire("k").unwrap();
+    }
+    clock.advance(interval + offset);
+    let rejected = (0..=2 * limit).find_map(|_| limiter.try_acquire("k").err());
+    (limiter, clock, rejected)
+}
+
+/// For many rate-limited scenarios (see [`rate_scenario`]), checks that the rejected request
+/// is rejected again `retry_after − 1ns` later and admitted `retry_after + slack` later (each
+/// on its own limiter, so one probe does not change what the other sees). Returns the
+/// scenarios that failed.
+fn retry_after_failures(slack: Duration) -> Vec<String> {
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for interval in [
+        Duration::from_secs(1),
+        Duration::from_millis(300),
+        Duration::from_millis(70),
+    ] {
+        for limit in [1, 2, 3, 5, 10] {
+            for before in 0..=limit {
+                for fraction in [0.0, 0.1, 0.37, 0.5, 0.9] {
+                    let offset = interval.mul_f64(fraction) + 3 * NS;
+                    let case = format!("interval {interval:?}, limit {limit}, {before} in window 0, then at {offset:?} into window 1");
+                    let (limiter, clock, rejected) = rate_scenario(interval, limit, before, offset);
+                    let r = rejected.unwrap_or_else(|| panic!("{case}: nothing rejected"));
+                    assert_eq!((r.reason, r.limit), (Reason::Rate, limit));
+                    let retry = r
+                        .retry_after
+                        .unwrap_or_else(|| panic!("{case}: no retry_after"));
+                    assert!(retry > Duration::ZERO, "{case}");
+                    let (twin, twin_clock, _) = rate_scenario(interval, limit, before, offset);
+                    twin_clock.advance(retry - NS);
+                    if twin.try_acquire("k").is_ok() {
+                        failures.push(format!("{case}: fits 1ns before retry_after {retry:?}"));
+                    }
+                    clock.advance(retry + slack);
+                    if let Err(again) = limiter.try_acquire("k") {
+                        failures.push(format!(
+                            "{case}: rejected {slack:?} after retry_after {retry:?}: {again}"
+                        ));
+                    };
+                    checked += 1;
+                }
+            }
+        }
+    }
+    // 3 intervals × (2 + 3 + 4 + 6 + 11) (limit, before) pairs × 5 offsets.
+    assert_eq!(checked, 390);
+    failures
+}
+
+#[test]
+fn retry_after_is_the_moment_the_same_request_fits_to_within_a_nanosecond() {
+    let failures = retry_after_failures(NS);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn retry_after_is_never_early() {
+    let failures = retry_after_failures(Duration::ZERO);
+    assert!(
+        failures.is_empty(),
+        "{} of 390 early:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn retry_after_holds_when_the_sketch_decides_alone() {
+    let clock = ManualClock::new();
+    let limiter: Limiter<String> = Limiter::builder()
+        .max_rate(4, Duration::from_secs(1))
+        .sketch(4, 4096)
+        .exact_capacity(1)
+        .clock(&clock)
+        .build()
+        .unwrap();
+    // Fill the exact stage with keys that stay hot (4 requests each, at the limit).
+    for i in 0..400 {
+        for _ in 0..4 {
+            let _ = limiter.try_acquire(&format!("filler-{i}"));
+        }
+    }
+    assert_eq!(limiter.stats().promoted, 16);
+    let full_before = limiter.stats().exact_full;
+    for _ in 0..4 {
+        let _ = limiter.try_acquire("k").unwrap();
+    }
+    let r = limiter.try_acquire("k").unwrap_err();
+    assert!(
+        limiter.stats().exact_full > full_before,
+        "decided by the sketch"
+    );
+    let retry = r.retry_after.unwrap();
+    clock.advance(retry);
+    if let Err(again) = limiter.try_acquire("k") {
+        panic!("rejected again after retry_after {retry:?}: {again}");
+    };
+}
