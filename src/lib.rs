@@ -66,3 +66,9 @@ pub use rate::{Rate, RateBuilder, RateComponents, PROPORTIONAL_RATE_ESTIMATE_CAL
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The migration guides' examples, run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/migrating-from-governor.md")]
+#[doc = include_str!("../docs/migrating-from-pingora-limits.md")]
+pub struct GuideDoctests;
