@@ -26,7 +26,8 @@ pub enum ConfigError {
     /// A sketch was asked for with zero columns (slots per row).
     ZeroColumns,
     /// The requested rows × columns (after rounding columns up to a power of two) exceed
-    /// [`Estimator::MAX_COUNTERS`](crate::Estimator::MAX_COUNTERS) counters.
+    /// [`Estimator::MAX_COUNTERS`](crate::Estimator::MAX_COUNTERS) counters (for a `Rate`,
+    /// across all its window slots).
     TooLarge {
         /// Rows asked for.
         rows: usize,
@@ -83,8 +84,8 @@ impl fmt::Display for ConfigError {
             }
             ConfigError::TooLarge { rows, columns } => write!(
                 f,
-                "a sketch of {rows} rows x {columns} columns (columns rounded up to a power of two) \
-                 exceeds the limit of {} counters",
+                "a sketch of {rows} rows x {columns} columns (columns rounded up to a power of two; \
+                 for a Rate, times its window slots) exceeds the limit of {} counters",
                 crate::Estimator::MAX_COUNTERS
             ),
             ConfigError::AllocationFailed { bytes } => {

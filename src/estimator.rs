@@ -107,20 +107,7 @@ impl Estimator {
     /// assert!(matches!(Estimator::try_new(1 << 20, 1 << 20), Err(ConfigError::TooLarge { .. })));
     /// ```
     pub fn try_new(rows: usize, columns: usize) -> Result<Self, ConfigError> {
-        if rows == 0 {
-            return Err(ConfigError::ZeroRows);
-        }
-        if columns == 0 {
-            return Err(ConfigError::ZeroColumns);
-        }
-        let too_large = ConfigError::TooLarge { rows, columns };
-        let width = columns
-            .checked_next_power_of_two()
-            .ok_or_else(|| too_large.clone())?;
-        let total = rows
-            .checked_mul(width)
-            .filter(|&n| n <= Self::MAX_COUNTERS)
-            .ok_or(too_large)?;
+        let (width, total) = checked_size(rows, columns, 1)?;
         let mut counters = Vec::new();
         counters
             .try_reserve_exact(total)
@@ -225,7 +212,7 @@ impl Estimator {
     /// The one keyed hash of a key that every operation starts from.
     #[inline]
     pub(crate) fn hash<T: Hash + ?Sized>(&self, key: &T) -> u64 {
-        self.hasher.hash_one(key)
+        keyed_hash(&self.hasher, key)
     }
 
     /// `incr` for a key already hashed with [`Estimator::hash`].
@@ -301,6 +288,43 @@ impl std::fmt::Debug for Estimator {
             .field("columns", &self.columns())
             .finish_non_exhaustive()
     }
+}
+
+/// The column count (rounded up to a power of two) and the total number of counters of
+/// `copies` sketches of `rows` × `columns`, or why they are not allowed: the total may not
+/// exceed [`Estimator::MAX_COUNTERS`]. Checked before anything is allocated.
+pub(crate) fn checked_size(
+    rows: usize,
+    columns: usize,
+    copies: usize,
+) -> Result<(usize, usize), ConfigError> {
+    if rows == 0 {
+        return Err(ConfigError::ZeroRows);
+    }
+    if columns == 0 {
+        return Err(ConfigError::ZeroColumns);
+    }
+    let too_large = || ConfigError::TooLarge { rows, columns };
+    let width = columns.checked_next_power_of_two().ok_or_else(too_large)?;
+    let total = rows
+        .checked_mul(width)
+        .filter(|&n| n.saturating_mul(copies) <= Estimator::MAX_COUNTERS)
+        .ok_or_else(too_large)?;
+    Ok((width, total))
+}
+
+/// The keyed 64-bit hash of `key`, through `Hash::hash` on a fresh hasher.
+///
+/// Not `RandomState::hash_one`: on a nightly compiler ahash specialises `hash_one` by type, so
+/// `hash_one(&5u64)` and `hash_one(&&5u64)` would differ, and `get(&key)` would read other
+/// counters than `incr(key)` counted in. `Hash` for a reference hashes what it points to, so
+/// this path gives one hash per key value however many references it is passed through.
+#[inline]
+pub(crate) fn keyed_hash<T: Hash + ?Sized>(hasher: &ahash::RandomState, key: &T) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut state = hasher.build_hasher();
+    key.hash(&mut state);
+    state.finish()
 }
 
 /// Rows and columns for a count-min sketch with error ε and failure probability δ.

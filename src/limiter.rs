@@ -40,6 +40,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::clock::ManualClock;
 use crate::error::ConfigError;
+use crate::estimator::keyed_hash;
 use crate::exact::{Entry, ExactStage, InflightCount, RateCount};
 use crate::rate::WindowView;
 use crate::sync::{AtomicU64, Ordering::Relaxed};
@@ -51,6 +52,8 @@ pub const DEFAULT_ROWS: usize = 4;
 pub const DEFAULT_COLUMNS: usize = 4096;
 /// Default capacity of the exact stage, in keys.
 pub const DEFAULT_EXACT_CAPACITY: usize = 1024;
+/// The largest exact-stage capacity a limiter accepts, in keys.
+pub const MAX_EXACT_CAPACITY: usize = 1 << 20;
 /// Default promotion threshold, as a fraction of each limit.
 pub const DEFAULT_PROMOTION: f64 = 0.5;
 
@@ -284,7 +287,8 @@ impl<K> LimiterBuilder<K> {
         self
     }
 
-    /// How many keys the exact stage holds at most (rounded up to a multiple of 16).
+    /// How many keys the exact stage holds at most (rounded up to a multiple of 16), from 1 to
+    /// [`MAX_EXACT_CAPACITY`].
     pub fn exact_capacity(mut self, keys: usize) -> Self {
         self.exact_capacity = keys;
         self
@@ -308,7 +312,8 @@ impl<K> LimiterBuilder<K> {
     /// # Errors
     ///
     /// [`ConfigError::InvalidLimit`] when no limit is set, a limit is below 1, the promotion
-    /// threshold is outside (0, 1] or the exact capacity is 0; the errors of
+    /// threshold is outside (0, 1] or the exact capacity is 0 or above
+    /// [`MAX_EXACT_CAPACITY`]; the errors of
     /// [`Estimator::try_new`] and [`RateBuilder::build`](crate::RateBuilder::build) for the
     /// sketch size and the interval.
     pub fn build(self) -> Result<Limiter<K>, ConfigError> {
@@ -331,6 +336,11 @@ impl<K> LimiterBuilder<K> {
         if self.exact_capacity == 0 {
             return Err(ConfigError::InvalidLimit(
                 "the exact stage needs a capacity of at least 1 key",
+            ));
+        }
+        if self.exact_capacity > MAX_EXACT_CAPACITY {
+            return Err(ConfigError::InvalidLimit(
+                "the exact stage's capacity may be at most 1,048,576 keys (MAX_EXACT_CAPACITY)",
             ));
         }
         let inflight = match self.max_inflight {
@@ -453,7 +463,7 @@ where
         Q: Hash + Eq + ?Sized,
     {
         let shared = &*self.shared;
-        let hash = shared.hasher.hash_one(key);
+        let hash = keyed_hash(&shared.hasher, key);
         if !shared.exact.flagged(hash) {
             return shared.estimate_hashed(hash, None);
         }
@@ -580,7 +590,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let hash = self.hasher.hash_one(key);
+        let hash = keyed_hash(&self.hasher, key);
         let sketched = Sketched {
             hash,
             inflight: self

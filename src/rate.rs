@@ -231,7 +231,8 @@ impl RateBuilder {
     /// (10 ms), [`ConfigError::IntervalTooLong`] beyond [`MAX_INTERVAL`],
     /// [`ConfigError::SubWindows`] for zero or more than [`MAX_SUB_WINDOWS`] sub-windows,
     /// [`ConfigError::SubWindowsDoNotDivide`] for an interval they do not divide into whole
-    /// nanoseconds, and the errors of [`Estimator::try_new`].
+    /// nanoseconds, and the errors of [`Estimator::try_new`] — where the limit on counters
+    /// applies to all k + 4 window slots together.
     pub fn build(self) -> Result<Rate, ConfigError> {
         let k = self.sub_windows;
         if k == 0 || k > MAX_SUB_WINDOWS {
@@ -260,6 +261,8 @@ impl RateBuilder {
                 sub_windows: k,
             });
         }
+        // The k + 4 slots together stay within the counters one sketch may have.
+        crate::estimator::checked_size(self.rows, self.columns, k + 4)?;
         let slots = (0..k + 4)
             .map(|bucket| {
                 Ok(Slot {

@@ -544,3 +544,18 @@ fn concurrent_updates_on_overlapping_keys_never_read_below_true_count() {
         );
     }
 }
+
+/// Regression: hashing through ahash's `hash_one` gave `&u64` and `&&u64` different hashes on
+/// nightly compilers (where ahash specialises it), so `get(&key)` read other counters than
+/// `incr(key)` had counted in, and under-counted.
+#[test]
+fn get_by_reference_reads_what_incr_by_value_counted() {
+    let sketch = Estimator::new(2, 32);
+    sketch.incr(0u64, 31);
+    assert_eq!(sketch.get(0u64), 31);
+    assert_eq!(sketch.get(&0u64), 31);
+    assert_eq!(sketch.get(&&0u64), 31);
+    let inflight = floodgate::Inflight::new();
+    let (_guard, _) = inflight.incr(&5u64, 1);
+    assert_eq!(inflight.get(5u64), 1);
+}

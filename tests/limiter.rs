@@ -1315,3 +1315,37 @@ fn retry_after_holds_when_the_sketch_decides_alone() {
         panic!("rejected again after retry_after {retry:?}: {again}");
     };
 }
+
+/// Regression: an exact capacity of 2^40 keys aborted the process on allocation instead of
+/// returning an error.
+#[test]
+fn an_exact_capacity_above_the_maximum_is_an_error_not_an_abort() {
+    for capacity in [
+        floodgate::limiter::MAX_EXACT_CAPACITY + 1,
+        1 << 40,
+        usize::MAX,
+    ] {
+        let err = Limiter::<u64>::builder()
+            .max_inflight(1)
+            .exact_capacity(capacity)
+            .build()
+            .unwrap_err();
+        assert!(
+            matches!(err, ConfigError::InvalidLimit(_)),
+            "{capacity}: {err:?}"
+        );
+        assert!(err.to_string().contains("at most"), "{err}");
+    }
+}
+
+/// A `Rate` holds k + 4 window sketches: the counter limit applies to them together, so a
+/// configuration that would need tens of gigabytes is refused, not attempted.
+#[test]
+fn a_rate_whose_window_slots_together_exceed_the_counter_limit_is_refused() {
+    let err = floodgate::Rate::builder(Duration::from_secs(64))
+        .sub_windows(64)
+        .estimator(1, floodgate::Estimator::MAX_COUNTERS)
+        .build()
+        .unwrap_err();
+    assert!(matches!(err, ConfigError::TooLarge { .. }), "{err:?}");
+}
