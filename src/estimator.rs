@@ -320,6 +320,7 @@ pub(crate) fn checked_size(
 /// counters than `incr(key)` counted in. `Hash` for a reference hashes what it points to, so
 /// this path gives one hash per key value however many references it is passed through.
 #[inline]
+#[allow(clippy::manual_hash_one)] // deliberately not `hash_one`: see above
 pub(crate) fn keyed_hash<T: Hash + ?Sized>(hasher: &ahash::RandomState, key: &T) -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut state = hasher.build_hasher();

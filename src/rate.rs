@@ -584,10 +584,19 @@ impl RateCore {
     }
 
     /// Clears the slot for bucket `bucket`, unless it was already cleared for it (or a later
-    /// bucket): idempotent, so late or duplicate ticks do nothing.
+    /// bucket): idempotent, so late or duplicate ticks do nothing. Also does nothing when the
+    /// bucket starts less than a tick from now, by a clock read just before the clearing: a
+    /// tick that runs late (its thread preempted, many `Rate`s ticked before this one) must
+    /// not clear a bucket that requests may already be counting in. The slot then keeps stale
+    /// counts, which can only over-count.
     fn prepare(&self, bucket: u64) {
         let slot = self.slot(bucket);
         if slot.bucket.load(Ordering::Relaxed) >= bucket {
+            return;
+        }
+        let elapsed = self.time.precise().saturating_sub(self.start);
+        let begins = bucket.saturating_mul(self.bucket_nanos);
+        if begins.saturating_sub(elapsed) < TICK_NANOS {
             return;
         }
         slot.counts.reset();
@@ -601,17 +610,10 @@ impl Tick for RateCore {
         let elapsed = now.saturating_sub(self.start);
         let current = elapsed / self.bucket_nanos;
         self.current_hint.fetch_max(current, Ordering::Relaxed);
-        // The next bucket only while it is at least a tick away (it normally was cleared as
-        // "two ahead" a bucket ago; this catches up after a late tick), then the one after it,
-        // which is always at least a whole bucket away.
-        let next = current + 1;
-        if next
-            .saturating_mul(self.bucket_nanos)
-            .saturating_sub(elapsed)
-            >= TICK_NANOS
-        {
-            self.prepare(next);
-        }
+        // The next bucket (normally cleared as "two ahead" a bucket ago; this catches up after
+        // a late tick), then the one after it. `prepare` reads the clock again and leaves
+        // alone a bucket that starts within a tick.
+        self.prepare(current + 1);
         self.prepare(current + 2);
     }
 }

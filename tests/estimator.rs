@@ -549,6 +549,7 @@ fn concurrent_updates_on_overlapping_keys_never_read_below_true_count() {
 /// nightly compilers (where ahash specialises it), so `get(&key)` read other counters than
 /// `incr(key)` had counted in, and under-counted.
 #[test]
+#[allow(clippy::needless_borrows_for_generic_args)] // the references are the point
 fn get_by_reference_reads_what_incr_by_value_counted() {
     let sketch = Estimator::new(2, 32);
     sketch.incr(0u64, 31);
