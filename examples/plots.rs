@@ -1,0 +1,575 @@
+//! The figures of the comparison report, drawn with plotters' SVG backend.
+//!
+//! Run with `cargo run --release --example plots -- [--csv PATH] [--out DIR]`;
+//! `scripts/compare` runs it at the end of its run. It writes two files to DIR (default
+//! `docs`):
+//!
+//! - `overestimate.svg`: how far a count-min sketch's estimates are above the true counts,
+//!   against the sketch's width, next to the count-min bound. A fixed stream of 1,000,000
+//!   keys drawn from a Zipf distribution (s = 1.0 over 1,000,000 keys, seeded, so every run
+//!   sees the same stream) is fed into a floodgate [`Estimator`] of H rows × N columns for
+//!   N = 2^8 … 2^16 and H = 4 and 2; for every distinct key of the stream the over-estimate is
+//!   `estimate − true count` (never negative: the example checks it). The chart shows their
+//!   mean and 99th percentile on log-log axes, with the bound ε·total = (e/N)·total: with
+//!   probability at least 1 − δ = 1 − e^−H a key's over-estimate is at most that
+//!   (Cormode & Muthukrishnan, 2005). The same figures are printed as a Markdown table.
+//!   The hash keys are random per instance (by design), so the figures vary a little from
+//!   run to run.
+//! - `ns_per_op.svg`: median ns per operation of each structure, by part, workload and
+//!   thread count, one panel per part, from the CSV that `scripts/compare` writes (default
+//!   `target/compare/results.csv`; columns `part,part_title,workload,threads,structure,
+//!   label,median_ns`, and more that are ignored). Skipped, with a note, when the default
+//!   CSV does not exist; an error when a `--csv` given on the command line does not.
+
+use std::collections::HashMap;
+use std::error::Error;
+use std::path::{Path, PathBuf};
+
+use floodgate::Estimator;
+use plotters::element::DashedPathElement;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use rand_distr::{Distribution, Zipf};
+
+/// Keys are Zipf ranks in `1..=KEYS`.
+const KEYS: u64 = 1_000_000;
+/// Increments in the stream (the sketch's total count).
+const STREAM: usize = 1_000_000;
+/// Sketch widths 2^8 … 2^16.
+const WIDTH_BITS: std::ops::RangeInclusive<u32> = 8..=16;
+/// Sketch depths, each drawn as its own pair of series.
+const DEPTHS: [usize; 2] = [4, 2];
+const SEED: u64 = 0x0f10_0d6a_7e01;
+const DEFAULT_CSV: &str = "target/compare/results.csv";
+
+type Result<T> = std::result::Result<T, Box<dyn Error>>;
+
+fn main() -> Result<()> {
+    let mut csv: Option<PathBuf> = None;
+    let mut out = PathBuf::from("docs");
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--csv" => csv = Some(args.next().ok_or("--csv needs a path")?.into()),
+            "--out" => out = args.next().ok_or("--out needs a directory")?.into(),
+            _ => return Err(format!("unknown argument {arg:?}; use --csv PATH, --out DIR").into()),
+        }
+    }
+    std::fs::create_dir_all(&out)?;
+
+    let rows = overestimates();
+    print_overestimates(&rows);
+    let path = out.join("overestimate.svg");
+    draw_overestimates(&rows, &path)?;
+    eprintln!("plots: wrote {}", path.display());
+
+    let (csv, explicit) = match csv {
+        Some(csv) => (csv, true),
+        None => (PathBuf::from(DEFAULT_CSV), false),
+    };
+    if !explicit && !csv.exists() {
+        eprintln!(
+            "plots: {} not found (scripts/compare writes it); ns_per_op.svg skipped",
+            csv.display()
+        );
+        return Ok(());
+    }
+    let text =
+        std::fs::read_to_string(&csv).map_err(|e| format!("cannot read {}: {e}", csv.display()))?;
+    let parts = parse_results(&text).map_err(|e| format!("{}: {e}", csv.display()))?;
+    let path = out.join("ns_per_op.svg");
+    draw_ns_per_op(&parts, &path)?;
+    eprintln!("plots: wrote {}", path.display());
+    Ok(())
+}
+
+// ---- over-estimation ----
+
+/// The over-estimates of one sketch size, over the distinct keys of the stream.
+struct Overestimate {
+    rows: usize,
+    columns: usize,
+    mean: f64,
+    p99: i64,
+    max: i64,
+    /// Keys whose over-estimate is above ε·total.
+    over_bound: usize,
+    keys: usize,
+}
+
+impl Overestimate {
+    fn epsilon(&self) -> f64 {
+        std::f64::consts::E / self.columns as f64
+    }
+
+    fn bound(&self) -> f64 {
+        self.epsilon() * STREAM as f64
+    }
+
+    fn delta(&self) -> f64 {
+        (-(self.rows as f64)).exp()
+    }
+}
+
+fn overestimates() -> Vec<Overestimate> {
+    let zipf = Zipf::new(KEYS, 1.0).expect("valid Zipf parameters");
+    let mut rng = StdRng::seed_from_u64(SEED);
+    let stream: Vec<u64> = (0..STREAM).map(|_| zipf.sample(&mut rng) as u64).collect();
+    let mut truth = vec![0i64; KEYS as usize + 1];
+    for &key in &stream {
+        truth[key as usize] += 1;
+    }
+    let distinct: Vec<u64> = (1..=KEYS).filter(|&k| truth[k as usize] > 0).collect();
+
+    let mut results = Vec::new();
+    for rows in DEPTHS {
+        for bits in WIDTH_BITS {
+            let columns = 1usize << bits;
+            let sketch = Estimator::new(rows, columns);
+            for &key in &stream {
+                sketch.incr(key, 1);
+            }
+            let mut over: Vec<i64> = distinct
+                .iter()
+                .map(|&key| {
+                    let over = sketch.get(key) as i64 - truth[key as usize];
+                    assert!(over >= 0, "key {key} under-counted by {}", -over);
+                    over
+                })
+                .collect();
+            over.sort_unstable();
+            let n = over.len();
+            let mut row = Overestimate {
+                rows,
+                columns,
+                mean: over.iter().sum::<i64>() as f64 / n as f64,
+                p99: over[((n as f64 * 0.99).ceil() as usize).clamp(1, n) - 1],
+                max: over[n - 1],
+                over_bound: 0,
+                keys: n,
+            };
+            let bound = row.bound();
+            row.over_bound = over.iter().filter(|&&o| o as f64 > bound).count();
+            results.push(row);
+        }
+    }
+    results
+}
+
+fn print_overestimates(rows: &[Overestimate]) {
+    println!(
+        "Over-estimation: Zipf s=1.0 over {} keys, {} increments (seeded), {} distinct \
+         keys; per key, estimate − true count.",
+        thousands(KEYS),
+        thousands(STREAM as u64),
+        thousands(rows.first().map_or(0, |r| r.keys as u64))
+    );
+    println!();
+    println!(
+        "| H × N | ε = e/N | bound ε·total | mean | p99 | max | keys over the bound | δ = e^−H |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for r in rows {
+        println!(
+            "| {}×{} | {:.2e} | {:.1} | {:.2} | {} | {} | {:.3}% | {:.2}% |",
+            r.rows,
+            r.columns,
+            r.epsilon(),
+            r.bound(),
+            r.mean,
+            r.p99,
+            r.max,
+            100.0 * r.over_bound as f64 / r.keys as f64,
+            100.0 * r.delta(),
+        );
+    }
+}
+
+const BLUE_DARK: RGBColor = RGBColor(31, 119, 180);
+const ORANGE: RGBColor = RGBColor(230, 85, 13);
+
+fn draw_overestimates(rows: &[Overestimate], path: &Path) -> Result<()> {
+    let root = SVGBackend::new(path, (1000, 680)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let widths: Vec<f64> = WIDTH_BITS.map(|b| f64::from(1u32 << b)).collect();
+    // Log axes: leave out zero means and percentiles (a perfect sketch has nothing to plot).
+    let positive = rows
+        .iter()
+        .flat_map(|r| [r.mean, r.p99 as f64, r.bound()])
+        .filter(|&v| v > 0.0);
+    let (low, high) = positive.fold((f64::MAX, 0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    // Whole decades, so that both ends of the y axis carry a label.
+    let (low, high) = (
+        10f64.powf(low.log10().floor()),
+        10f64.powf(high.log10().ceil()),
+    );
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!(
+                "Count-min over-estimate per key vs sketch width \
+                 (Zipf s=1.0, {} increments over {} keys)",
+                thousands(STREAM as u64),
+                thousands(KEYS)
+            ),
+            ("sans-serif", 22),
+        )
+        .margin(20)
+        .x_label_area_size(60)
+        .y_label_area_size(90)
+        .build_cartesian_2d(
+            (widths[0] / 1.25..widths[widths.len() - 1] * 1.25)
+                .log_scale()
+                .with_key_points(widths.clone()),
+            (low..high).log_scale(),
+        )?;
+    chart
+        .configure_mesh()
+        .x_desc("sketch width N (columns per row)")
+        .y_desc("estimate − true count")
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| {
+            if *y >= 1.0 {
+                format!("{y:.0}")
+            } else {
+                format!("{y}")
+            }
+        })
+        .axis_desc_style(("sans-serif", 18))
+        .label_style(("sans-serif", 16))
+        .light_line_style(WHITE.mix(0.0))
+        .draw()?;
+
+    let bound: Vec<(f64, f64)> = rows
+        .iter()
+        .filter(|r| r.rows == DEPTHS[0])
+        .map(|r| (r.columns as f64, r.bound()))
+        .collect();
+    chart
+        .draw_series(LineSeries::new(bound, BLACK.stroke_width(3)))?
+        .label("bound ε·total = (e/N)·total")
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], BLACK.stroke_width(3)));
+
+    for (depth, color) in DEPTHS.into_iter().zip([BLUE_DARK, ORANGE]) {
+        let of_depth: Vec<&Overestimate> = rows.iter().filter(|r| r.rows == depth).collect();
+        let mean: Vec<(f64, f64)> = of_depth
+            .iter()
+            .map(|r| (r.columns as f64, r.mean))
+            .filter(|&(_, v)| v > 0.0)
+            .collect();
+        let p99: Vec<(f64, f64)> = of_depth
+            .iter()
+            .map(|r| (r.columns as f64, r.p99 as f64))
+            .filter(|&(_, v)| v > 0.0)
+            .collect();
+        chart
+            .draw_series(LineSeries::new(mean.clone(), color.stroke_width(2)))?
+            .label(format!("mean, H = {depth}"))
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2)));
+        chart.draw_series(mean.iter().map(|&p| Circle::new(p, 4, color.filled())))?;
+        chart
+            .draw_series(DashedLineSeries::new(
+                p99.clone(),
+                8,
+                5,
+                color.stroke_width(2),
+            ))?
+            .label(format!("99th percentile, H = {depth}"))
+            .legend(move |(x, y)| {
+                DashedPathElement::new([(x, y), (x + 20, y)], 6, 4, color.stroke_width(2))
+            });
+        chart.draw_series(
+            p99.iter()
+                .map(|&p| TriangleMarker::new(p, 5, color.filled())),
+        )?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .label_font(("sans-serif", 16))
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+/// `1234567` as `1,234,567`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, d) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(d);
+    }
+    out
+}
+
+// ---- ns per operation ----
+
+/// One part's results: categories are (workload, threads) in the CSV's order.
+struct Part {
+    title: String,
+    categories: Vec<(String, String)>,
+    /// (structure, label) in the CSV's order.
+    structures: Vec<(String, String)>,
+    median_ns: HashMap<(usize, usize), f64>,
+}
+
+fn parse_results(text: &str) -> std::result::Result<Vec<Part>, String> {
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().ok_or("empty file")?.split(',').collect();
+    let column = |name: &str| {
+        header
+            .iter()
+            .position(|&h| h == name)
+            .ok_or(format!("no column {name:?}"))
+    };
+    let [part, title, workload, threads, structure, label, median] = [
+        "part",
+        "part_title",
+        "workload",
+        "threads",
+        "structure",
+        "label",
+        "median_ns",
+    ]
+    .map(column);
+    let (part, title, workload, threads) = (part?, title?, workload?, threads?);
+    let (structure, label, median) = (structure?, label?, median?);
+
+    let mut parts: Vec<(String, Part)> = Vec::new();
+    for (n, line) in lines.enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let fields: Vec<&str> = line.split(',').collect();
+        if fields.len() != header.len() {
+            return Err(format!(
+                "line {}: {} fields, expected {}",
+                n + 2,
+                fields.len(),
+                header.len()
+            ));
+        }
+        let value: f64 = fields[median]
+            .parse()
+            .map_err(|e| format!("line {}: median_ns {:?}: {e}", n + 2, fields[median]))?;
+        let i = match parts.iter().position(|(name, _)| name == fields[part]) {
+            Some(i) => i,
+            None => {
+                parts.push((
+                    fields[part].to_string(),
+                    Part {
+                        title: fields[title].to_string(),
+                        categories: Vec::new(),
+                        structures: Vec::new(),
+                        median_ns: HashMap::new(),
+                    },
+                ));
+                parts.len() - 1
+            }
+        };
+        let p = &mut parts[i].1;
+        let category = (fields[workload].to_string(), fields[threads].to_string());
+        let c = index_of(&mut p.categories, category);
+        let s = index_of(
+            &mut p.structures,
+            (fields[structure].to_string(), fields[label].to_string()),
+        );
+        p.median_ns.insert((c, s), value);
+    }
+    if parts.is_empty() {
+        return Err("no results".into());
+    }
+    Ok(parts.into_iter().map(|(_, p)| p).collect())
+}
+
+fn index_of<T: PartialEq>(items: &mut Vec<T>, item: T) -> usize {
+    match items.iter().position(|i| *i == item) {
+        Some(i) => i,
+        None => {
+            items.push(item);
+            items.len() - 1
+        }
+    }
+}
+
+/// One colour per library, a lighter shade for a variant (the small sketch, the owned guard).
+fn color_of(structure: &str) -> RGBColor {
+    let light = structure.contains("3x1024") || structure.contains("owned");
+    let (dark, pale) = if structure.starts_with("floor") {
+        (RGBColor(99, 99, 99), RGBColor(189, 189, 189))
+    } else if structure.starts_with("floodgate") {
+        (BLUE_DARK, RGBColor(130, 190, 230))
+    } else if structure.starts_with("pingora") {
+        (ORANGE, RGBColor(253, 190, 133))
+    } else if structure.starts_with("dashmap") {
+        (RGBColor(44, 160, 44), RGBColor(161, 217, 155))
+    } else if structure.starts_with("mutex") {
+        (RGBColor(214, 39, 40), RGBColor(252, 146, 114))
+    } else if structure.starts_with("governor") {
+        (RGBColor(117, 107, 177), RGBColor(188, 189, 220))
+    } else {
+        (RGBColor(140, 86, 75), RGBColor(196, 156, 148))
+    };
+    if light {
+        pale
+    } else {
+        dark
+    }
+}
+
+fn threads_label(threads: &str) -> String {
+    match threads.strip_suffix('t') {
+        Some("1") => "1 thread".to_string(),
+        Some(n) => format!("{n} threads"),
+        None => threads.to_string(),
+    }
+}
+
+/// The 1-2-5 steps from the largest at or below `low` to the smallest at or above `high`.
+fn one_two_five(low: f64, high: f64) -> Vec<f64> {
+    let mut steps = Vec::new();
+    let mut decade = 10f64.powf(low.log10().floor());
+    while steps.last().copied().unwrap_or(0.0) < high {
+        steps.extend([1.0, 2.0, 5.0].map(|step| step * decade));
+        decade *= 10.0;
+    }
+    let first = steps.iter().rposition(|&t| t <= low).unwrap_or(0);
+    let last = steps
+        .iter()
+        .position(|&t| t >= high)
+        .unwrap_or(steps.len() - 1);
+    steps[first..=last].to_vec()
+}
+
+/// A median for a label: three significant digits at most.
+fn format_ns(ns: f64) -> String {
+    if ns < 10.0 {
+        format!("{ns:.2}")
+    } else if ns < 100.0 {
+        format!("{ns:.1}")
+    } else {
+        format!("{ns:.0}")
+    }
+}
+
+const PANEL_HEIGHT: u32 = 380;
+const WIDTH: u32 = 1400;
+const LEGEND_WIDTH: u32 = 250;
+/// x units per category in the ns/op panels.
+const UNIT: i32 = 1000;
+
+fn draw_ns_per_op(parts: &[Part], path: &Path) -> Result<()> {
+    let height = PANEL_HEIGHT * parts.len() as u32 + 60;
+    let root = SVGBackend::new(path, (WIDTH, height)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let root = root.titled(
+        "Median ns per operation (log scale; lower is better; 2 threads: per operation of \
+         the aggregate throughput)",
+        ("sans-serif", 22),
+    )?;
+    let panels = root.split_evenly((parts.len(), 1));
+    for (part, panel) in parts.iter().zip(&panels) {
+        let (plot, legend) = panel.split_horizontally(WIDTH - LEGEND_WIDTH);
+        let values = part.median_ns.values().copied();
+        let (low, high) = values.fold((f64::MAX, 0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
+        // The y axis from a 1-2-5 step below the fastest to one above the slowest, a label
+        // at every 1-2-5 step between (plotters' own log ticks leave narrow ranges bare).
+        let ticks = one_two_five(low / 1.2, high * 1.2);
+        let (low, high) = (ticks[0], ticks[ticks.len() - 1]);
+        let categories = part.categories.len();
+        // Integer x coordinates, UNIT per category (plotters' f64 axes take no custom key
+        // points with a custom formatter); a tick and a label at each category's centre.
+        let centers: Vec<i32> = (0..categories as i32)
+            .map(|c| c * UNIT + UNIT / 2)
+            .collect();
+        let names: Vec<String> = part
+            .categories
+            .iter()
+            .map(|(w, t)| format!("{w}, {}", threads_label(t)))
+            .collect();
+        let mut chart = ChartBuilder::on(&plot)
+            .caption(&part.title, ("sans-serif", 20))
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(80)
+            .build_cartesian_2d(
+                (0..categories as i32 * UNIT).with_key_points(centers),
+                (low..high).log_scale().with_key_points(ticks),
+            )?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .light_line_style(WHITE.mix(0.0))
+            .y_desc("ns/op")
+            .x_label_formatter(&|x| {
+                names
+                    .get((x / UNIT).max(0) as usize)
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .y_label_formatter(&|y| format!("{y}"))
+            .axis_desc_style(("sans-serif", 16))
+            .label_style(("sans-serif", 15))
+            .draw()?;
+
+        let slot = UNIT * 84 / 100 / part.structures.len() as i32;
+        // Each bar's value above it, where the bars are wide enough for the text.
+        let bar_pixels = (plot.dim_in_pixel().0 as i32 - 100) * slot / (categories as i32 * UNIT);
+        let value_labels = bar_pixels >= 34;
+        for (s, (structure, _)) in part.structures.iter().enumerate() {
+            let color = color_of(structure);
+            if value_labels {
+                let labels = (0..categories).filter_map(|c| {
+                    let value = *part.median_ns.get(&(c, s))?;
+                    let x = c as i32 * UNIT + UNIT * 8 / 100 + s as i32 * slot + slot * 9 / 20;
+                    Some(Text::new(
+                        format_ns(value),
+                        (x, value),
+                        ("sans-serif", 13)
+                            .into_font()
+                            .color(&BLACK)
+                            .pos(Pos::new(HPos::Center, VPos::Bottom)),
+                    ))
+                });
+                chart.draw_series(labels)?;
+            }
+            let bars = (0..categories).filter_map(|c| {
+                let value = *part.median_ns.get(&(c, s))?;
+                let x0 = c as i32 * UNIT + UNIT * 8 / 100 + s as i32 * slot;
+                Some(Rectangle::new(
+                    [(x0, low), (x0 + slot * 9 / 10, value)],
+                    color.filled(),
+                ))
+            });
+            chart.draw_series(bars)?;
+        }
+        // Separators between workloads, where the threads change back to the first count.
+        let separators =
+            (1..categories).filter(|&c| part.categories[c].0 != part.categories[c - 1].0);
+        chart.draw_series(separators.map(|c| {
+            PathElement::new(
+                [(c as i32 * UNIT, low), (c as i32 * UNIT, high)],
+                BLACK.mix(0.3).stroke_width(1),
+            )
+        }))?;
+
+        let legend = legend.margin(45, 10, 5, 5);
+        for (s, (structure, label)) in part.structures.iter().enumerate() {
+            let y = 24 * s as i32;
+            legend.draw(&Rectangle::new(
+                [(0, y), (16, y + 16)],
+                color_of(structure).filled(),
+            ))?;
+            legend.draw(&Text::new(
+                label.as_str(),
+                (24, y + 1),
+                ("sans-serif", 16).into_font(),
+            ))?;
+        }
+    }
+    root.present()?;
+    Ok(())
+}
