@@ -219,18 +219,27 @@ impl Estimator {
     #[inline]
     pub(crate) fn incr_hashed(&self, hash: u64, value: isize) -> isize {
         let mut added = isize::MAX;
-        self.for_each_counter(hash, |c| added = added.min(counter::add(c, value)));
-        // Re-read instead of taking the min of the values the adds returned. Rows are updated
-        // one at a time, so two concurrent increments of one key can each come first in a
-        // different row, and each would see a count of 1 that way although both are counted.
-        // A read after all our adds sees, in every row, every increment that came before it
-        // in the total order of counter accesses (they are all `SeqCst`, see `counter`), so
-        // of m concurrent increments the last to finish reads at least m — the property a
-        // limiter's admission decision rests on. The max with what the adds returned keeps
-        // the increment's own value in the estimate even if the counters were cleared in
-        // between (a `Rate` slot reused under a reader that fell behind).
+        let mut lowest = None;
+        self.for_each_row(hash, |_, c| {
+            let now = counter::add(c, value);
+            if now < added {
+                added = now;
+                lowest = Some(c);
+            }
+        });
+        // Not just the min of the values the adds returned: rows are updated one at a time, so
+        // two concurrent increments of one key can each come first in a different row, and
+        // each would see a count of 1 that way although both are counted. So read the row
+        // that gave the min once more, after all our adds. Every counter access is `SeqCst`
+        // (see `counter`): of m concurrent increments, the one whose read comes last in that
+        // total order sees all m adds in whichever row it reads, and in general the j-th
+        // reader sees at least j — the property a limiter's admission rests on. One row is
+        // enough for that, and the row with the lowest count keeps the estimate tight (it is
+        // the plain min when nothing runs concurrently). The max with what the adds returned
+        // keeps the increment's own value if the counters were cleared in between (a `Rate`
+        // slot reused under a reader that fell far behind).
         crate::sync::seqcst_fence_for_loom();
-        self.get_hashed(hash).max(added)
+        lowest.map_or(added, |c| counter::load(c).max(added))
     }
 
     /// `decr` for a key already hashed with [`Estimator::hash`].
