@@ -147,7 +147,12 @@ impl Estimator {
 
     /// Adds `value` to `key`'s count and returns the key's new estimate.
     ///
-    /// Never panics; counts saturate at `isize::MAX / 2` instead of wrapping.
+    /// Never panics; counts saturate at `isize::MAX / 2` instead of wrapping. Without
+    /// concurrent increments of the same counters, the estimate is the min over rows. Under
+    /// them it is one row's count read after this increment's own adds, so that of m
+    /// concurrent increments of a key, the j-th to read sees at least j (two concurrent
+    /// increments never both read 1); successive estimates on one thread may then come from
+    /// different rows and need not grow.
     #[inline]
     pub fn incr<T: Hash>(&self, key: T, value: isize) -> isize {
         self.incr_hashed(self.hash(&key), value)

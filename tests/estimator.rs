@@ -462,13 +462,16 @@ fn concurrent_increments_of_one_key_sum_exactly() {
     std::thread::scope(|s| {
         for _ in 0..THREADS {
             s.spawn(|| {
-                let mut last = 0;
                 for own in 1..=PER_THREAD {
                     let estimate = sketch.incr("hot", 1);
-                    // The key's counters only grow, so this thread's successive results do
-                    // too, and each is at least what this thread alone has added.
-                    assert!(estimate > last && estimate >= own, "{last} -> {estimate}");
-                    last = estimate;
+                    // Each result is at least what this thread alone has added, and at most
+                    // what all threads together add. (Successive results need not grow: under
+                    // concurrent increments `incr` re-reads one row, the one its own adds found
+                    // lowest, and rows can be at different points of the other threads' adds.)
+                    assert!(
+                        estimate >= own && estimate <= THREADS as isize * PER_THREAD,
+                        "estimate {estimate} after {own} own increments"
+                    );
                 }
             });
         }
