@@ -9,9 +9,18 @@
 //!   and [`PROPORTIONAL_RATE_ESTIMATE_CALC_FN`] for sliding-window estimates.
 //! - [`Limiter`]: per-key limits on in-flight requests and request rate, decided by the
 //!   sketches with an exact second stage for the keys near their limits; [`Permit`],
-//!   [`Rejected`] and [`Limiter::heavy_hitters`] for what it decided and why.
-//! - `LimitLayer` (feature `tower`, on by default): a tower layer for hyper and axum that
-//!   answers 503 + `Retry-After` per origin host or any key; with `LimitService`, `LimitBody`.
+//!   [`Rejected`], [`Estimate`], [`HeavyHitter`] and [`LimiterStats`] for what it decided and
+//!   why.
+#![cfg_attr(
+    feature = "tower",
+    doc = "- [`LimitLayer`] (feature `tower`, on by default): a tower layer for hyper and axum \
+           that answers 503 + `Retry-After` per origin host ([`HostKey`]) or any key \
+           ([`KeyExtractor`]); with [`LimitService`], [`ResponseFuture`] and [`LimitBody`]."
+)]
+#![cfg_attr(
+    not(feature = "tower"),
+    doc = "- `LimitLayer` (feature `tower`): a tower layer answering 503 + `Retry-After`."
+)]
 //! - [`clock`]: the shared 10 ms ticker behind `Rate`, its fork functions, and
 //!   [`ManualClock`](clock::ManualClock) for tests.
 //! - [`ConfigError`]: what was wrong with a configuration, returned by every fallible
