@@ -2,49 +2,17 @@
 //! exact model, saturation instead of wrapping, construction errors, fixed memory, concurrent
 //! updates, and pingora-limits call-site compatibility.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::collections::HashMap;
 
 use floodgate::{ConfigError, Estimator};
 use proptest::prelude::*;
 
-// ---------------------------------------------------------------------------------------------
-// A global allocator that counts the bytes each thread allocates, so that "fixed memory" and
-// "no allocation on the request path" are measured rather than assumed.
+mod common;
 
-struct CountingAlloc;
-
-thread_local! {
-    /// Bytes allocated by this thread so far. `const` init and no destructor: touching it
-    /// from inside the allocator never allocates.
-    static ALLOCATED: Cell<usize> = const { Cell::new(0) };
-}
-
-// SAFETY: every method forwards to `System` with the caller's arguments unchanged; the only
-// extra work is a thread-local counter update, which neither allocates nor unwinds.
-unsafe impl GlobalAlloc for CountingAlloc {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let _ = ALLOCATED.try_with(|a| a.set(a.get().saturating_add(layout.size())));
-        // SAFETY: forwarded with the caller's layout, under the caller's obligations.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` was allocated by `System` with `layout` (every allocation goes there).
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use common::bytes_allocated_by;
 
 #[global_allocator]
-static GLOBAL: CountingAlloc = CountingAlloc;
-
-/// Bytes this thread allocates while running `f`.
-fn bytes_allocated_by(f: impl FnOnce()) -> usize {
-    let before = ALLOCATED.with(Cell::get);
-    f();
-    ALLOCATED.with(Cell::get) - before
-}
+static GLOBAL: common::CountingAlloc = common::CountingAlloc;
 
 /// The value counts saturate at, as documented on `Estimator::incr`.
 const SATURATED: isize = isize::MAX / 2;

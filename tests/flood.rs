@@ -4,53 +4,19 @@
 //! is built before the measurement starts, then 10,000,000 distinct keys go through it.
 #![cfg(not(floodgate_loom))]
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::time::Duration;
 
 use floodgate::clock::ManualClock;
 use floodgate::{Inflight, Limiter, Rate};
 
-thread_local! {
-    /// Bytes allocated minus bytes freed by this thread (the test harness's other threads
-    /// allocate at any time, so a process-wide figure would not be this test's).
-    static HEAP: Cell<isize> = const { Cell::new(0) };
-}
-
-fn heap() -> isize {
-    HEAP.with(Cell::get)
-}
-
-fn count(bytes: isize) {
-    // `try_with`: allocations during thread teardown find the slot gone; they are not ours.
-    let _ = HEAP.try_with(|heap| heap.set(heap.get() + bytes));
-}
-
-struct Counting;
-
-// SAFETY: every call is forwarded unchanged to the system allocator; the thread-local counter
-// is plain bookkeeping that allocates nothing.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count(layout.size() as isize);
-        System.alloc(layout)
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        count(-(layout.size() as isize));
-        System.dealloc(ptr, layout)
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        count(layout.size() as isize);
-        System.alloc_zeroed(layout)
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count(new_size as isize - layout.size() as isize);
-        System.realloc(ptr, layout, new_size)
-    }
-}
+mod common;
 
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static GLOBAL: common::CountingAlloc = common::CountingAlloc;
+
+fn heap() -> isize {
+    common::bytes_held()
+}
 
 const FLOOD: u64 = 10_000_000;
 const HEALTHY: [u64; 4] = [u64::MAX, u64::MAX - 1, u64::MAX - 2, u64::MAX - 3];

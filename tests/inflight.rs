@@ -2,8 +2,6 @@
 //! number in flight, and guards that always give their count back — on any thread, during a
 //! panic unwind, when a future is cancelled, and after `Guard::incr`.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::pin;
@@ -15,41 +13,12 @@ use std::thread;
 use floodgate::{Guard, Inflight, OwnedGuard};
 use proptest::prelude::*;
 
-// ---------------------------------------------------------------------------------------------
-// A global allocator that counts the bytes each thread allocates (see tests/estimator.rs).
+mod common;
 
-struct CountingAlloc;
-
-thread_local! {
-    /// Bytes allocated by this thread so far. `const` init and no destructor: touching it
-    /// from inside the allocator never allocates.
-    static ALLOCATED: Cell<usize> = const { Cell::new(0) };
-}
-
-// SAFETY: every method forwards to `System` with the caller's arguments unchanged; the only
-// extra work is a thread-local counter update, which neither allocates nor unwinds.
-unsafe impl GlobalAlloc for CountingAlloc {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let _ = ALLOCATED.try_with(|a| a.set(a.get().saturating_add(layout.size())));
-        // SAFETY: forwarded with the caller's layout, under the caller's obligations.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` was allocated by `System` with `layout` (every allocation goes there).
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use common::bytes_allocated_by;
 
 #[global_allocator]
-static GLOBAL: CountingAlloc = CountingAlloc;
-
-/// Bytes this thread allocates while running `f`.
-fn bytes_allocated_by(f: impl FnOnce()) -> usize {
-    let before = ALLOCATED.with(Cell::get);
-    f();
-    ALLOCATED.with(Cell::get) - before
-}
+static GLOBAL: common::CountingAlloc = common::CountingAlloc;
 
 fn assert_send<T: Send>(_: &T) {}
 
