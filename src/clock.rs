@@ -246,12 +246,32 @@ pub fn prepare_fork() {
 }
 
 /// Call in the parent after `fork()`: releases what [`prepare_fork`] held.
+///
+/// # Examples
+///
+/// ```
+/// floodgate::clock::prepare_fork();
+/// // let pid = unsafe { libc::fork() }; // pid > 0: the parent
+/// floodgate::clock::after_fork_in_parent();
+/// let t = floodgate::clock::coarse_now();
+/// assert!(floodgate::clock::coarse_now() >= t);
+/// ```
 pub fn after_fork_in_parent() {
     FORK_LOCK.with(|slot| slot.borrow_mut().take());
 }
 
 /// Call in the child after `fork()`: releases what [`prepare_fork`] held and starts the
 /// child's own ticker (the parent's ticker thread does not exist in the child).
+///
+/// # Examples
+///
+/// ```
+/// floodgate::clock::prepare_fork();
+/// // let pid = unsafe { libc::fork() }; // pid == 0: the child
+/// floodgate::clock::after_fork_in_child();
+/// let t = floodgate::clock::coarse_now();
+/// assert!(floodgate::clock::coarse_now() >= t);
+/// ```
 pub fn after_fork_in_child() {
     FORK_LOCK.with(|slot| slot.borrow_mut().take());
     if GENERATION.load(StdOrdering::Relaxed) != 0 {
@@ -351,6 +371,15 @@ impl Default for ManualClock {
 
 impl ManualClock {
     /// A manual clock at time zero.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use floodgate::clock::ManualClock;
+    ///
+    /// let clock = ManualClock::new();
+    /// assert_eq!(clock.now(), std::time::Duration::ZERO);
+    /// ```
     pub fn new() -> Self {
         ManualClock {
             inner: Arc::new(ManualInner {
@@ -361,6 +390,17 @@ impl ManualClock {
     }
 
     /// The clock's current time.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::clock::ManualClock;
+    ///
+    /// let clock = ManualClock::new();
+    /// clock.advance(Duration::from_millis(250));
+    /// assert_eq!(clock.now(), Duration::from_millis(250));
+    /// ```
     pub fn now(&self) -> Duration {
         Duration::from_nanos(self.inner.nanos.load(Ordering::Acquire))
     }
@@ -368,6 +408,19 @@ impl ManualClock {
     /// Moves the clock forward by `by`, running the ticks that a real ticker would run on the
     /// way (one at every 10 ms boundary crossed, and one at the final time). The work grows
     /// with the distance: about a tenth of a second per simulated day and `Rate`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::clock::ManualClock;
+    ///
+    /// let clock = ManualClock::new();
+    /// let shared = clock.clone();
+    /// clock.advance(Duration::from_secs(2));
+    /// shared.advance(Duration::from_millis(5));
+    /// assert_eq!(clock.now(), Duration::from_millis(2005));
+    /// ```
     pub fn advance(&self, by: Duration) {
         let by = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
         let mut users = lock(&self.inner.users);

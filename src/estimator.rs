@@ -153,18 +153,45 @@ impl Estimator {
     /// concurrent increments of a key, the j-th to read sees at least j (two concurrent
     /// increments never both read 1); successive estimates on one thread may then come from
     /// different rows and need not grow.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let sketch = floodgate::Estimator::new(4, 1024);
+    /// assert_eq!(sketch.incr("k", 2), 2);
+    /// assert_eq!(sketch.incr("k", 1), 3);
+    /// assert_eq!(sketch.get("k"), 3);
+    /// ```
     #[inline]
     pub fn incr<T: Hash>(&self, key: T, value: isize) -> isize {
         self.incr_hashed(self.hash(&key), value)
     }
 
     /// Subtracts `value` from `key`'s count.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let sketch = floodgate::Estimator::new(4, 1024);
+    /// sketch.incr("k", 5);
+    /// sketch.decr("k", 2);
+    /// assert_eq!(sketch.get("k"), 3);
+    /// ```
     #[inline]
     pub fn decr<T: Hash>(&self, key: T, value: isize) {
         self.decr_hashed(self.hash(&key), value)
     }
 
     /// Returns `key`'s estimate: never below its true count (for non-negative updates).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let sketch = floodgate::Estimator::new(4, 1024);
+    /// assert_eq!(sketch.get("k"), 0);
+    /// sketch.incr("k", 3);
+    /// assert_eq!(sketch.get("k"), 3);
+    /// ```
     #[inline]
     pub fn get<T: Hash>(&self, key: T) -> isize {
         self.get_hashed(self.hash(&key))
@@ -173,6 +200,15 @@ impl Estimator {
     /// Sets every counter to zero.
     ///
     /// Not atomic as a whole: an update racing with `reset` may survive it or not.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let sketch = floodgate::Estimator::new(4, 1024);
+    /// sketch.incr("k", 3);
+    /// sketch.reset();
+    /// assert_eq!(sketch.get("k"), 0);
+    /// ```
     pub fn reset(&self) {
         // Relaxed: a `Rate` publishes a cleared slot with a Release store of its own.
         for c in self.counters.iter() {
@@ -181,22 +217,50 @@ impl Estimator {
     }
 
     /// Number of rows (hash functions), H.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let sketch = floodgate::Estimator::new(4, 1024);
+    /// assert_eq!(sketch.rows(), 4);
+    /// ```
     pub fn rows(&self) -> usize {
         self.rows
     }
 
     /// Number of columns per row, N (a power of two).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let sketch = floodgate::Estimator::new(4, 1000);
+    /// assert_eq!(sketch.columns(), 1024);
+    /// ```
     pub fn columns(&self) -> usize {
         1 << self.column_bits
     }
 
     /// The ε of the count-min bound for this size: e / N. An estimate exceeds the true count
     /// by more than ε·(total count) with probability at most [`delta`](Self::delta).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let sketch = floodgate::Estimator::new(4, 1024);
+    /// assert_eq!(sketch.epsilon(), std::f64::consts::E / 1024.0);
+    /// ```
     pub fn epsilon(&self) -> f64 {
         std::f64::consts::E / self.columns() as f64
     }
 
     /// The δ of the count-min bound for this size: e^−H.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let sketch = floodgate::Estimator::new(4, 1024);
+    /// assert_eq!(sketch.delta(), (-4.0f64).exp());
+    /// ```
     pub fn delta(&self) -> f64 {
         (-(self.rows as f64)).exp()
     }

@@ -139,17 +139,42 @@ impl Inflight {
     }
 
     /// The estimated number in flight for `key`: never below the true number.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let inflight = floodgate::Inflight::new();
+    /// let (_guard, _) = inflight.incr("k", 3);
+    /// assert_eq!(inflight.get("k"), 3);
+    /// assert_eq!(inflight.get("other"), 0);
+    /// ```
     #[inline]
     pub fn get<T: Hash>(&self, key: T) -> isize {
         self.estimator.get(key)
     }
 
     /// The sketch behind this `Inflight` (for its size, ε, δ and memory).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let inflight = floodgate::Inflight::with_size(3, 1024).unwrap();
+    /// assert_eq!(inflight.estimator().rows(), 3);
+    /// assert_eq!(inflight.estimator().columns(), 1024);
+    /// ```
     pub fn estimator(&self) -> &Estimator {
         &self.estimator
     }
 
     /// Heap and inline bytes this `Inflight` occupies; fixed at construction.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let inflight = floodgate::Inflight::new();
+    /// assert_eq!(inflight.memory_bytes(), inflight.estimator().memory_bytes());
+    /// assert!(inflight.memory_bytes() >= 4 * 8192 * std::mem::size_of::<isize>());
+    /// ```
     pub fn memory_bytes(&self) -> usize {
         self.estimator.memory_bytes()
     }
@@ -222,6 +247,15 @@ impl Guard<'_> {
     }
 
     /// The key's current estimate.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let inflight = floodgate::Inflight::new();
+    /// let (guard, _) = inflight.incr("k", 2);
+    /// let (_other, _) = inflight.incr("k", 1);
+    /// assert_eq!(guard.get(), 3);
+    /// ```
     pub fn get(&self) -> isize {
         self.inflight.estimator.get_hashed(self.held.hash)
     }
@@ -253,11 +287,33 @@ pub struct OwnedGuard {
 
 impl OwnedGuard {
     /// As [`Guard::incr`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    ///
+    /// let inflight = Arc::new(floodgate::Inflight::new());
+    /// let (guard, _) = inflight.incr_owned("k", 1);
+    /// assert_eq!(guard.incr(), 2);
+    /// drop(guard);
+    /// assert_eq!(inflight.get("k"), 0);
+    /// ```
     pub fn incr(&self) -> isize {
         self.held.incr(&self.inflight.estimator)
     }
 
     /// As [`Guard::get`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    ///
+    /// let inflight = Arc::new(floodgate::Inflight::new());
+    /// let (guard, _) = inflight.incr_owned("k", 2);
+    /// assert_eq!(guard.get(), 2);
+    /// ```
     pub fn get(&self) -> isize {
         self.inflight.estimator.get_hashed(self.held.hash)
     }

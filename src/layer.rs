@@ -247,6 +247,17 @@ pub struct LimitLayer<F = HostKey> {
 
 impl LimitLayer {
     /// A layer that limits requests per origin host ([`HostKey`]) with `limiter`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use floodgate::{Limiter, LimitLayer};
+    ///
+    /// let limiter: Limiter<String> = Limiter::builder().max_inflight(10).build().unwrap();
+    /// let layer = LimitLayer::new(limiter.clone());
+    /// let _permit = limiter.try_acquire("api.example").unwrap();
+    /// assert_eq!(layer.limiter().estimate("api.example").inflight, Some(1));
+    /// ```
     pub fn new(limiter: Limiter<String>) -> Self {
         LimitLayer {
             limiter,
@@ -280,6 +291,17 @@ impl<F> LimitLayer<F> {
 
     /// The limiter, for its [`heavy_hitters`](Limiter::heavy_hitters) and
     /// [`stats`](Limiter::stats).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use floodgate::{Limiter, LimitLayer};
+    ///
+    /// let limiter: Limiter<String> = Limiter::builder().max_inflight(10).build().unwrap();
+    /// let layer = LimitLayer::new(limiter);
+    /// let _permit = layer.limiter().try_acquire("api.example").unwrap();
+    /// assert_eq!(layer.limiter().stats().promoted, 0);
+    /// ```
     pub fn limiter(&self) -> &Limiter<String> {
         &self.limiter
     }
@@ -343,6 +365,16 @@ pub struct LimitService<S, F = HostKey> {
 
 impl<S> LimitService<S> {
     /// `inner`, limited per origin host ([`HostKey`]) by `limiter`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use floodgate::{Limiter, LimitService};
+    ///
+    /// let limiter: Limiter<String> = Limiter::builder().max_inflight(10).build().unwrap();
+    /// let service = LimitService::new("inner", limiter);
+    /// assert_eq!(*service.get_ref(), "inner");
+    /// ```
     pub fn new(inner: S, limiter: Limiter<String>) -> Self {
         LimitService {
             inner,
@@ -354,21 +386,63 @@ impl<S> LimitService<S> {
 
 impl<S, F> LimitService<S, F> {
     /// The limiter.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use floodgate::{Limiter, LimitService};
+    ///
+    /// let limiter: Limiter<String> = Limiter::builder().max_inflight(10).build().unwrap();
+    /// let service = LimitService::new((), limiter.clone());
+    /// let _permit = limiter.try_acquire("api.example").unwrap();
+    /// assert_eq!(service.limiter().estimate("api.example").inflight, Some(1));
+    /// ```
     pub fn limiter(&self) -> &Limiter<String> {
         &self.limiter
     }
 
     /// The inner service.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use floodgate::{Limiter, LimitService};
+    ///
+    /// let limiter: Limiter<String> = Limiter::builder().max_inflight(10).build().unwrap();
+    /// let service = LimitService::new(vec![1, 2], limiter);
+    /// assert_eq!(service.get_ref().len(), 2);
+    /// ```
     pub fn get_ref(&self) -> &S {
         &self.inner
     }
 
     /// The inner service, mutably.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use floodgate::{Limiter, LimitService};
+    ///
+    /// let limiter: Limiter<String> = Limiter::builder().max_inflight(10).build().unwrap();
+    /// let mut service = LimitService::new(vec![1, 2], limiter);
+    /// service.get_mut().push(3);
+    /// assert_eq!(service.get_ref(), &[1, 2, 3]);
+    /// ```
     pub fn get_mut(&mut self) -> &mut S {
         &mut self.inner
     }
 
     /// The inner service, unwrapped.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use floodgate::{Limiter, LimitService};
+    ///
+    /// let limiter: Limiter<String> = Limiter::builder().max_inflight(10).build().unwrap();
+    /// let service = LimitService::new(vec![1, 2], limiter);
+    /// assert_eq!(service.into_inner(), vec![1, 2]);
+    /// ```
     pub fn into_inner(self) -> S {
         self.inner
     }
@@ -535,6 +609,26 @@ impl<B> LimitBody<B> {
 
     /// Whether this body still holds its request's permit (the request still counts as in
     /// flight).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use floodgate::{Limiter, LimitService};
+    /// use http::{Request, Response};
+    /// use tower::{service_fn, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let limiter: Limiter<String> = Limiter::builder().max_inflight(1).build().unwrap();
+    /// let origin = service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new("hi".to_string())) });
+    /// let service = LimitService::new(origin, limiter);
+    /// let request = || Request::builder().uri("http://api.example/").body(()).unwrap();
+    /// let admitted = service.clone().oneshot(request()).await.unwrap();
+    /// assert!(admitted.body().holds_permit());
+    /// let rejected = service.oneshot(request()).await.unwrap();
+    /// assert!(!rejected.body().holds_permit());
+    /// # }
+    /// ```
     pub fn holds_permit(&self) -> bool {
         self.permit.is_some()
     }

@@ -269,12 +269,35 @@ impl<K> std::fmt::Debug for LimiterBuilder<K> {
 
 impl<K> LimiterBuilder<K> {
     /// At most `limit` requests in flight per key.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter: floodgate::Limiter<String> =
+    ///     floodgate::Limiter::builder().max_inflight(1).build().unwrap();
+    /// let _permit = limiter.try_acquire("origin").unwrap();
+    /// assert_eq!(limiter.try_acquire("origin").unwrap_err().limit, 1);
+    /// ```
     pub fn max_inflight(mut self, limit: isize) -> Self {
         self.max_inflight = Some(limit);
         self
     }
 
     /// At most `limit` requests per `interval` per key, as a sliding window.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::{clock::ManualClock, Limiter, Reason};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter: Limiter<String> =
+    ///     Limiter::builder().max_rate(2, Duration::from_secs(1)).clock(&clock).build().unwrap();
+    /// drop(limiter.try_acquire("origin").unwrap());
+    /// drop(limiter.try_acquire("origin").unwrap());
+    /// assert_eq!(limiter.try_acquire("origin").unwrap_err().reason, Reason::Rate);
+    /// ```
     pub fn max_rate(mut self, limit: isize, interval: Duration) -> Self {
         self.max_rate = Some((limit, interval));
         self
@@ -282,6 +305,18 @@ impl<K> LimiterBuilder<K> {
 
     /// Promote a key to the exact stage once its estimate reaches this fraction of a limit;
     /// in (0, 1], default 1/2.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter: floodgate::Limiter<String> = floodgate::Limiter::builder()
+    ///     .max_inflight(10)
+    ///     .promotion_threshold(0.2)
+    ///     .build()
+    ///     .unwrap();
+    /// let _permits: Vec<_> = (0..2).map(|_| limiter.try_acquire("origin").unwrap()).collect();
+    /// assert_eq!(limiter.stats().promoted, 1); // 2 in flight is 20% of the limit
+    /// ```
     pub fn promotion_threshold(mut self, fraction: f64) -> Self {
         self.promotion = fraction;
         self
@@ -289,12 +324,33 @@ impl<K> LimiterBuilder<K> {
 
     /// How many keys the exact stage holds at most (rounded up to a multiple of 16), from 1 to
     /// [`MAX_EXACT_CAPACITY`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter: floodgate::Limiter<String> = floodgate::Limiter::builder()
+    ///     .max_inflight(10)
+    ///     .exact_capacity(100)
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(limiter.stats().exact_capacity, 112);
+    /// ```
     pub fn exact_capacity(mut self, keys: usize) -> Self {
         self.exact_capacity = keys;
         self
     }
 
     /// The size of each sketch (in-flight, and each rate window): `rows` × `columns`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use floodgate::Limiter;
+    ///
+    /// let small: Limiter<String> = Limiter::builder().max_inflight(10).sketch(2, 256).build().unwrap();
+    /// let large: Limiter<String> = Limiter::builder().max_inflight(10).sketch(4, 8192).build().unwrap();
+    /// assert!(small.memory_bytes() < large.memory_bytes());
+    /// ```
     pub fn sketch(mut self, rows: usize, columns: usize) -> Self {
         self.rows = rows;
         self.columns = columns;
@@ -302,6 +358,21 @@ impl<K> LimiterBuilder<K> {
     }
 
     /// Takes time from a [`ManualClock`] (for tests) instead of the shared ticker.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::{clock::ManualClock, Limiter};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter: Limiter<String> =
+    ///     Limiter::builder().max_rate(1, Duration::from_secs(1)).clock(&clock).build().unwrap();
+    /// drop(limiter.try_acquire("origin").unwrap());
+    /// assert!(limiter.try_acquire("origin").is_err());
+    /// clock.advance(Duration::from_secs(2));
+    /// assert!(limiter.try_acquire("origin").is_ok());
+    /// ```
     pub fn clock(mut self, clock: &ManualClock) -> Self {
         self.clock = Some(clock.clone());
         self
@@ -316,6 +387,16 @@ impl<K> LimiterBuilder<K> {
     /// [`MAX_EXACT_CAPACITY`]; the errors of
     /// [`Estimator::try_new`] and [`RateBuilder::build`](crate::RateBuilder::build) for the
     /// sketch size and the interval.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use floodgate::{ConfigError, Limiter};
+    ///
+    /// let no_limit = Limiter::<String>::builder().build();
+    /// assert!(matches!(no_limit, Err(ConfigError::InvalidLimit(_))));
+    /// assert!(Limiter::<String>::builder().max_inflight(5).build().is_ok());
+    /// ```
     pub fn build(self) -> Result<Limiter<K>, ConfigError> {
         if self.max_inflight.is_none() && self.max_rate.is_none() {
             return Err(ConfigError::InvalidLimit(
@@ -393,6 +474,14 @@ where
     K: Hash + Eq + Send + Sync,
 {
     /// A builder with no limits set yet; set `max_inflight`, `max_rate` or both.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter: floodgate::Limiter<u64> =
+    ///     floodgate::Limiter::builder().max_inflight(3).build().unwrap();
+    /// assert_eq!(limiter.estimate(&7u64).inflight, Some(0));
+    /// ```
     pub fn builder() -> LimiterBuilder<K> {
         LimiterBuilder {
             max_inflight: None,
@@ -415,6 +504,17 @@ where
     /// # Errors
     ///
     /// [`Rejected`] when the request would take the key over a limit.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter: floodgate::Limiter<String> =
+    ///     floodgate::Limiter::builder().max_inflight(1).build().unwrap();
+    /// let permit = limiter.try_acquire("origin").unwrap();
+    /// assert!(limiter.try_acquire("origin").is_err());
+    /// drop(permit);
+    /// assert!(limiter.try_acquire("origin").is_ok());
+    /// ```
     pub fn try_acquire<Q>(&self, key: &Q) -> Result<Permit<'_, K>, Rejected>
     where
         K: Borrow<Q>,
@@ -433,6 +533,17 @@ where
     /// # Errors
     ///
     /// [`Rejected`] when the request would take the key over a limit.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter: floodgate::Limiter<String> =
+    ///     floodgate::Limiter::builder().max_inflight(1).build().unwrap();
+    /// let permit = limiter.try_acquire_owned("origin").unwrap();
+    /// assert!(limiter.try_acquire("origin").is_err());
+    /// std::thread::spawn(move || drop(permit)).join().unwrap();
+    /// assert!(limiter.try_acquire("origin").is_ok());
+    /// ```
     pub fn try_acquire_owned<Q>(&self, key: &Q) -> Result<OwnedPermit<K>, Rejected>
     where
         K: Borrow<Q>,
@@ -513,6 +624,16 @@ where
     }
 
     /// Counters about the decisions so far.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter: floodgate::Limiter<String> =
+    ///     floodgate::Limiter::builder().max_inflight(4).build().unwrap();
+    /// let _permits: Vec<_> = (0..4).map(|_| limiter.try_acquire("busy").unwrap()).collect();
+    /// let stats = limiter.stats();
+    /// assert_eq!((stats.promoted, stats.promotions, stats.exact_full), (1, 1, 0));
+    /// ```
     pub fn stats(&self) -> LimiterStats {
         let mut promoted = 0;
         self.shared
@@ -529,6 +650,16 @@ where
     /// Bytes this limiter occupies, allocated at construction: the sketches and the exact
     /// stage at full capacity (not counting heap data the keys themselves own). It does not
     /// grow with the number of distinct keys.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter: floodgate::Limiter<u64> =
+    ///     floodgate::Limiter::builder().max_inflight(4).build().unwrap();
+    /// let before = limiter.memory_bytes();
+    /// let _permits: Vec<_> = (0..1000u64).map(|k| limiter.try_acquire(&k).unwrap()).collect();
+    /// assert_eq!(limiter.memory_bytes(), before);
+    /// ```
     pub fn memory_bytes(&self) -> usize {
         let s = &*self.shared;
         std::mem::size_of::<Shared<K>>()

@@ -204,6 +204,17 @@ pub struct RateBuilder {
 
 impl RateBuilder {
     /// The sketch size of each window slot: `hashes` rows × `slots` columns.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::Rate;
+    ///
+    /// let small = Rate::builder(Duration::from_secs(1)).estimator(2, 256).build().unwrap();
+    /// let large = Rate::builder(Duration::from_secs(1)).estimator(4, 4096).build().unwrap();
+    /// assert!(small.memory_bytes() < large.memory_bytes());
+    /// ```
     pub fn estimator(mut self, hashes: usize, slots: usize) -> Self {
         self.rows = hashes;
         self.columns = slots;
@@ -212,12 +223,38 @@ impl RateBuilder {
 
     /// Splits each window into `k` sub-windows, for a smoother sliding rate. The interval must
     /// be a whole number of nanoseconds per sub-window, each at least one tick long.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::{clock::ManualClock, Rate};
+    ///
+    /// let clock = ManualClock::new();
+    /// let rate = Rate::builder(Duration::from_secs(1)).sub_windows(4).clock(&clock).build().unwrap();
+    /// rate.observe(&"k", 4);
+    /// clock.advance(Duration::from_millis(500));
+    /// assert_eq!(rate.observe(&"k", 1), 5); // the last four 250 ms sub-windows
+    /// ```
     pub fn sub_windows(mut self, k: usize) -> Self {
         self.sub_windows = k;
         self
     }
 
     /// Takes time from a [`ManualClock`] instead of the shared ticker (for tests).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::{clock::ManualClock, Rate};
+    ///
+    /// let clock = ManualClock::new();
+    /// let rate = Rate::builder(Duration::from_secs(1)).clock(&clock).build().unwrap();
+    /// rate.observe(&"k", 3);
+    /// clock.advance(Duration::from_secs(1));
+    /// assert_eq!(rate.peek(&"k"), 0);
+    /// ```
     pub fn clock(mut self, clock: &ManualClock) -> Self {
         self.clock = Some(clock.clone());
         self
@@ -233,6 +270,17 @@ impl RateBuilder {
     /// [`ConfigError::SubWindowsDoNotDivide`] for an interval they do not divide into whole
     /// nanoseconds, and the errors of [`Estimator::try_new`] — where the limit on counters
     /// applies to all k + 4 window slots together.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::{ConfigError, Rate};
+    ///
+    /// let zero = Rate::builder(Duration::from_secs(1)).sub_windows(0).build();
+    /// assert!(matches!(zero, Err(ConfigError::SubWindows { .. })));
+    /// assert!(Rate::builder(Duration::from_secs(1)).build().is_ok());
+    /// ```
     pub fn build(self) -> Result<Rate, ConfigError> {
         let k = self.sub_windows;
         if k == 0 || k > MAX_SUB_WINDOWS {
@@ -300,6 +348,15 @@ impl Rate {
     ///
     /// Panics with the [`ConfigError`] message if `interval` is under one tick (10 ms) or over
     /// [`MAX_INTERVAL`]; [`Rate::try_new`] returns the error instead.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let rate = floodgate::Rate::new(Duration::from_secs(1));
+    /// assert_eq!(rate.interval(), Duration::from_secs(1));
+    /// ```
     pub fn new(interval: Duration) -> Self {
         Self::builder(interval)
             .build()
@@ -347,6 +404,17 @@ impl Rate {
     }
 
     /// A builder for the less common settings: sketch size, sub-windows, a manual clock.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::{clock::ManualClock, Rate};
+    ///
+    /// let clock = ManualClock::new();
+    /// let rate = Rate::builder(Duration::from_secs(10)).clock(&clock).build().unwrap();
+    /// assert_eq!(rate.interval(), Duration::from_secs(10));
+    /// ```
     pub fn builder(interval: Duration) -> RateBuilder {
         RateBuilder {
             interval,
@@ -359,6 +427,20 @@ impl Rate {
 
     /// Counts `events` for `key` in the current window and returns the key's count so far in
     /// the current window (with sub-windows: the current sub-window and the k−1 before it).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::{clock::ManualClock, Rate};
+    ///
+    /// let clock = ManualClock::new();
+    /// let rate = Rate::builder(Duration::from_secs(1)).clock(&clock).build().unwrap();
+    /// assert_eq!(rate.observe(&"k", 2), 2);
+    /// assert_eq!(rate.observe(&"k", 3), 5);
+    /// clock.advance(Duration::from_secs(1));
+    /// assert_eq!(rate.observe(&"k", 1), 1); // a new window
+    /// ```
     #[inline]
     pub fn observe<T: Hash + ?Sized>(&self, key: &T, events: isize) -> isize {
         let core = &*self.core;
@@ -380,6 +462,19 @@ impl Rate {
     }
 
     /// The key's count so far in the current window, without counting anything.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::{clock::ManualClock, Rate};
+    ///
+    /// let clock = ManualClock::new();
+    /// let rate = Rate::builder(Duration::from_secs(1)).clock(&clock).build().unwrap();
+    /// rate.observe(&"k", 2);
+    /// assert_eq!(rate.peek(&"k"), 2);
+    /// assert_eq!(rate.peek(&"k"), 2); // peeking counts nothing
+    /// ```
     pub fn peek<T: Hash + ?Sized>(&self, key: &T) -> isize {
         let core = &*self.core;
         let (bucket, _) = core.now();
@@ -388,6 +483,19 @@ impl Rate {
     }
 
     /// The key's rate, in events per second, over the last complete window.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::{clock::ManualClock, Rate};
+    ///
+    /// let clock = ManualClock::new();
+    /// let rate = Rate::builder(Duration::from_secs(2)).clock(&clock).build().unwrap();
+    /// rate.observe(&"k", 5);
+    /// clock.advance(Duration::from_secs(2));
+    /// assert_eq!(rate.rate(&"k"), 2.5); // 5 events in the last 2 s
+    /// ```
     pub fn rate<T: Hash + ?Sized>(&self, key: &T) -> f64 {
         let core = &*self.core;
         let (bucket, _) = core.now();
@@ -403,6 +511,20 @@ impl Rate {
     /// interval and how far into the current window the time is (see [`RateComponents`]).
     ///
     /// [`PROPORTIONAL_RATE_ESTIMATE_CALC_FN`] gives the sliding-window estimate.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::{clock::ManualClock, Rate};
+    ///
+    /// let clock = ManualClock::new();
+    /// let rate = Rate::builder(Duration::from_secs(1)).clock(&clock).build().unwrap();
+    /// rate.observe(&"k", 8);
+    /// clock.advance(Duration::from_secs(1));
+    /// rate.observe(&"k", 3);
+    /// assert_eq!(rate.rate_with(&"k", |p| p.prev_samples + p.curr_samples), 11);
+    /// ```
     pub fn rate_with<F, T, K>(&self, key: &K, mut rate_calc_fn: F) -> T
     where
         F: FnMut(RateComponents) -> T,
@@ -429,16 +551,49 @@ impl Rate {
 
     /// The sliding-window rate estimate for `key`, in events per second:
     /// `rate_with(key, PROPORTIONAL_RATE_ESTIMATE_CALC_FN)`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::{clock::ManualClock, Rate};
+    ///
+    /// let clock = ManualClock::new();
+    /// let rate = Rate::builder(Duration::from_secs(1)).clock(&clock).build().unwrap();
+    /// rate.observe(&"k", 100);
+    /// clock.advance(Duration::from_millis(1500));
+    /// assert!((rate.sliding_rate(&"k") - 50.0).abs() < 1e-9); // 100 · (1 − 0.5)
+    /// ```
     pub fn sliding_rate<K: Hash + ?Sized>(&self, key: &K) -> f64 {
         self.rate_with(key, PROPORTIONAL_RATE_ESTIMATE_CALC_FN)
     }
 
     /// The window length.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let rate = floodgate::Rate::new(Duration::from_millis(500));
+    /// assert_eq!(rate.interval(), Duration::from_millis(500));
+    /// ```
     pub fn interval(&self) -> Duration {
         self.core.interval
     }
 
     /// Bytes this `Rate` occupies: fixed at construction, whatever the number of keys.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let rate = floodgate::Rate::new(Duration::from_secs(1));
+    /// let before = rate.memory_bytes();
+    /// (0..1000u64).for_each(|k| { rate.observe(&k, 1); });
+    /// assert_eq!(rate.memory_bytes(), before);
+    /// ```
     pub fn memory_bytes(&self) -> usize {
         std::mem::size_of::<RateCore>()
             + self
