@@ -14,7 +14,10 @@ use std::sync::{Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use floodgate::clock::{self, testing, ManualClock, TICK};
+mod common;
+
+use common::ticker::{poll, ticker_alive, ticker_threads, DEADLINE};
+use floodgate::clock::{self, testing, ManualClock};
 use floodgate::{Rate, RateComponents};
 
 /// Serialises the tests that touch the process-wide ticker (cargo runs tests in parallel).
@@ -25,71 +28,8 @@ fn serial() -> MutexGuard<'static, ()> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// How long any recovery may take before the test fails. Property 7 asks for 2 s of continued
-/// use; the margin is for a loaded machine, not a tolerance of the property.
-const DEADLINE: Duration = Duration::from_secs(10);
-
 /// Long enough that every test runs inside the first window of a `Rate` it creates.
 const HOUR: Duration = Duration::from_secs(3600);
-
-/// Polls `cond` every `every` until it holds (Ok: time taken) or `limit` passes (Err).
-fn poll(
-    limit: Duration,
-    every: Duration,
-    mut cond: impl FnMut() -> bool,
-) -> Result<Duration, Duration> {
-    let start = Instant::now();
-    loop {
-        if cond() {
-            return Ok(start.elapsed());
-        }
-        if start.elapsed() > limit {
-            return Err(start.elapsed());
-        }
-        thread::sleep(every);
-    }
-}
-
-/// Whether the coarse clock holds a published ticker time rather than falling back to the OS
-/// clock (which it does while the time is marked unknown): back-to-back reads of a published
-/// time are equal, except across a tick.
-fn coarse_is_published() -> bool {
-    (0..1000).any(|_| clock::coarse_now() == clock::coarse_now())
-}
-
-/// Checks that the shared ticker is alive: the coarse time is a published one and it advances
-/// by at least five ticks while this thread only glances at it, with no restart meanwhile.
-/// Returns how long that took. Never panics (the forked children use it too).
-fn ticker_alive() -> Result<Duration, String> {
-    let generation = testing::ticker_generation();
-    if !coarse_is_published() {
-        return Err("the coarse time is not a published ticker time".into());
-    }
-    let from = clock::coarse_now();
-    let took = poll(DEADLINE, Duration::from_millis(5), || {
-        clock::coarse_now() >= from + 5 * TICK
-    })
-    .map_err(|waited| format!("coarse clock stuck at {from:?} for {waited:?}"))?;
-    if testing::ticker_generation() != generation {
-        return Err(format!(
-            "the ticker was replaced while being checked (generation {generation} -> {})",
-            testing::ticker_generation()
-        ));
-    }
-    Ok(took)
-}
-
-/// Number of live `floodgate-ticker` threads in this process (Linux truncates thread names to
-/// 15 bytes), or `None` where /proc is not available.
-fn ticker_threads() -> Option<usize> {
-    let tasks = std::fs::read_dir("/proc/self/task").ok()?;
-    Some(
-        tasks
-            .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
-            .filter(|name| name.starts_with("floodgate-tick"))
-            .count(),
-    )
-}
 
 /// Waits until exactly one ticker thread is left (replaced ones have exited).
 fn wait_for_one_ticker_thread() {

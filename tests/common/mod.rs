@@ -8,6 +8,8 @@
 // Each test crate uses the part it needs.
 #![allow(dead_code)]
 
+pub mod ticker;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
