@@ -10,9 +10,11 @@
 //!
 //! Each bucket's counts live in their own [`Estimator`] slot, in a ring of k + 4 slots; bucket
 //! `b` uses slot `b mod (k+4)`. Readers need buckets `b−k ..= b`; the shared ticker
-//! ([`clock`](crate::clock)) clears the slots of buckets `b+1` and `b+2` while bucket `b` is
-//! current, so a slot is always zeroed at least one whole bucket before it is used, and the
-//! request path never flips, clears or rotates anything: it derives the slot from the time.
+//! ([`clock`](crate::clock)) clears the slots of buckets `b+1` and `b+2` as bucket `b` begins
+//! (the `Rate` is scheduled on the ticker's timing wheel for the start of each bucket, so a
+//! ticker does nothing for it in between), so a slot is always zeroed at least one whole
+//! bucket before it is used, and the request path never flips, clears or rotates anything: it
+//! derives the slot from the time.
 //! The fourth spare slot is for readers: one that read the time in bucket `b−1` and reads
 //! the counts after the ticker has moved on to `b` still finds buckets `b−1−k ..= b−1` intact
 //! (the clearing for `b+2` reuses the slot of `b−k−2`).
@@ -44,7 +46,7 @@ use std::hash::Hash;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use crate::clock::{ManualClock, Tick, TimeSource, TICK, TICK_NANOS};
+use crate::clock::{ManualClock, Registration, Tick, TimeSource, TICK, TICK_NANOS};
 use crate::error::ConfigError;
 use crate::sync::{AtomicU64, Ordering};
 use crate::Estimator;
@@ -150,6 +152,8 @@ pub static PROPORTIONAL_RATE_ESTIMATE_CALC_FN: fn(RateComponents) -> f64 = |part
 /// ```
 pub struct Rate {
     core: Arc<RateCore>,
+    /// The core's place in its clock's schedule, cancelled when the `Rate` drops.
+    registration: Registration,
 }
 
 /// A window slot: one bucket's counts, and which bucket they belong to.
@@ -335,8 +339,8 @@ impl RateBuilder {
             current_hint: AtomicU64::new(0),
         });
         let weak: Weak<dyn Tick> = Arc::downgrade(&core) as Weak<dyn Tick>;
-        core.time.register(weak);
-        Ok(Rate { core })
+        let registration = core.time.register(weak);
+        Ok(Rate { core, registration })
     }
 }
 
@@ -681,6 +685,14 @@ impl Rate {
     }
 }
 
+impl Drop for Rate {
+    fn drop(&mut self) {
+        // The clock forgets the core at its next tick; the counters are freed now (the clock
+        // holds only a weak reference).
+        self.core.time.cancel(self.registration);
+    }
+}
+
 impl std::fmt::Debug for Rate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Rate")
@@ -761,14 +773,18 @@ impl RateCore {
 }
 
 impl Tick for RateCore {
-    fn tick(&self, now: u64) {
+    /// Runs as each bucket begins (and once after registration): clears the slots of the next
+    /// two buckets, and asks to run again when the next bucket begins.
+    fn tick(&self, now: u64) -> u64 {
         let elapsed = now.saturating_sub(self.start);
         let current = elapsed / self.bucket_nanos;
         self.current_hint.fetch_max(current, Ordering::Relaxed);
-        // The next bucket (normally cleared as "two ahead" a bucket ago; this catches up after
-        // a late tick), then the one after it. `prepare` reads the clock again and leaves
-        // alone a bucket that starts within a tick.
+        // Bucket current + 2 is new work; current + 1 was normally cleared as "two ahead" a
+        // bucket ago, and is retried here after a late tick. `prepare` reads the clock again
+        // and leaves alone a bucket that starts within a tick.
         self.prepare(current + 1);
         self.prepare(current + 2);
+        self.start
+            .saturating_add(current.saturating_add(1).saturating_mul(self.bucket_nanos))
     }
 }

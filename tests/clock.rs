@@ -1,7 +1,8 @@
 //! Tests of the shared ticker's self-healing on the real clock: a panicked ticker and a stalled
 //! one are replaced with continued use, duplicate tickers never clear live counts, and a forked
 //! child gets a working ticker (with the fork functions at once, without them through the
-//! liveness check) and keeps counting in the right windows.
+//! liveness check) and keeps counting in the right windows; and the ticker's schedule: a tick
+//! runs only the Rates that are due, and dropped Rates leave it.
 //!
 //! These tests share the process-wide ticker, so each takes [`serial`] first. They run on real
 //! time by nature: they poll for a condition with short sleeps, give up after a generous
@@ -17,7 +18,7 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::ticker::{poll, ticker_alive, ticker_threads, DEADLINE};
-use floodgate::clock::{self, testing, ManualClock};
+use floodgate::clock::{self, testing, ManualClock, TICK};
 use floodgate::{Rate, RateComponents};
 
 /// Serialises the tests that touch the process-wide ticker (cargo runs tests in parallel).
@@ -164,7 +165,7 @@ fn a_stalled_ticker_is_replaced_through_the_liveness_check() {
 fn duplicate_tickers_never_clear_counts_of_the_current_window() {
     let _serial = serial();
     let rate = Rate::new(HOUR);
-    // Slots of this one are prepared every tick, by every ticker.
+    // Due at every tick: its slots are prepared by whichever ticker's pass comes first.
     let busy = Rate::builder(Duration::from_millis(40))
         .sub_windows(4)
         .build()
@@ -203,6 +204,61 @@ fn duplicate_tickers_never_clear_counts_of_the_current_window() {
         "the real ticker was replaced"
     );
     ticker_alive().unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The ticker's schedule.
+
+/// Rates whose windows change once an hour: nothing of theirs is due while a test runs.
+fn idle_rates(n: usize) -> Vec<Rate> {
+    (0..n)
+        .map(|_| Rate::builder(HOUR).estimator(1, 1).build().unwrap())
+        .collect()
+}
+
+/// Waits until the coarse clock has moved `ticks` ticks on from now: at least `ticks − 1`
+/// whole passes of the ticker have run meanwhile.
+fn wait_ticks(ticks: u32) {
+    let from = clock::coarse_now();
+    poll(DEADLINE, Duration::from_millis(5), || {
+        clock::coarse_now() >= from + ticks * TICK
+    })
+    .expect("the shared ticker stopped ticking");
+}
+
+#[test]
+fn a_tick_of_the_shared_ticker_runs_only_the_rates_that_are_due() {
+    let _serial = serial();
+    healthy_ticker();
+    let idle = idle_rates(100_000);
+    wait_ticks(3); // each ran once, at the tick after it registered
+    let before = testing::users_run();
+    wait_ticks(20);
+    let runs = testing::users_run() - before;
+    println!(
+        "{runs} users run in 20 ticks with {} idle Rates",
+        idle.len()
+    );
+    assert!(
+        runs < 1_000,
+        "{runs} users run in 20 ticks with 100,000 idle one-hour Rates registered: the ticker \
+         visits Rates that are not due"
+    );
+}
+
+#[test]
+fn dropped_rates_leave_the_shared_schedule() {
+    let _serial = serial();
+    healthy_ticker();
+    let base = testing::scheduled_users();
+    let rates = idle_rates(10_000);
+    assert_eq!(testing::scheduled_users(), base + 10_000);
+    drop(rates);
+    assert_eq!(
+        testing::scheduled_users(),
+        base,
+        "dropped Rates are still scheduled"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

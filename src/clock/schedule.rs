@@ -1,0 +1,277 @@
+//! The periodic work of a clock's users (each `Rate`'s window clearing), scheduled by when it
+//! is next due.
+//!
+//! A clock (the shared ticker, or a [`ManualClock`](super::ManualClock)) owns one
+//! [`Scheduler`]. Each registered user is one entry in a timing wheel ([`Wheel`]), keyed by the
+//! tick at which it next wants to run; a tick runs only the entries due by then, so its work
+//! follows what is due, never the number of users. A `Rate` with one-hour windows costs its
+//! ticker nothing for an hour.
+//!
+//! Registering and cancelling never wait for a tick pass: they push a [`Change`] onto a
+//! short-locked list that the ticking thread takes whole at the start of its next pass. The
+//! wheel itself is touched only by the thread that holds its lock to tick, so no lock that
+//! registration needs is held across the work of a pass.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64 as StdAtomicU64, Ordering as StdOrdering};
+use std::sync::Weak;
+
+use super::wheel::{Key, Wheel};
+use super::TICK_NANOS;
+use crate::sync::{lock, Mutex, MutexGuard};
+
+/// Periodic work that a clock runs for a registered user.
+pub(crate) trait Tick: Send + Sync {
+    /// Runs the work due at time `now` (nanoseconds on the clock the user registered with)
+    /// and returns when it wants to run next, on the same clock. Clocks call it one at a
+    /// time, at or after the time it asked for; a late or duplicate call must be harmless.
+    fn tick(&self, now: u64) -> u64;
+}
+
+/// Identifies one registration, for cancelling it.
+pub(crate) type Registration = u64;
+
+/// A registration or a cancellation, waiting for the next pass.
+enum Change {
+    Add(Registration, Weak<dyn Tick>),
+    Remove(Registration),
+}
+
+/// One registered user in the wheel.
+struct Job {
+    id: Registration,
+    user: Weak<dyn Tick>,
+}
+
+/// The wheel and the index from registrations to their place in it; owned by whichever thread
+/// holds [`Scheduler::lock`].
+pub(crate) struct Schedule {
+    wheel: Wheel<Job>,
+    keys: HashMap<Registration, Key>,
+}
+
+/// Both locks of a [`Scheduler`], held (see [`Scheduler::hold`]).
+pub(crate) struct Held<'a> {
+    _schedule: MutexGuard<'a, Schedule>,
+    _changes: MutexGuard<'a, Vec<Change>>,
+}
+
+/// Registrations and the schedule of their work, for one clock.
+pub(crate) struct Scheduler {
+    /// Registrations and cancellations not yet applied to the wheel. Held only to push one
+    /// change or to take the whole list.
+    changes: Mutex<Vec<Change>>,
+    /// Held by a tick pass for its whole duration (tickers take turns), and by the fork
+    /// functions so that no pass is half done across a `fork()`.
+    schedule: Mutex<Schedule>,
+    /// How many times a user has been run, for tests and operators; Relaxed, a statistic.
+    runs: StdAtomicU64,
+}
+
+impl Scheduler {
+    /// A scheduler whose wheel starts at the tick containing `now` (nanoseconds).
+    pub(crate) fn new(now: u64) -> Self {
+        Scheduler {
+            changes: Mutex::new(Vec::new()),
+            schedule: Mutex::new(Schedule {
+                wheel: Wheel::new(now / TICK_NANOS),
+                keys: HashMap::new(),
+            }),
+            runs: StdAtomicU64::new(0),
+        }
+    }
+
+    /// Registers `user`; its first run is at the next tick. Never waits for a tick pass.
+    pub(crate) fn register(&self, user: Weak<dyn Tick>) -> Registration {
+        // Ids are only compared, never ordered against other memory: Relaxed.
+        static NEXT_ID: StdAtomicU64 = StdAtomicU64::new(0);
+        let id = NEXT_ID.fetch_add(1, StdOrdering::Relaxed);
+        lock(&self.changes).push(Change::Add(id, user));
+        id
+    }
+
+    /// Cancels a registration (its user is being dropped). Never waits for a tick pass.
+    pub(crate) fn cancel(&self, id: Registration) {
+        lock(&self.changes).push(Change::Remove(id));
+    }
+
+    /// Takes the schedule, to run a pass (or to hold it across a fork).
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Schedule> {
+        lock(&self.schedule)
+    }
+
+    /// Holds both of the scheduler's locks until the result drops: across a `fork()`, so that
+    /// the child inherits neither in the middle of an update. The order (schedule, then
+    /// changes) is the order a pass takes them in.
+    pub(crate) fn hold(&self) -> Held<'_> {
+        let schedule = lock(&self.schedule);
+        let changes = lock(&self.changes);
+        Held {
+            _schedule: schedule,
+            _changes: changes,
+        }
+    }
+
+    /// Runs the work due at time `now` (nanoseconds): applies the pending registrations and
+    /// cancellations, then runs every user due by the tick containing `now`.
+    pub(crate) fn run(&self, schedule: &mut Schedule, now: u64) {
+        self.apply_changes(schedule);
+        let Schedule { wheel, keys } = schedule;
+        let mut runs = 0;
+        wheel.advance(now / TICK_NANOS, |_, job, _| match job.user.upgrade() {
+            Some(user) => {
+                runs += 1;
+                Some(user.tick(now).div_ceil(TICK_NANOS))
+            }
+            None => {
+                // Dropped, and its cancellation is on its way (or applied already).
+                keys.remove(&job.id);
+                None
+            }
+        });
+        self.runs.fetch_add(runs, StdOrdering::Relaxed);
+    }
+
+    /// How many times a user has been run so far.
+    pub(crate) fn runs(&self) -> u64 {
+        self.runs.load(StdOrdering::Relaxed)
+    }
+
+    /// The time (nanoseconds, a tick boundary) of the next event in the wheel, once the
+    /// pending changes are applied.
+    pub(crate) fn next_event(&self, schedule: &mut Schedule) -> Option<u64> {
+        self.apply_changes(schedule);
+        schedule
+            .wheel
+            .next_event()
+            .map(|tick| tick.saturating_mul(TICK_NANOS))
+    }
+
+    /// Applies the pending registrations and cancellations, in the order they were made.
+    pub(crate) fn apply_changes(&self, schedule: &mut Schedule) {
+        let changes = std::mem::take(&mut *lock(&self.changes));
+        for change in changes {
+            match change {
+                Change::Add(id, user) => {
+                    let key = schedule.wheel.insert(Job { id, user }, 0);
+                    schedule.keys.insert(id, key);
+                }
+                Change::Remove(id) => {
+                    if let Some(key) = schedule.keys.remove(&id) {
+                        schedule.wheel.remove(key);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Schedule {
+    /// How many users are scheduled.
+    pub(crate) fn len(&self) -> usize {
+        self.wheel.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+
+    /// A user that counts its runs and asks to run again every `every` nanoseconds.
+    struct Every {
+        every: u64,
+        runs: AtomicUsize,
+    }
+
+    impl Tick for Every {
+        fn tick(&self, now: u64) -> u64 {
+            self.runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            now + self.every
+        }
+    }
+
+    fn user(every: u64) -> Arc<Every> {
+        Arc::new(Every {
+            every,
+            runs: AtomicUsize::new(0),
+        })
+    }
+
+    fn register(scheduler: &Scheduler, user: &Arc<Every>) -> Registration {
+        let weak: Weak<dyn Tick> = Arc::downgrade(user) as Weak<dyn Tick>;
+        scheduler.register(weak)
+    }
+
+    /// Runs `scheduler` tick by tick from `from` to `to` (nanoseconds), as the shared ticker
+    /// does.
+    fn tick_through(scheduler: &Scheduler, from: u64, to: u64) {
+        let mut schedule = scheduler.lock();
+        let mut now = from;
+        while now <= to {
+            scheduler.run(&mut schedule, now);
+            now += TICK_NANOS;
+        }
+    }
+
+    #[test]
+    fn a_tick_runs_only_the_users_that_are_due() {
+        let scheduler = Scheduler::new(0);
+        let hourly: Vec<_> = (0..10_000).map(|_| user(3_600 * 1_000_000_000)).collect();
+        let _hourly: Vec<_> = hourly.iter().map(|u| register(&scheduler, u)).collect();
+        let busy = user(TICK_NANOS);
+        register(&scheduler, &busy);
+        // Ten seconds of ticks: each hourly user runs once (its first run, at the tick after
+        // it registered), the busy one at every tick.
+        tick_through(&scheduler, 0, 10_000_000_000);
+        for u in &hourly {
+            assert_eq!(u.runs.load(std::sync::atomic::Ordering::Relaxed), 1);
+        }
+        assert_eq!(busy.runs.load(std::sync::atomic::Ordering::Relaxed), 1_000);
+    }
+
+    #[test]
+    fn cancelled_and_dropped_users_leave_the_schedule() {
+        let scheduler = Scheduler::new(0);
+        let users: Vec<_> = (0..1_000).map(|_| user(1_000_000_000)).collect();
+        let ids: Vec<_> = users.iter().map(|u| register(&scheduler, u)).collect();
+        tick_through(&scheduler, 0, 0);
+        assert_eq!(scheduler.lock().len(), 1_000);
+        // Half are cancelled (as a dropped Rate does)...
+        for &id in &ids[..500] {
+            scheduler.cancel(id);
+        }
+        tick_through(&scheduler, TICK_NANOS, TICK_NANOS);
+        assert_eq!(scheduler.lock().len(), 500);
+        assert_eq!(scheduler.lock().keys.len(), 500);
+        // ... and the rest are dropped without a cancellation: forgotten when next due.
+        let runs_before: usize = users[..500]
+            .iter()
+            .map(|u| u.runs.load(std::sync::atomic::Ordering::Relaxed))
+            .sum();
+        let kept_runs = Arc::clone(&users[0]);
+        drop(users);
+        tick_through(&scheduler, 2 * TICK_NANOS, 3_000_000_000);
+        assert_eq!(scheduler.lock().len(), 0);
+        assert_eq!(scheduler.lock().keys.len(), 0);
+        // A cancelled user never ran again.
+        assert_eq!(
+            kept_runs.runs.load(std::sync::atomic::Ordering::Relaxed),
+            runs_before / 500
+        );
+    }
+
+    #[test]
+    fn registering_does_not_wait_for_a_pass_in_progress() {
+        let scheduler = Scheduler::new(0);
+        let pass = scheduler.lock(); // a pass in progress
+        let u = user(TICK_NANOS);
+        let id = register(&scheduler, &u); // would deadlock if it needed the schedule's lock
+        scheduler.cancel(id);
+        drop(pass);
+        let mut schedule = scheduler.lock();
+        scheduler.apply_changes(&mut schedule);
+        assert_eq!(schedule.len(), 0);
+    }
+}
