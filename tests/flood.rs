@@ -53,6 +53,7 @@ fn rate_heap_is_unchanged_by_ten_million_distinct_keys() {
         .clock(&clock)
         .build()
         .unwrap();
+    clock.advance(Duration::ZERO); // the clock schedules the new Rate: a one-time allocation
     let before = heap();
     for key in flood_keys() {
         rate.observe(&key, 1);
@@ -94,7 +95,9 @@ fn limiter_heap_stays_within_its_fixed_size_and_healthy_keys_keep_their_decision
     };
     assert_eq!(decide(&limiter), vec![10; HEALTHY.len()]);
     // The exact stage is allocated up front; what the keys own on the heap (u64: nothing)
-    // is all that could be added, so the heap must not move at all.
+    // is all that could be added, so the heap must not move at all. (The clock's one-time
+    // allocation for scheduling the limiter's Rate is done by its first advance, here.)
+    clock.advance(Duration::ZERO);
     let before = heap();
     let mut admitted = 0u64;
     for (i, key) in flood_keys().enumerate() {
