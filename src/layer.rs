@@ -98,12 +98,14 @@ where
 /// that long is its own key. A longer host (no real name, so a probe or a flood) has the key
 /// *its first 253 bytes*, `#`, and 32 hex digits of a 128-bit keyed hash of the whole host
 /// (std's `RandomState`, with keys random per process). So every key is at most
-/// [`MAX_LEN`](HostKey::MAX_LEN) (286) bytes, two long hosts that differ anywhere get different
-/// keys (but for a 2⁻¹²⁸ chance no attacker can steer), and a long host's key, longer than 253
-/// bytes, is never a short host's.
+/// [`MAX_LEN`](HostKey::MAX_LEN) (286) bytes, two long hosts that are not spellings of one
+/// another get different keys even when they differ only in their last byte (but for a
+/// 2⁻¹²⁸ chance no attacker can steer), and a long host's key, longer than 253 bytes, is
+/// never a short host's.
 ///
-/// No allocation when the host is already in canonical form, as most are: lower case, no
-/// port or trailing dot, no percent sign, at most 253 bytes.
+/// Spaces, user info, port and trailing dots are cut off, not copied: the key allocates only
+/// for a host with upper-case letters or a percent sign, an IPv6 literal not already in its
+/// bracketed RFC 5952 form, or a host longer than 253 bytes.
 ///
 /// # Examples
 ///
