@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use floodgate::clock::ManualClock;
-use floodgate::{LimitLayer, LimitService, Limiter, Reason, Rejected};
-use http::header::{HOST, RETRY_AFTER};
+use floodgate::{HostKey, KeyExtractor, LimitLayer, LimitService, Limiter, Reason, Rejected};
+use http::header::{HeaderValue, HOST, RETRY_AFTER};
 use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame};
 use http_body_util::combinators::BoxBody;
@@ -29,6 +29,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::service::TowerToHyperService;
+use proptest::prelude::*;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tower::{Layer, Service, ServiceExt};
@@ -494,6 +495,317 @@ async fn a_key_closure_limits_per_returned_key() {
         other, ok,
         "another tenant on the same host has its own limit"
     );
+}
+
+// The default key, HostKey: one key per host however it is spelled, never longer than
+// HostKey::MAX_LEN, and no panic on any input.
+
+/// HostKey's key of an origin-form request with this `Host` header (raw bytes).
+fn host_key(host: &[u8]) -> String {
+    let req = Request::get("/")
+        .header(HOST, HeaderValue::from_bytes(host).unwrap())
+        .body(())
+        .unwrap();
+    HostKey.key(&req).into_owned()
+}
+
+/// HostKey's key of a request with this target (absolute form: its authority counts).
+fn target_key(uri: &str) -> String {
+    let req = Request::get(uri).body(()).unwrap();
+    HostKey.key(&req).into_owned()
+}
+
+#[test]
+fn a_10_kb_host_gets_a_key_within_the_bound() {
+    let host = format!("{}.example", "x".repeat(10_240));
+    let key = host_key(host.as_bytes());
+    assert!(key.len() <= HostKey::MAX_LEN, "{} bytes", key.len());
+    assert_eq!(key, host_key(host.as_bytes()), "one host, one key");
+    // The same through the request target's authority.
+    let key = target_key(&format!("http://{host}/"));
+    assert!(key.len() <= HostKey::MAX_LEN, "{} bytes", key.len());
+    // A real DNS name, at 253 bytes the longest, is its own key.
+    let longest = format!("{}.example", "a".repeat(253 - ".example".len()));
+    assert_eq!(host_key(longest.as_bytes()), longest);
+}
+
+#[test]
+fn long_hosts_that_differ_only_at_the_end_get_different_keys() {
+    let padding = "p".repeat(10_240);
+    let a = host_key(format!("victim.example.{padding}a").as_bytes());
+    let b = host_key(format!("victim.example.{padding}b").as_bytes());
+    assert_ne!(a, b);
+    // Nor does a long host share a short host's key: its key is longer than any.
+    let prefix = &a[..253];
+    assert_ne!(a, host_key(prefix.as_bytes()));
+    assert!(a.len() > 253 && host_key(prefix.as_bytes()).len() <= 253);
+}
+
+#[test]
+fn spellings_of_one_name_share_one_key() {
+    for host in [
+        "a.example",
+        "a.example.",
+        "A.Example..:80",
+        "a.example...",
+        "a.example:",
+        "a.example:0080",
+        "user@a.example",
+        "user:pw@A.EXAMPLE.:8443",
+        " a.example\t",
+        "%61.ex%41mple",
+        "a.example%2E",
+        "a.example.%2e.",
+    ] {
+        assert_eq!(host_key(host.as_bytes()), "a.example", "Host: {host:?}");
+    }
+    for uri in [
+        "http://a.example/",
+        "http://A.Example..:80/",
+        "http://user@a.example.:/x",
+        "https://a.example...:8443/",
+    ] {
+        assert_eq!(target_key(uri), "a.example", "{uri}");
+    }
+}
+
+#[test]
+fn spellings_of_one_ipv6_address_share_one_key() {
+    for host in [
+        "[::1]:8080",
+        "[::1]",
+        "[0:0::1]",
+        "[0:0:0:0:0:0:0:1]:80",
+        "[::0001]:",
+        "::1",
+        "0:0:0:0:0:0:0:1",
+    ] {
+        assert_eq!(host_key(host.as_bytes()), "[::1]", "Host: {host:?}");
+    }
+    assert_ne!(host_key(b"::1"), ":", "an unbracketed literal has no port");
+    // The last group of an unbracketed literal is part of the address, not a port.
+    assert_eq!(host_key(b"2001:db8::8080"), "[2001:db8::8080]");
+    assert_ne!(host_key(b"2001:db8::8080"), host_key(b"2001:db8::"));
+    for uri in [
+        "http://[::1]:8080/",
+        "http://[0:0::1]/",
+        "http://[0:0:0:0:0:0:0:1]:80/",
+    ] {
+        assert_eq!(target_key(uri), "[::1]", "{uri}");
+    }
+    assert_eq!(host_key(b"[2001:DB8:0:0::A]"), "[2001:db8::a]");
+}
+
+#[test]
+fn no_host_input_panics() {
+    let huge = vec![b'a'; 1 << 20];
+    let huge_colons = vec![b':'; 100_000];
+    let mut huge_ipv6 = b"[".to_vec();
+    huge_ipv6.extend(b"0:".repeat(50_000));
+    huge_ipv6.push(b']');
+    for host in [
+        &b""[..],
+        b".",
+        b"...",
+        b"..:80",
+        b"\xff\xfe",
+        b"a.example\x80",
+        b"%",
+        b"%2",
+        b"%%2e",
+        b"[",
+        b"]",
+        b"[]",
+        b"[]:",
+        b":",
+        b"@",
+        b"@@:",
+        b"\t",
+        &huge,
+        &huge_colons,
+        &huge_ipv6,
+    ] {
+        let key = host_key(host);
+        assert!(key.len() <= HostKey::MAX_LEN, "{} bytes", key.len());
+    }
+    assert_eq!(host_key(b"..."), HostKey::FALLBACK);
+    assert_eq!(host_key(b"\xff\xfe"), HostKey::FALLBACK);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Any respelling of a name (case, escapes of unreserved characters, trailing dots, port,
+    /// user info, surrounding spaces) has the name's key, which is within the bound.
+    #[test]
+    fn respellings_of_a_name_share_its_key(
+        name in "[a-z0-9_~-]([a-z0-9._~-]{0,400}[a-z0-9_~-])?",
+        spelling in prop::collection::vec(0u8..4, 402),
+        dots in prop::collection::vec(prop::sample::select(vec![".", "%2e", "%2E"]), 0..4),
+        port in prop::sample::select(vec!["", ":", ":80", ":0080", ":65535"]),
+        user in prop::sample::select(vec!["", "user@", "u:p@"]),
+        space in prop::sample::select(vec!["", " ", "\t", " \t"]),
+    ) {
+        let mut host = String::from(space);
+        host.push_str(user);
+        for (c, how) in name.chars().zip(spelling) {
+            match how {
+                0 => host.push(c),
+                1 => host.push(c.to_ascii_uppercase()),
+                2 => host.push_str(&format!("%{:02x}", c as u32)),
+                _ => host.push_str(&format!("%{:02X}", c as u32)),
+            }
+        }
+        host.extend(dots);
+        host.push_str(port);
+        host.push_str(space);
+        let key = host_key(host.as_bytes());
+        prop_assert_eq!(&key, &host_key(name.as_bytes()), "Host: {:?}", host);
+        prop_assert!(key.len() <= HostKey::MAX_LEN);
+        if name.len() <= 253 {
+            prop_assert_eq!(&key, &name);
+        }
+    }
+
+    /// Any spelling of an IPv6 address, bracketed or not, with or without port, has the key
+    /// `[` + its RFC 5952 form + `]`.
+    #[test]
+    fn spellings_of_an_ipv6_address_share_its_key(
+        groups in any::<[u16; 8]>(),
+        expanded in any::<bool>(),
+        upper in any::<bool>(),
+        bracket in prop::sample::select(vec!["", "[]", "[]:", "[]:8080"]),
+    ) {
+        let addr = std::net::Ipv6Addr::from(groups);
+        let mut literal = if expanded {
+            groups.map(|g| format!("{g:04x}")).join(":")
+        } else {
+            addr.to_string()
+        };
+        if upper {
+            literal.make_ascii_uppercase();
+        }
+        let host = match bracket.split_once("[]") {
+            Some((_, port)) => format!("[{literal}]{port}"),
+            None => literal,
+        };
+        prop_assert_eq!(host_key(host.as_bytes()), format!("[{addr}]"), "Host: {:?}", host);
+    }
+
+    /// Whatever a client sends as its Host header, the key is within the bound.
+    #[test]
+    fn any_host_header_gets_a_key_within_the_bound(
+        host in prop_oneof![
+            "[\\[\\]:@.%a-fA-F0-9 \t]{0,1000}",
+            "[a-zA-Z0-9.%-]{200,3000}(:[0-9]{0,5})?",
+            prop::collection::vec(any::<u8>(), 0..1000).prop_map(|b| {
+                String::from_utf8_lossy(&b).into_owned()
+            }),
+        ],
+    ) {
+        if let Ok(value) = HeaderValue::from_bytes(host.as_bytes()) {
+            let req = Request::get("/").header(HOST, value).body(()).unwrap();
+            prop_assert!(HostKey.key(&req).len() <= HostKey::MAX_LEN);
+        }
+        if let Ok(req) = Request::get(format!("http://{host}/")).body(()) {
+            prop_assert!(HostKey.key(&req).len() <= HostKey::MAX_LEN);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_flood_that_respells_its_host_is_still_limited() {
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder()
+        .max_rate(3, Duration::from_secs(1))
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let origins = Arc::new(Origins::default());
+    let addr = serve(LimitLayer::new(limiter.clone()).layer(handler(&origins))).await;
+    let client = client();
+
+    let names = [
+        "flood.example",
+        "FLOOD.Example",
+        "flood.example.",
+        "flood.example..",
+        "Flood.Example..:80",
+        "flood.example:",
+        "user@flood.example:8080",
+        "%66lood.example",
+        "flood.example%2E",
+    ];
+    let addresses = [
+        "[::1]:8080",
+        "[::1]",
+        "[0:0::1]",
+        "::1",
+        "[0:0:0:0:0:0:0:1]:80",
+    ];
+    let mut name_statuses = Vec::new();
+    for host in names {
+        name_statuses.push(get(&client, addr, host).await.0);
+    }
+    let mut address_statuses = Vec::new();
+    for host in addresses {
+        address_statuses.push(get(&client, addr, host).await.0);
+    }
+    let ok = StatusCode::OK;
+    let no = StatusCode::SERVICE_UNAVAILABLE;
+    // Each spelling with a key of its own would have admitted them all.
+    assert_eq!(name_statuses, [ok, ok, ok, no, no, no, no, no, no]);
+    assert_eq!(address_statuses, [ok, ok, ok, no, no]);
+    let calls: usize = origins.calls.lock().unwrap().values().sum();
+    assert_eq!(calls, 6, "rejected requests reached the origin");
+    let mut hitters: Vec<_> = limiter
+        .heavy_hitters()
+        .into_iter()
+        .map(|h| (h.key, h.rejected))
+        .collect();
+    hitters.sort();
+    assert_eq!(
+        hitters,
+        [("[::1]".to_owned(), 2), ("flood.example".to_owned(), 6)]
+    );
+}
+
+#[tokio::test]
+async fn a_flood_of_long_hosts_is_limited_and_keeps_keys_within_the_bound() {
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder()
+        .max_rate(3, Duration::from_secs(1))
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let origins = Arc::new(Origins::default());
+    let addr = serve(LimitLayer::new(limiter.clone()).layer(handler(&origins))).await;
+    let client = client();
+
+    let long = format!("{}.example", "x".repeat(10_240));
+    let respelled = format!("{}..:80", long.to_uppercase());
+    let mut statuses = Vec::new();
+    for i in 0..6 {
+        let host = if i % 2 == 0 { &long } else { &respelled };
+        statuses.push(get(&client, addr, host).await.0);
+    }
+    let ok = StatusCode::OK;
+    let no = StatusCode::SERVICE_UNAVAILABLE;
+    assert_eq!(statuses, [ok, ok, ok, no, no, no]);
+    // Another long host, differing only in its last byte, has a limit of its own.
+    let other = format!("{}.examplf", "x".repeat(10_240));
+    assert_eq!(get(&client, addr, &other).await.0, ok);
+
+    let hitters = limiter.heavy_hitters();
+    assert!(!hitters.is_empty());
+    for hitter in &hitters {
+        assert!(
+            hitter.key.len() <= HostKey::MAX_LEN,
+            "{} bytes",
+            hitter.key.len()
+        );
+    }
+    assert!(hitters.iter().any(|h| h.rejected == 3));
 }
 
 // In-process: the future and readiness contract, without a socket.
