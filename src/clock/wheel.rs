@@ -109,10 +109,15 @@ impl<T> Wheel<T> {
         let node = self.nodes.get(key.0 as usize)?;
         node.item.as_ref()?;
         self.unlink(key.0);
-        let node = &mut self.nodes[key.0 as usize];
+        self.release(key.0)
+    }
+
+    /// Puts unlinked node `index` on the free list and returns its entry.
+    fn release(&mut self, index: u32) -> Option<T> {
+        let node = &mut self.nodes[index as usize];
         let item = node.item.take();
         node.next = self.free;
-        self.free = key.0;
+        self.free = index;
         self.len -= 1;
         item
     }
@@ -161,33 +166,30 @@ impl<T> Wheel<T> {
                 .expect("next_event found an entry");
             let shift = level as u32 * SLOT_BITS;
             let slot = ((tick >> shift) & (SLOTS as u64 - 1)) as usize;
-            // Detach the slot's list, then fire what is due and move the rest down.
+            // Take the slot's entries one at a time: fire what is due, move the rest down a
+            // level. Neither goes back into this slot (a rescheduled entry is due after
+            // `tick`, a moved one differs from `tick` below this level), and a `fire` that
+            // panics loses only its own entry, the rest stay linked.
             let list = level * SLOTS + slot;
-            let mut index = std::mem::replace(&mut self.heads[list], NIL);
-            self.occupied[level] &= !(1 << slot);
-            while index != NIL {
-                let node = &mut self.nodes[index as usize];
-                let next = node.next;
-                node.prev = NIL;
-                node.next = NIL;
-                if node.due <= tick {
-                    let due = node.due;
-                    let item = node.item.as_mut().expect("a linked node holds its entry");
-                    match fire(Key(index), item, due) {
-                        Some(again) => self.link(index, again),
-                        None => {
-                            let node = &mut self.nodes[index as usize];
-                            node.item = None;
-                            node.next = self.free;
-                            self.free = index;
-                            self.len -= 1;
-                        }
-                    }
-                } else {
-                    let due = node.due;
-                    self.link(index, due);
+            loop {
+                let index = self.heads[list];
+                if index == NIL {
+                    break;
                 }
-                index = next;
+                self.unlink(index);
+                let node = &mut self.nodes[index as usize];
+                let due = node.due;
+                if due > tick {
+                    self.link(index, due);
+                    continue;
+                }
+                let item = node.item.as_mut().expect("a linked node holds its entry");
+                match fire(Key(index), item, due) {
+                    Some(again) => self.link(index, again),
+                    None => {
+                        self.release(index);
+                    }
+                }
             }
         }
         self.now = self.now.max(until);
@@ -341,6 +343,26 @@ mod tests {
             run(&mut wheel, 2 * span, |_, _| None),
             vec![(span + 2, 2), (span + (5 << 30) + 7, 1)]
         );
+    }
+
+    #[test]
+    fn a_fire_that_panics_loses_only_its_own_entry() {
+        let mut wheel = Wheel::new(0);
+        for item in 0..5 {
+            wheel.insert(item, 10);
+        }
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            wheel.advance(10, |_, item, _| {
+                assert_ne!(*item, 2, "injected");
+                None
+            })
+        }));
+        assert!(panicked.is_err());
+        let mut fired = run(&mut wheel, 10, |_, _| None);
+        fired.extend(run(&mut wheel, 100, |_, _| None));
+        // Items fire head first (4, 3, then 2 panics): 1 and 0 are still linked and fire (at
+        // the latest when the wheel comes round to their slot again).
+        assert_eq!(fired, vec![(10, 1), (10, 0)]);
     }
 
     proptest! {
