@@ -1,0 +1,123 @@
+//! [`ResponseFuture`]: the inner service's future carrying the request's permit, or a ready
+//! 503.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use http::Response;
+use pin_project_lite::pin_project;
+
+use super::service::service_unavailable;
+use super::LimitBody;
+#[cfg(doc)]
+use super::LimitService;
+use crate::{OwnedPermit, Rejected};
+
+pin_project! {
+    /// The response future of a [`LimitService`]: the inner service's future and the
+    /// request's permit, or a ready 503.
+    ///
+    /// Dropping it before it finishes (a cancelled request) gives the permit back.
+    #[must_use = "futures do nothing unless polled; dropping this one gives its permit back"]
+    pub struct ResponseFuture<Fut> {
+        #[pin]
+        pub(super) state: State<Fut>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    pub(super) enum State<Fut> {
+        Admitted {
+            #[pin]
+            future: Fut,
+            // `None` once the response (and the permit with it) has been handed out.
+            permit: Option<OwnedPermit<String>>,
+        },
+        Rejected {
+            // `None` once the 503 has been handed out.
+            rejected: Option<Rejected>,
+        },
+    }
+}
+
+impl<Fut, B, E> Future for ResponseFuture<Fut>
+where
+    Fut: Future<Output = Result<Response<B>, E>>,
+{
+    type Output = Result<Response<LimitBody<B>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().state.project() {
+            StateProj::Admitted { future, permit } => {
+                let result = ready!(future.poll(cx));
+                // On an error the permit drops here: there is no body to hold it.
+                let permit = permit.take();
+                Poll::Ready(
+                    result.map(|response| response.map(|body| LimitBody::new(body, permit))),
+                )
+            }
+            StateProj::Rejected { rejected } => {
+                Poll::Ready(Ok(service_unavailable(rejected.take())))
+            }
+        }
+    }
+}
+
+impl<Fut> std::fmt::Debug for ResponseFuture<Fut> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let admitted = matches!(self.state, State::Admitted { .. });
+        f.debug_struct("ResponseFuture")
+            .field("admitted", &admitted)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(all(test, not(floodgate_loom)))]
+mod tests {
+    use std::time::Duration;
+
+    use http::header::RETRY_AFTER;
+    use http::StatusCode;
+    use http_body::Body;
+
+    use super::*;
+
+    struct NoopWake;
+    impl std::task::Wake for NoopWake {
+        fn wake(self: std::sync::Arc<Self>) {}
+    }
+
+    #[test]
+    fn a_rejected_future_polled_again_answers_503_again_instead_of_panicking() {
+        let rejected = Rejected {
+            reason: crate::Reason::Rate,
+            estimate: 3,
+            limit: 2,
+            retry_after: Some(Duration::from_millis(1500)),
+        };
+        let mut future = std::pin::pin!(ResponseFuture::<
+            std::future::Ready<Result<Response<http_body_util::Empty<bytes::Bytes>>, ()>>,
+        > {
+            state: State::Rejected {
+                rejected: Some(rejected.clone()),
+            },
+        });
+        let waker = std::task::Waker::from(std::sync::Arc::new(NoopWake));
+        let mut cx = Context::from_waker(&waker);
+        let Poll::Ready(Ok(first)) = future.as_mut().poll(&mut cx) else {
+            panic!("a rejected request answers at once");
+        };
+        assert_eq!(first.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(first.headers()[RETRY_AFTER], "2");
+        assert_eq!(first.extensions().get::<Rejected>(), Some(&rejected));
+        assert!(first.body().is_end_stream());
+        assert_eq!(first.body().size_hint().exact(), Some(0));
+        let Poll::Ready(Ok(again)) = future.as_mut().poll(&mut cx) else {
+            panic!("polled again, it answers again");
+        };
+        assert_eq!(again.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(again.headers().get(RETRY_AFTER).is_none());
+    }
+}
