@@ -1,6 +1,7 @@
 //! loom models of a `Rate`'s window change: an `observe` racing `ManualClock::advance`, whose
 //! tick clears the slots of the buckets one and two ahead, never loses a count from the current
-//! window and never reads a stale count (left in a slot from a bucket a ring ago) as current.
+//! window and never reads a stale count (left in a slot from a bucket a ring ago) as current;
+//! and of a `Rate` registering with its clock while another thread advances it.
 //!
 //! Run with (a separate target dir keeps the normal build cache intact):
 //!
@@ -9,7 +10,7 @@
 //!     cargo test --release --test loom_rate
 //! ```
 //!
-//! The Rates have 10 ms buckets (one tick), so each `advance(10 ms)` runs exactly one tick, and
+//! The Rates have 10 ms buckets (one tick), so each `advance(10 ms)` runs a Rate's work once, and
 //! a one-row, one-column sketch: its hash seeds are random per instance, so only a one-column
 //! sketch gives every loom iteration the same accesses to the same counters. One key is used,
 //! so every count is exact. Each model builds its clock and Rate inside `loom::model`, as loom
@@ -265,5 +266,25 @@ fn rate_racing_a_window_change_reads_the_window_before_or_after_it() {
             prev == 100 || prev == 5,
             "prev_samples = {prev}, expected 100 or 5"
         );
+    });
+}
+
+/// A Rate built while another thread advances its clock is not lost by the clock's schedule:
+/// its registration, racing the advance's pass, is applied by that pass or the next, and the
+/// slot holding its first count is cleared before the ring comes round to it again. Ten ticks
+/// later the current and previous buckets (one of which reuses that slot) read 0.
+#[test]
+fn a_rate_registered_during_an_advance_gets_its_windows_cleared() {
+    check(|| {
+        let clock = ManualClock::new();
+        let advancer = {
+            let clock = clock.clone();
+            thread::spawn(move || clock.advance(TICK))
+        };
+        let rate = rate_on(&clock, 1);
+        rate.observe("k", 7);
+        advancer.join().unwrap();
+        clock.advance(10 * TICK);
+        assert_eq!(counts(&rate), (0, 0), "a count from ten windows ago read");
     });
 }
