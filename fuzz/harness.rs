@@ -1333,13 +1333,20 @@ fn construct_with_error(input: &mut Bytes<'_>) {
     }
     let mut dims = None;
     if errors.is_empty() {
-        // The count-min sizing: width ⌈e/ε⌉, depth ⌈ln(1/δ)⌉ (at least 1).
+        // The count-min sizing: width ⌈e/ε⌉, depth ⌈ln(1/δ)⌉ = ⌈−ln δ⌉ (at least 1).
         let columns = (std::f64::consts::E / epsilon).ceil();
-        let rows = (1.0 / delta).ln().ceil().max(1.0);
+        let rows = (-delta.ln()).ceil().max(1.0);
         let max = Estimator::MAX_COUNTERS as f64;
+        // What the error must report: what ε and δ need, before any capping.
+        let too_precise = ConfigError::TooPrecise {
+            epsilon,
+            delta,
+            rows: rows as usize,
+            columns,
+            max_counters: Estimator::MAX_COUNTERS,
+        };
         if columns > max || rows > max {
-            let (rows, columns) = (0, 0); // compared by variant only
-            errors.push(ConfigError::TooLarge { rows, columns });
+            errors.push(too_precise);
         } else {
             let (rows, columns) = (rows as usize, columns as usize);
             let verdict = sketch_verdict(rows, columns);
@@ -1348,7 +1355,8 @@ fn construct_with_error(input: &mut Bytes<'_>) {
             }
             match verdict {
                 Ok(_) => dims = Some((rows, columns.next_power_of_two())),
-                Err(e) => errors.extend(e),
+                // Too many counters: reported in ε and δ, not in rows and columns.
+                Err(_) => errors.push(too_precise),
             }
         }
     }
