@@ -24,7 +24,9 @@
 //! - [`clock`]: the shared 10 ms ticker behind `Rate`, its fork functions, and
 //!   [`ManualClock`](clock::ManualClock) for tests.
 //! - [`ConfigError`]: what was wrong with a configuration, returned by every fallible
-//!   constructor.
+//!   constructor (`try_new`, `with_size`, `with_error`, the builders); the constructors with
+//!   pingora-limits' signatures (`Estimator::new`, `Rate::new`,
+//!   `Rate::new_with_estimator_config`) panic with its message instead.
 //!
 //! The modules [`estimator`], [`inflight`] and [`rate`] mirror pingora-limits' paths, so code written
 //! for `pingora_limits::inflight::Inflight` compiles against `floodgate::inflight::Inflight`,
@@ -73,8 +75,9 @@ pub use limiter::{
 };
 pub use rate::{Rate, RateBuilder, RateComponents, PROPORTIONAL_RATE_ESTIMATE_CALC_FN};
 
-/// The README's examples, run as doctests so the quick start stays true.
-#[cfg(doctest)]
+/// The README's examples, run as doctests so the quick start stays true (its axum example
+/// uses the `LimitLayer`, hence the feature).
+#[cfg(all(doctest, feature = "tower"))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
