@@ -1,11 +1,10 @@
 //! `Inflight::incr` plus dropping its guard — one request's whole in-flight bookkeeping —
-//! for floodgate's borrowed `Guard`, its `OwnedGuard` (through an `Arc`), and
+//! for floodgate's `Guard` (which shares the counters through an `Arc`, like pingora-limits'
+//! guard), its `BorrowedGuard` (from `incr_borrowed`, no reference count), and
 //! pingora-limits' `Inflight` (fixed at 4 × 8192), next to the floor of H `fetch_add`s and H
 //! `fetch_sub`s at that size. One group per workload, one and two threads.
 
 mod common;
-
-use std::sync::Arc;
 
 use common::{Floor, Workload};
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -14,9 +13,8 @@ fn inflight(c: &mut Criterion) {
     for workload in Workload::ALL {
         let keys = workload.keys();
         let (floor, floor_keys) = (Floor::<4, 8192>::new(), Floor::<4, 8192>::keys(&keys));
-        // Both floodgate variants at pingora-limits' fixed size (also floodgate's default).
-        let borrowed = floodgate::Inflight::new();
-        let owned = Arc::new(floodgate::Inflight::new());
+        // floodgate at pingora-limits' fixed size (also floodgate's default).
+        let floodgate = floodgate::Inflight::new();
         let pingora = pingora_limits::inflight::Inflight::new();
 
         let mut group = common::group(c, "inflight", workload);
@@ -27,15 +25,21 @@ fn inflight(c: &mut Criterion) {
                 estimate
             });
             common::bench(&mut group, "floodgate_guard", threads, &keys, |k| {
-                let (guard, estimate) = borrowed.incr(k, 1);
+                let (guard, estimate) = floodgate.incr(k, 1);
                 drop(guard);
                 estimate
             });
-            common::bench(&mut group, "floodgate_owned_guard", threads, &keys, |k| {
-                let (guard, estimate) = owned.incr_owned(k, 1);
-                drop(guard);
-                estimate
-            });
+            common::bench(
+                &mut group,
+                "floodgate_borrowed_guard",
+                threads,
+                &keys,
+                |k| {
+                    let (guard, estimate) = floodgate.incr_borrowed(k, 1);
+                    drop(guard);
+                    estimate
+                },
+            );
             common::bench(&mut group, "pingora", threads, &keys, |k| {
                 let (guard, estimate) = pingora.incr(k, 1);
                 drop(guard);

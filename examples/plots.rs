@@ -395,9 +395,10 @@ fn index_of<T: PartialEq>(items: &mut Vec<T>, item: T) -> usize {
     }
 }
 
-/// One colour per library, a lighter shade for a variant (the small sketch, the owned guard).
+/// One colour per library, a lighter shade for a variant (the small sketch, the borrowed
+/// guard).
 fn color_of(structure: &str) -> RGBColor {
-    let light = structure.contains("3x1024") || structure.contains("owned");
+    let light = structure.contains("3x1024") || structure.contains("borrowed");
     let (dark, pale) = if structure.starts_with("floor") {
         (RGBColor(99, 99, 99), RGBColor(189, 189, 189))
     } else if structure.starts_with("floodgate") {

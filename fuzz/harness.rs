@@ -22,13 +22,12 @@
 //! bounds (only what was counted, nothing stale) from the total of all keys.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 use std::time::Duration;
 
 use floodgate::clock::ManualClock;
 use floodgate::rate::{MAX_INTERVAL, MAX_SUB_WINDOWS};
 use floodgate::{
-    ConfigError, Estimator, Guard, Inflight, Limiter, OwnedGuard, OwnedPermit, Permit, Rate,
+    BorrowedGuard, ConfigError, Estimator, Guard, Inflight, Limiter, OwnedPermit, Permit, Rate,
     RateComponents, Reason, PROPORTIONAL_RATE_ESTIMATE_CALC_FN,
 };
 
@@ -405,8 +404,8 @@ pub fn estimator(data: &[u8]) {
 // Inflight.
 
 enum AnyGuard<'a> {
-    Borrowed(Guard<'a>),
-    Owned(OwnedGuard),
+    Borrowed(BorrowedGuard<'a>),
+    Owned(Guard),
 }
 
 impl AnyGuard<'_> {
@@ -433,7 +432,7 @@ struct HeldGuard<'a> {
     guard: AnyGuard<'a>,
 }
 
-/// `Inflight`: `incr` (borrowed and owned guards), `Guard::incr`, dropping guard i, dropping
+/// `Inflight`: `incr` and `incr_borrowed` (owned and borrowed guards), `Guard::incr`, dropping guard i, dropping
 /// all, `get`, over 5 keys on a sketch of 1–4 rows × 1–32 columns; amounts mostly 0–3,
 /// sometimes large enough to saturate.
 ///
@@ -447,7 +446,7 @@ pub fn inflight(data: &[u8]) {
     let mut input = Bytes::new(data);
     let rows = 1 + input.below(4);
     let columns = 1 + input.below(32);
-    let inflight = Arc::new(Inflight::with_size(rows, columns).expect("a small size is valid"));
+    let inflight = Inflight::with_size(rows, columns).expect("a small size is valid");
     let memory = inflight.memory_bytes();
     let mut guards: Vec<HeldGuard<'_>> = Vec::new();
     // Whether the total in flight ever passed the ceiling (some counter may have saturated).
@@ -471,10 +470,10 @@ pub fn inflight(data: &[u8]) {
                 let value = input.amount();
                 if guards.len() < MAX_GUARDS {
                     let (guard, estimate) = if op & 0x80 != 0 {
-                        let (g, n) = inflight.incr_owned(key as u64, value);
+                        let (g, n) = inflight.incr(key as u64, value);
                         (AnyGuard::Owned(g), n)
                     } else {
-                        let (g, n) = inflight.incr(key as u64, value);
+                        let (g, n) = inflight.incr_borrowed(key as u64, value);
                         (AnyGuard::Borrowed(g), n)
                     };
                     guards.push(HeldGuard {
@@ -1334,13 +1333,20 @@ fn construct_with_error(input: &mut Bytes<'_>) {
     }
     let mut dims = None;
     if errors.is_empty() {
-        // The count-min sizing: width ⌈e/ε⌉, depth ⌈ln(1/δ)⌉ (at least 1).
+        // The count-min sizing: width ⌈e/ε⌉, depth ⌈ln(1/δ)⌉ = ⌈−ln δ⌉ (at least 1).
         let columns = (std::f64::consts::E / epsilon).ceil();
-        let rows = (1.0 / delta).ln().ceil().max(1.0);
+        let rows = (-delta.ln()).ceil().max(1.0);
         let max = Estimator::MAX_COUNTERS as f64;
+        // What the error must report: what ε and δ need, before any capping.
+        let too_precise = ConfigError::TooPrecise {
+            epsilon,
+            delta,
+            rows: rows as usize,
+            columns,
+            max_counters: Estimator::MAX_COUNTERS,
+        };
         if columns > max || rows > max {
-            let (rows, columns) = (0, 0); // compared by variant only
-            errors.push(ConfigError::TooLarge { rows, columns });
+            errors.push(too_precise);
         } else {
             let (rows, columns) = (rows as usize, columns as usize);
             let verdict = sketch_verdict(rows, columns);
@@ -1349,7 +1355,8 @@ fn construct_with_error(input: &mut Bytes<'_>) {
             }
             match verdict {
                 Ok(_) => dims = Some((rows, columns.next_power_of_two())),
-                Err(e) => errors.extend(e),
+                // Too many counters: reported in ε and δ, not in rows and columns.
+                Err(_) => errors.push(too_precise),
             }
         }
     }

@@ -57,18 +57,19 @@ PARTS = [
     {
         "part": "inflight",
         "title": "Inflight::incr + guard drop",
-        "what": "`incr(key, 1)` and dropping its guard, 4×8192 counters; the floor is H "
-        "`fetch_add`s and H `fetch_sub`s",
+        "what": "`incr(key, 1)` (a `Guard`, one `Arc` reference count per request, like "
+        "pingora-limits') or `incr_borrowed(key, 1)` (a `BorrowedGuard`) and dropping the guard, "
+        "4×8192 counters; the floor is H `fetch_add`s and H `fetch_sub`s",
         "workloads": ["uniform", "zipf", "hot_key"],
         "structures": [
             ("floor_4x8192", "floor 4×8192", None),
             ("floodgate_guard", "floodgate Guard", "floor_4x8192"),
-            ("floodgate_owned_guard", "floodgate OwnedGuard", "floor_4x8192"),
+            ("floodgate_borrowed_guard", "floodgate BorrowedGuard", "floor_4x8192"),
             ("pingora", "pingora-limits", "floor_4x8192"),
         ],
         "peers": [
             ("floodgate_guard", "pingora"),
-            ("floodgate_owned_guard", "pingora"),
+            ("floodgate_borrowed_guard", "pingora"),
         ],
         "note": "",
     },
@@ -134,8 +135,8 @@ SUMMARY_ROWS = [
         "floor": "floor_3x1024", "floodgate": "floodgate_3x1024", "pingora": "pingora_3x1024"}),
     ("`Inflight::incr` + guard drop, 4×8192", "inflight", {
         "floor": "floor_4x8192", "floodgate": "floodgate_guard", "pingora": "pingora"}),
-    ("the same, owned guard (`Arc<Inflight>`)", "inflight", {
-        "floor": "floor_4x8192", "floodgate": "floodgate_owned_guard", "pingora": "pingora"}),
+    ("the same, `incr_borrowed` (`BorrowedGuard`)", "inflight", {
+        "floor": "floor_4x8192", "floodgate": "floodgate_borrowed_guard", "pingora": "pingora"}),
     ("`Rate::observe`, 4×1024", "rate_observe", {"floodgate": "floodgate", "pingora": "pingora"}),
     ("`Rate::rate_with`, 4×1024", "rate_with", {"floodgate": "floodgate", "pingora": "pingora"}),
     ("rate limit per key (DashMap: exact fixed window)", "limiter", {

@@ -5,9 +5,15 @@ use std::time::Duration;
 
 /// A configuration that floodgate refuses at construction time.
 ///
-/// Every constructor that can fail returns this error; the panicking constructors
-/// (`new`, kept for pingora-limits compatibility) panic with its `Display` text.
-/// Nothing on the request path returns or panics with it.
+/// Every constructor that can fail returns this error: `try_new`, `with_size`, `with_error`
+/// and the builders' `build`. The constructors with pingora-limits' signatures
+/// ([`Estimator::new`](crate::Estimator::new), [`Rate::new`](crate::Rate::new),
+/// [`Rate::new_with_estimator_config`](crate::Rate::new_with_estimator_config)) cannot return
+/// it, so they panic with its `Display` text instead. Nothing on the request path returns or
+/// panics with it.
+///
+/// The messages speak of rows and columns, the words of `try_new`, `with_size` and the
+/// builders; pingora-limits' `hashes` are rows and its `slots` are columns.
 ///
 /// # Examples
 ///
@@ -21,9 +27,9 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum ConfigError {
-    /// A sketch was asked for with zero rows (hash functions).
+    /// A sketch was asked for with zero rows (pingora-limits' `hashes`).
     ZeroRows,
-    /// A sketch was asked for with zero columns (slots per row).
+    /// A sketch was asked for with zero columns (pingora-limits' `slots`).
     ZeroColumns,
     /// The requested rows × columns (after rounding columns up to a power of two) exceed
     /// [`Estimator::MAX_COUNTERS`](crate::Estimator::MAX_COUNTERS) counters (for a `Rate`,
@@ -33,6 +39,24 @@ pub enum ConfigError {
         rows: usize,
         /// Columns asked for (before rounding up to a power of two).
         columns: usize,
+    },
+    /// [`Estimator::with_error`](crate::Estimator::with_error) was asked for an ε and δ whose
+    /// sketch would exceed [`Estimator::MAX_COUNTERS`](crate::Estimator::MAX_COUNTERS)
+    /// counters.
+    TooPrecise {
+        /// ε asked for.
+        epsilon: f64,
+        /// δ asked for.
+        delta: f64,
+        /// The rows δ needs: ⌈ln(1/δ)⌉, at least 1.
+        rows: usize,
+        /// The columns ε needs: ⌈e/ε⌉, before rounding up to a power of two. A float,
+        /// because a tiny ε needs more columns than `usize` counts (infinite when e/ε
+        /// overflows `f64`).
+        columns: f64,
+        /// The most counters a sketch may have,
+        /// [`Estimator::MAX_COUNTERS`](crate::Estimator::MAX_COUNTERS).
+        max_counters: usize,
     },
     /// The memory for the sketch could not be allocated.
     AllocationFailed {
@@ -78,9 +102,9 @@ pub enum ConfigError {
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ConfigError::ZeroRows => f.write_str("a sketch needs at least one row (hashes >= 1)"),
+            ConfigError::ZeroRows => f.write_str("a sketch needs at least one row, got 0 rows"),
             ConfigError::ZeroColumns => {
-                f.write_str("a sketch needs at least one column (slots >= 1)")
+                f.write_str("a sketch needs at least one column, got 0 columns")
             }
             ConfigError::TooLarge { rows, columns } => write!(
                 f,
@@ -88,6 +112,38 @@ impl fmt::Display for ConfigError {
                  for a Rate, times its window slots) exceeds the limit of {} counters",
                 crate::Estimator::MAX_COUNTERS
             ),
+            ConfigError::TooPrecise {
+                epsilon,
+                delta,
+                rows,
+                columns,
+                max_counters,
+            } => {
+                write!(
+                    f,
+                    "epsilon = {epsilon:e} and delta = {delta:e} need a sketch of {rows} rows \
+                     (ceil(ln(1/delta))) x {} columns (ceil(e/epsilon), before rounding up to a \
+                     power of two), {} counters, over the limit of {max_counters} counters",
+                    Count(*columns),
+                    Count(*rows as f64 * *columns),
+                )?;
+                // The smallest epsilon that fits at this depth: the widest power-of-two row
+                // that `rows` rows may have is w, and ⌈e/ε⌉ ≤ w exactly when ε ≥ e/w.
+                match *max_counters / (*rows).max(1) {
+                    0 => f.write_str("; choose a larger delta"),
+                    fit => {
+                        let widest = 1usize << (usize::BITS - 1 - fit.leading_zeros());
+                        // Four digits rounded to nearest are within 0.05% of the value; from
+                        // 0.1% above it they never fall below it, so the example fits.
+                        let example = std::f64::consts::E / widest as f64 * 1.001;
+                        write!(
+                            f,
+                            "; at {rows} rows epsilon must be at least e/{widest} \
+                             ({example:.3e} will do)"
+                        )
+                    }
+                }
+            }
             ConfigError::AllocationFailed { bytes } => {
                 write!(f, "could not allocate {bytes} bytes for the sketch counters")
             }
@@ -121,3 +177,21 @@ impl fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
+
+/// A count held in an `f64`: whole numbers as digits while `f64` holds them exactly, larger
+/// ones in scientific notation, and an overflow as such.
+struct Count(f64);
+
+impl fmt::Display for Count {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        /// 2^53: up to here every whole number is exact in an `f64`.
+        const EXACT: f64 = 9_007_199_254_740_992.0;
+        if !self.0.is_finite() {
+            write!(f, "more than {:.1e}", f64::MAX)
+        } else if self.0 <= EXACT {
+            write!(f, "{:.0}", self.0)
+        } else {
+            write!(f, "about {:.3e}", self.0)
+        }
+    }
+}

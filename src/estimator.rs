@@ -68,12 +68,15 @@ impl Estimator {
 
     /// Creates a sketch with `hashes` rows and `slots` columns (rounded up to a power of two).
     ///
-    /// The same signature as `pingora_limits::estimator::Estimator::new`.
+    /// The same signature and parameter names as `pingora_limits::estimator::Estimator::new`;
+    /// [`Estimator::try_new`] is the same constructor without the panic, with floodgate's
+    /// names (`rows`, `columns`).
     ///
     /// # Panics
     ///
     /// Panics with the [`ConfigError`] message when [`Estimator::try_new`] would return an error:
-    /// zero rows or columns, or more than [`Estimator::MAX_COUNTERS`] counters.
+    /// zero `hashes` (rows) or `slots` (columns), or more than [`Estimator::MAX_COUNTERS`]
+    /// counters. The message names the arguments as given.
     ///
     /// # Examples
     ///
@@ -84,7 +87,11 @@ impl Estimator {
     pub fn new(hashes: usize, slots: usize) -> Self {
         match Self::try_new(hashes, slots) {
             Ok(sketch) => sketch,
-            Err(e) => panic!("floodgate::Estimator::new: {e}"),
+            Err(e) => panic!(
+                "floodgate::Estimator::new(hashes = {hashes}, slots = {slots}): {e} \
+                 (hashes are rows, slots are columns; Estimator::try_new returns this error \
+                 instead of panicking)"
+            ),
         }
     }
 
@@ -129,7 +136,9 @@ impl Estimator {
     /// # Errors
     ///
     /// [`ConfigError::Epsilon`] or [`ConfigError::Delta`] when either is not strictly between
-    /// 0 and 1, and the errors of [`Estimator::try_new`] for the resulting size.
+    /// 0 and 1; [`ConfigError::TooPrecise`], with the rows and columns they need, when that
+    /// sketch would exceed [`Estimator::MAX_COUNTERS`]; [`ConfigError::AllocationFailed`] when
+    /// the allocator refuses the memory.
     ///
     /// # Examples
     ///
@@ -139,6 +148,11 @@ impl Estimator {
     /// assert_eq!((sketch.rows(), sketch.columns()), (5, 4096));
     /// assert!(sketch.epsilon() <= 0.001 && sketch.delta() <= 0.01);
     /// assert!(floodgate::Estimator::with_error(0.0, 0.01).is_err());
+    ///
+    /// // ε = 10^-12 needs ⌈e · 10^12⌉ columns: the error says so, and what is allowed.
+    /// let err = floodgate::Estimator::with_error(1e-12, 0.01).unwrap_err();
+    /// assert!(err.to_string().contains("2718281828460 columns"));
+    /// assert!(err.to_string().contains("limit of 268435456 counters"));
     /// ```
     pub fn with_error(epsilon: f64, delta: f64) -> Result<Self, ConfigError> {
         let (rows, columns) = dimensions_for_error(epsilon, delta)?;
@@ -419,15 +433,26 @@ pub(crate) fn dimensions_for_error(
         return Err(ConfigError::Delta(delta));
     }
     let columns = (std::f64::consts::E / epsilon).ceil();
-    let rows = (1.0 / delta).ln().ceil().max(1.0);
-    let limit = Estimator::MAX_COUNTERS as f64;
-    if columns > limit || rows > limit {
-        return Err(ConfigError::TooLarge {
-            rows: rows.min(limit) as usize,
-            columns: columns.min(limit) as usize,
-        });
+    // ln(1/δ) as −ln δ: 1/δ overflows for a subnormal δ, while −ln δ < 745 for every δ > 0,
+    // so the cast is exact.
+    let rows = (-delta.ln()).ceil().max(1.0) as usize;
+    let too_precise = || ConfigError::TooPrecise {
+        epsilon,
+        delta,
+        rows,
+        columns,
+        max_counters: Estimator::MAX_COUNTERS,
+    };
+    if columns > Estimator::MAX_COUNTERS as f64 {
+        return Err(too_precise());
     }
-    Ok((rows as usize, columns as usize))
+    // Both now fit in usize; the rows × columns check is `try_new`'s, reported in ε and δ.
+    let columns_usize = columns as usize;
+    match checked_size(rows, columns_usize, 1) {
+        Err(ConfigError::TooLarge { .. }) => Err(too_precise()),
+        Err(other) => Err(other),
+        Ok(_) => Ok((rows, columns_usize)),
+    }
 }
 
 /// A fresh 64-bit word for rows beyond what the first hash's bits cover (SplitMix64 finaliser).
@@ -502,7 +527,12 @@ mod tests {
         }
         assert!(matches!(
             dimensions_for_error(1e-12, 0.1),
-            Err(ConfigError::TooLarge { .. })
+            Err(ConfigError::TooPrecise { .. })
+        ));
+        // Columns within the limit, but not at this many rows: still reported in ε and δ.
+        assert!(matches!(
+            dimensions_for_error(1e-7, 1e-12),
+            Err(ConfigError::TooPrecise { rows: 28, .. })
         ));
     }
 }

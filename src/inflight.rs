@@ -3,9 +3,18 @@
 //! [`Inflight::incr`] adds to a key's count in a count-min [`Estimator`] and returns a guard;
 //! dropping the guard — on any thread, during a panic unwind, or when the future holding it is
 //! cancelled — subtracts exactly what the guard added. The guard keeps the key's 64-bit keyed
-//! hash, so its drop derives the same H counters without hashing the key again, and it
-//! borrows the `Inflight` ([`Guard`]) or owns an `Arc` to it ([`OwnedGuard`]), so the request
-//! path touches no shared reference count unless the caller asks for ownership.
+//! hash, so its drop derives the same H counters without hashing the key again.
+//!
+//! Two kinds of guard:
+//!
+//! - [`Guard`], from [`Inflight::incr`]: owns a reference-counted handle to the counters and
+//!   has no lifetime, like pingora-limits' guard, so it fits in a per-request context
+//!   (`struct Ctx { guard: Option<Guard> }`) and in `'static` tasks. It costs one reference
+//!   count increment per request and one decrement when it drops, on a count that every
+//!   thread shares.
+//! - [`BorrowedGuard`], from [`Inflight::incr_borrowed`]: borrows the `Inflight` and touches
+//!   no shared reference count; for call sites that drop the guard within the borrow (a
+//!   local, or a `BorrowedGuard<'static>` from an `Inflight` in a `static`).
 //!
 //! The default size, 4 × 8192, gives two unrelated keys a probability of 8192^-4 = 2^-52 of
 //! sharing all four counters.
@@ -24,7 +33,9 @@ pub const DEFAULT_COLUMNS: usize = 8192;
 
 /// Approximate per-key in-flight counts in fixed memory; a drop-guard gives each count back.
 ///
-/// Estimates are never below the true number in flight.
+/// Estimates are never below the true number in flight. The counters live behind an `Arc`
+/// that each [`Guard`] shares, so a guard may outlive the `Inflight` it came from (the
+/// counters are freed with the last of them).
 ///
 /// # Examples
 ///
@@ -41,7 +52,7 @@ pub const DEFAULT_COLUMNS: usize = 8192;
 /// ```
 #[derive(Debug)]
 pub struct Inflight {
-    estimator: Estimator,
+    estimator: Arc<Estimator>,
 }
 
 impl Default for Inflight {
@@ -80,15 +91,55 @@ impl Inflight {
     /// ```
     pub fn with_size(rows: usize, columns: usize) -> Result<Self, ConfigError> {
         Ok(Inflight {
-            estimator: Estimator::try_new(rows, columns)?,
+            estimator: Arc::new(Estimator::try_new(rows, columns)?),
         })
     }
 
     /// Adds `value` to `key`'s in-flight count and returns a guard that subtracts it again on
     /// drop, with the key's new estimate.
     ///
-    /// The guard borrows this `Inflight`; it is `Guard<'static>` when the `Inflight` is in a
-    /// `static`. For an `Arc<Inflight>` use [`Inflight::incr_owned`].
+    /// The signature of pingora-limits' `Inflight::incr`: the [`Guard`] has no lifetime, so it
+    /// can be kept in a per-request context or moved into a `'static` task. It shares the
+    /// counters through an `Arc` (one reference-count increment here, one decrement when it
+    /// drops). [`Inflight::incr_borrowed`] skips that when the guard can borrow the
+    /// `Inflight`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use floodgate::{Guard, Inflight};
+    ///
+    /// // A proxy's per-request context, as in pingora.
+    /// struct Ctx {
+    ///     guard: Option<Guard>,
+    /// }
+    ///
+    /// let inflight = Inflight::new();
+    /// let mut ctx = Ctx { guard: None };
+    /// let (guard, count) = inflight.incr("origin-a", 1);
+    /// assert_eq!(count, 1);
+    /// ctx.guard = Some(guard);
+    /// // The context may go to another thread, and outlive the borrow of `inflight`.
+    /// std::thread::spawn(move || drop(ctx)).join().unwrap();
+    /// assert_eq!(inflight.get("origin-a"), 0);
+    /// ```
+    #[inline]
+    pub fn incr<T: Hash>(&self, key: T, value: isize) -> (Guard, isize) {
+        let hash = self.estimator.hash(&key);
+        let estimate = self.estimator.incr_hashed(hash, value);
+        let guard = Guard {
+            estimator: Arc::clone(&self.estimator),
+            held: Held::new(hash, value),
+        };
+        (guard, estimate)
+    }
+
+    /// As [`Inflight::incr`], but the guard borrows this `Inflight` instead of sharing its
+    /// counters through an `Arc`: no reference count is touched, which saves a contended
+    /// atomic increment and decrement per request when many threads use one `Inflight`.
+    ///
+    /// The guard cannot outlive the borrow; it is `BorrowedGuard<'static>` when the
+    /// `Inflight` is in a `static`.
     ///
     /// # Examples
     ///
@@ -96,49 +147,26 @@ impl Inflight {
     /// static INFLIGHT: std::sync::LazyLock<floodgate::Inflight> =
     ///     std::sync::LazyLock::new(floodgate::Inflight::new);
     ///
-    /// let (guard, count): (floodgate::Guard<'static>, isize) = INFLIGHT.incr(42u64, 2);
+    /// let (guard, count): (floodgate::BorrowedGuard<'static>, isize) =
+    ///     INFLIGHT.incr_borrowed(42u64, 2);
     /// assert_eq!(count, 2);
     /// std::thread::spawn(move || drop(guard)).join().unwrap();
     /// assert_eq!(INFLIGHT.get(42u64), 0);
     /// ```
     #[inline]
-    pub fn incr<T: Hash>(&self, key: T, value: isize) -> (Guard<'_>, isize) {
+    pub fn incr_borrowed<T: Hash>(&self, key: T, value: isize) -> (BorrowedGuard<'_>, isize) {
         let hash = self.estimator.hash(&key);
         let estimate = self.estimator.incr_hashed(hash, value);
-        let guard = Guard {
-            inflight: self,
-            held: Held::new(hash, value),
-        };
-        (guard, estimate)
-    }
-
-    /// As [`Inflight::incr`], but the guard holds a clone of the `Arc`, so it can outlive any
-    /// borrow (one reference-count increment per call, and one decrement on drop).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    ///
-    /// let inflight = Arc::new(floodgate::Inflight::new());
-    /// let (guard, count) = inflight.incr_owned("origin-a", 1);
-    /// assert_eq!(count, 1);
-    /// let handle = std::thread::spawn(move || guard.get());
-    /// assert_eq!(handle.join().unwrap(), 1);
-    /// assert_eq!(inflight.get("origin-a"), 0);
-    /// ```
-    #[inline]
-    pub fn incr_owned<T: Hash>(self: &Arc<Self>, key: T, value: isize) -> (OwnedGuard, isize) {
-        let hash = self.estimator.hash(&key);
-        let estimate = self.estimator.incr_hashed(hash, value);
-        let guard = OwnedGuard {
-            inflight: Arc::clone(self),
+        let guard = BorrowedGuard {
+            estimator: &self.estimator,
             held: Held::new(hash, value),
         };
         (guard, estimate)
     }
 
     /// The estimated number in flight for `key`: never below the true number.
+    ///
+    /// Not in pingora-limits' `Inflight`, whose counts can only be read through a guard.
     ///
     /// # Examples
     ///
@@ -166,17 +194,21 @@ impl Inflight {
         &self.estimator
     }
 
-    /// Heap and inline bytes this `Inflight` occupies; fixed at construction.
+    /// Heap and inline bytes this `Inflight` occupies — the sketch, its `Arc`'s two reference
+    /// counts and the handle to it; fixed at construction.
     ///
     /// # Examples
     ///
     /// ```
     /// let inflight = floodgate::Inflight::new();
-    /// assert_eq!(inflight.memory_bytes(), inflight.estimator().memory_bytes());
+    /// assert!(inflight.memory_bytes() > inflight.estimator().memory_bytes());
     /// assert!(inflight.memory_bytes() >= 4 * 8192 * std::mem::size_of::<isize>());
     /// ```
     pub fn memory_bytes(&self) -> usize {
-        self.estimator.memory_bytes()
+        // The Arc's allocation holds the strong and weak counts next to the sketch.
+        std::mem::size_of::<Self>()
+            + 2 * std::mem::size_of::<usize>()
+            + self.estimator.memory_bytes()
     }
 }
 
@@ -217,16 +249,36 @@ impl Held {
     }
 }
 
-/// Gives a key's in-flight count back when dropped; borrowed from an [`Inflight`].
+/// Gives a key's in-flight count back when dropped; has no lifetime.
 ///
-/// Created by [`Inflight::incr`]. `Send` and `Sync`: it may be dropped on any thread.
+/// Created by [`Inflight::incr`]. Like pingora-limits' `Guard` it shares the counters
+/// through an `Arc`, so it can be stored in a per-request context, moved into a `'static`
+/// task and outlive the `Inflight`. `Send` and `Sync`: it may be dropped on any thread.
+///
+/// # Examples
+///
+/// ```
+/// use floodgate::{Guard, Inflight};
+///
+/// fn admit(inflight: &Inflight, origin: &str, limit: isize) -> Option<Guard> {
+///     let (guard, count) = inflight.incr(origin, 1);
+///     (count <= limit).then_some(guard) // a refused request's guard drops here
+/// }
+///
+/// let inflight = Inflight::new();
+/// let first = admit(&inflight, "origin-a", 1);
+/// assert!(first.is_some());
+/// assert!(admit(&inflight, "origin-a", 1).is_none());
+/// drop(first);
+/// assert_eq!(inflight.get("origin-a"), 0);
+/// ```
 #[must_use = "dropping the guard immediately gives the in-flight count back"]
-pub struct Guard<'a> {
-    inflight: &'a Inflight,
+pub struct Guard {
+    estimator: Arc<Estimator>,
     held: Held,
 }
 
-impl Guard<'_> {
+impl Guard {
     /// Adds the guard's value to its key once more (given back on drop with the rest) and
     /// returns the key's new estimate.
     ///
@@ -243,7 +295,7 @@ impl Guard<'_> {
     /// assert_eq!(inflight.get("k"), 0);
     /// ```
     pub fn incr(&self) -> isize {
-        self.held.incr(&self.inflight.estimator)
+        self.held.incr(&self.estimator)
     }
 
     /// The key's current estimate.
@@ -257,17 +309,17 @@ impl Guard<'_> {
     /// assert_eq!(guard.get(), 3);
     /// ```
     pub fn get(&self) -> isize {
-        self.inflight.estimator.get_hashed(self.held.hash)
+        self.estimator.get_hashed(self.held.hash)
     }
 }
 
-impl Drop for Guard<'_> {
+impl Drop for Guard {
     fn drop(&mut self) {
-        self.held.give_back(&self.inflight.estimator);
+        self.held.give_back(&self.estimator);
     }
 }
 
-impl std::fmt::Debug for Guard<'_> {
+impl std::fmt::Debug for Guard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Guard")
             .field("value", &self.held.total.load(Relaxed))
@@ -275,32 +327,44 @@ impl std::fmt::Debug for Guard<'_> {
     }
 }
 
-/// Gives a key's in-flight count back when dropped; owns an `Arc<Inflight>`.
+/// Gives a key's in-flight count back when dropped; borrows the [`Inflight`].
 ///
-/// Created by [`Inflight::incr_owned`], for callers that cannot borrow the `Inflight` for the
-/// guard's lifetime (a task spawned with `'static` bounds, say).
+/// Created by [`Inflight::incr_borrowed`], for call sites that drop the guard while the
+/// `Inflight` is still borrowed (a local, or an `Inflight` in a `static`): it skips the
+/// shared reference count that a [`Guard`] increments and decrements. `Send` and `Sync`: it
+/// may be dropped on any thread.
+///
+/// # Examples
+///
+/// ```
+/// let inflight = floodgate::Inflight::new();
+/// {
+///     let (guard, count) = inflight.incr_borrowed("origin-a", 1);
+///     assert_eq!(count, 1);
+///     assert_eq!(guard.get(), 1);
+/// } // dropped with the scope
+/// assert_eq!(inflight.get("origin-a"), 0);
+/// ```
 #[must_use = "dropping the guard immediately gives the in-flight count back"]
-pub struct OwnedGuard {
-    inflight: Arc<Inflight>,
+pub struct BorrowedGuard<'a> {
+    estimator: &'a Estimator,
     held: Held,
 }
 
-impl OwnedGuard {
+impl BorrowedGuard<'_> {
     /// As [`Guard::incr`].
     ///
     /// # Examples
     ///
     /// ```
-    /// use std::sync::Arc;
-    ///
-    /// let inflight = Arc::new(floodgate::Inflight::new());
-    /// let (guard, _) = inflight.incr_owned("k", 1);
+    /// let inflight = floodgate::Inflight::new();
+    /// let (guard, _) = inflight.incr_borrowed("k", 1);
     /// assert_eq!(guard.incr(), 2);
     /// drop(guard);
     /// assert_eq!(inflight.get("k"), 0);
     /// ```
     pub fn incr(&self) -> isize {
-        self.held.incr(&self.inflight.estimator)
+        self.held.incr(self.estimator)
     }
 
     /// As [`Guard::get`].
@@ -308,26 +372,25 @@ impl OwnedGuard {
     /// # Examples
     ///
     /// ```
-    /// use std::sync::Arc;
-    ///
-    /// let inflight = Arc::new(floodgate::Inflight::new());
-    /// let (guard, _) = inflight.incr_owned("k", 2);
-    /// assert_eq!(guard.get(), 2);
+    /// let inflight = floodgate::Inflight::new();
+    /// let (guard, _) = inflight.incr_borrowed("k", 2);
+    /// let (_other, _) = inflight.incr("k", 1);
+    /// assert_eq!(guard.get(), 3);
     /// ```
     pub fn get(&self) -> isize {
-        self.inflight.estimator.get_hashed(self.held.hash)
+        self.estimator.get_hashed(self.held.hash)
     }
 }
 
-impl Drop for OwnedGuard {
+impl Drop for BorrowedGuard<'_> {
     fn drop(&mut self) {
-        self.held.give_back(&self.inflight.estimator);
+        self.held.give_back(self.estimator);
     }
 }
 
-impl std::fmt::Debug for OwnedGuard {
+impl std::fmt::Debug for BorrowedGuard<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OwnedGuard")
+        f.debug_struct("BorrowedGuard")
             .field("value", &self.held.total.load(Relaxed))
             .finish_non_exhaustive()
     }

@@ -3,8 +3,8 @@
 //! above the true count, never below it.
 //!
 //! - [`Estimator`]: the atomic H×N count-min sketch everything else is built on.
-//! - [`Inflight`]: in-flight counts per key; its [`Guard`] (or [`OwnedGuard`]) gives the count
-//!   back on drop.
+//! - [`Inflight`]: in-flight counts per key; its [`Guard`] gives the count back on drop (a
+//!   [`BorrowedGuard`] from [`Inflight::incr_borrowed`] does the same without an `Arc`).
 //! - [`Rate`]: per-key event counts per window and the rates they give; [`RateComponents`]
 //!   and [`PROPORTIONAL_RATE_ESTIMATE_CALC_FN`] for sliding-window estimates.
 //! - [`Limiter`]: per-key limits on in-flight requests and request rate, decided by the
@@ -24,10 +24,14 @@
 //! - [`clock`]: the shared 10 ms ticker behind `Rate`, its fork functions, and
 //!   [`ManualClock`](clock::ManualClock) for tests.
 //! - [`ConfigError`]: what was wrong with a configuration, returned by every fallible
-//!   constructor.
+//!   constructor (`try_new`, `with_size`, `with_error`, the builders); the constructors with
+//!   pingora-limits' signatures (`Estimator::new`, `Rate::new`,
+//!   `Rate::new_with_estimator_config`) panic with its message instead.
 //!
 //! The modules [`estimator`], [`inflight`] and [`rate`] mirror pingora-limits' paths, so code written
-//! for `pingora_limits::inflight::Inflight` compiles against `floodgate::inflight::Inflight`.
+//! for `pingora_limits::inflight::Inflight` compiles against `floodgate::inflight::Inflight`,
+//! a `struct Ctx { guard: Option<Guard> }` included. What behaves differently is listed in the
+//! migration guide (`docs/migrating-from-pingora-limits.md`).
 //!
 //! # Examples
 //!
@@ -62,7 +66,7 @@ mod sync;
 
 pub use error::ConfigError;
 pub use estimator::Estimator;
-pub use inflight::{Guard, Inflight, OwnedGuard};
+pub use inflight::{BorrowedGuard, Guard, Inflight};
 #[cfg(feature = "tower")]
 pub use layer::{HostKey, KeyExtractor, LimitBody, LimitLayer, LimitService, ResponseFuture};
 pub use limiter::{
@@ -71,8 +75,9 @@ pub use limiter::{
 };
 pub use rate::{Rate, RateBuilder, RateComponents, PROPORTIONAL_RATE_ESTIMATE_CALC_FN};
 
-/// The README's examples, run as doctests so the quick start stays true.
-#[cfg(doctest)]
+/// The README's examples, run as doctests so the quick start stays true (its axum example
+/// uses the `LimitLayer`, hence the feature).
+#[cfg(all(doctest, feature = "tower"))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 

@@ -340,7 +340,13 @@ impl<K> LimiterBuilder<K> {
         self
     }
 
-    /// The size of each sketch (in-flight, and each rate window): `rows` × `columns`.
+    /// The size of each sketch (in-flight, and each rate window): `rows` × `columns`
+    /// (columns rounded up to a power of two); default [`DEFAULT_ROWS`] × [`DEFAULT_COLUMNS`].
+    ///
+    /// Checked by [`build`](Self::build): zero rows or columns give
+    /// [`ConfigError::ZeroRows`] or [`ConfigError::ZeroColumns`], and more than
+    /// [`Estimator::MAX_COUNTERS`] counters (for the rate, across its window slots)
+    /// [`ConfigError::TooLarge`], each naming the rows and columns asked for.
     ///
     /// # Examples
     ///

@@ -389,7 +389,161 @@ fn with_error_rejects_delta_outside_zero_one() {
 #[test]
 fn with_error_rejects_an_epsilon_too_small_to_allocate() {
     let err = Estimator::with_error(1e-12, 0.1).unwrap_err();
-    assert!(matches!(err, ConfigError::TooLarge { .. }), "{err:?}");
+    assert!(matches!(err, ConfigError::TooPrecise { .. }), "{err:?}");
+}
+
+/// Regression: `with_error(1e-12, 1e-12)` reported the capped size (268,435,456 columns), not
+/// the ⌈e · 10^12⌉ columns that ε asked for.
+#[test]
+fn too_precise_reports_the_size_asked_for_and_the_limit() {
+    let err = Estimator::with_error(1e-12, 1e-12).unwrap_err();
+    // ⌈e / 10^-12⌉ columns and ⌈ln 10^12⌉ = ⌈27.6⌉ rows.
+    let columns = (std::f64::consts::E / 1e-12).ceil();
+    assert_eq!(columns, 2_718_281_828_460.0);
+    assert_eq!(
+        err,
+        ConfigError::TooPrecise {
+            epsilon: 1e-12,
+            delta: 1e-12,
+            rows: 28,
+            columns,
+            max_counters: Estimator::MAX_COUNTERS,
+        }
+    );
+    let message = err.to_string();
+    for words in [
+        "epsilon = 1e-12",
+        "delta = 1e-12",
+        "28 rows",
+        "2718281828460 columns",
+        "76111891196880 counters",
+        "limit of 268435456 counters",
+        "epsilon must be at least e/8388608",
+    ] {
+        assert!(message.contains(words), "{words:?} missing from: {message}");
+    }
+    assert!(
+        !message.contains("268435456 columns"),
+        "the capped width, not what was asked: {message}"
+    );
+}
+
+#[test]
+fn too_precise_reports_widths_beyond_usize_and_beyond_f64() {
+    // ⌈e · 10^20⌉ columns: more than usize::MAX on a 64-bit target.
+    let err = Estimator::with_error(1e-20, 0.5).unwrap_err();
+    match err {
+        ConfigError::TooPrecise { rows, columns, .. } => {
+            assert_eq!(rows, 1);
+            assert!(columns > usize::MAX as f64, "{columns}");
+            assert_eq!(columns, (std::f64::consts::E / 1e-20).ceil());
+        }
+        ref other => panic!("{other:?}"),
+    }
+    let message = err.to_string();
+    assert!(message.contains("about 2.718e20 columns"), "{message}");
+    assert!(
+        message.contains("epsilon must be at least e/268435456"),
+        "{message}"
+    );
+
+    // The smallest subnormal ε: e/ε overflows f64.
+    let tiny = f64::from_bits(1);
+    let err = Estimator::with_error(tiny, tiny).unwrap_err();
+    match err {
+        ConfigError::TooPrecise { rows, columns, .. } => {
+            assert_eq!(rows, 745, "⌈−ln(2^-1074)⌉ = ⌈744.4⌉");
+            assert!(columns.is_infinite());
+        }
+        ref other => panic!("{other:?}"),
+    }
+    let message = err.to_string();
+    assert!(message.contains("745 rows"), "{message}");
+    assert!(message.contains("more than 1.8e308 columns"), "{message}");
+}
+
+#[test]
+fn too_precise_when_the_columns_fit_but_not_at_that_many_rows() {
+    // ⌈e · 10^7⌉ = 27,182,819 columns (→ 2^25) fit one row, but not 28 rows of them.
+    let err = Estimator::with_error(1e-7, 1e-12).unwrap_err();
+    assert!(
+        matches!(err, ConfigError::TooPrecise { rows: 28, .. }),
+        "{err:?}"
+    );
+    let message = err.to_string();
+    for words in [
+        "28 rows",
+        "27182819 columns",
+        "limit of 268435456 counters",
+        "e/8388608",
+    ] {
+        assert!(message.contains(words), "{words:?} missing from: {message}");
+    }
+    // And the advice holds: ε = e/8388608 fits at 28 rows, and so does the value suggested.
+    let fits = Estimator::with_error(std::f64::consts::E / 8_388_608.0, 1e-12).unwrap();
+    assert_eq!((fits.rows(), fits.columns()), (28, 8_388_608));
+    assert!(message.contains("(3.244e-7 will do)"), "{message}");
+    let fits = Estimator::with_error(3.244e-7, 1e-12).unwrap();
+    assert_eq!((fits.rows(), fits.columns()), (28, 8_388_608));
+}
+
+#[test]
+fn zero_size_messages_say_rows_and_columns() {
+    let rows = Estimator::try_new(0, 1024).unwrap_err().to_string();
+    assert!(
+        rows.contains("at least one row") && rows.contains("got 0 rows"),
+        "{rows}"
+    );
+    let columns = Estimator::try_new(4, 0).unwrap_err().to_string();
+    assert!(
+        columns.contains("at least one column") && columns.contains("got 0 columns"),
+        "{columns}"
+    );
+    for message in [&rows, &columns] {
+        // The API that takes rows and columns does not speak of pingora-limits' names.
+        assert!(
+            !message.contains("hashes") && !message.contains("slots"),
+            "{message}"
+        );
+    }
+    assert_eq!(
+        floodgate::Inflight::with_size(0, 8)
+            .unwrap_err()
+            .to_string(),
+        rows
+    );
+}
+
+fn panic_message(f: impl FnOnce() + std::panic::UnwindSafe) -> String {
+    let payload = std::panic::catch_unwind(f).unwrap_err();
+    match payload.downcast::<String>() {
+        Ok(message) => *message,
+        Err(payload) => payload
+            .downcast::<&str>()
+            .map(|m| m.to_string())
+            .unwrap_or_default(),
+    }
+}
+
+#[test]
+fn new_panics_name_pingoras_parameters_as_given() {
+    let message = panic_message(|| drop(Estimator::new(0, 1024)));
+    for words in [
+        "floodgate::Estimator::new(hashes = 0, slots = 1024)",
+        "at least one row",
+        "hashes are rows",
+        "Estimator::try_new",
+    ] {
+        assert!(message.contains(words), "{words:?} missing from: {message}");
+    }
+    let message = panic_message(|| drop(Estimator::new(4, 0)));
+    for words in [
+        "hashes = 4, slots = 0",
+        "at least one column",
+        "slots are columns",
+    ] {
+        assert!(message.contains(words), "{words:?} missing from: {message}");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 //! Public-API tests of [`floodgate::Inflight`] and its guards: estimates never below the true
 //! number in flight, and guards that always give their count back — on any thread, during a
-//! panic unwind, when a future is cancelled, and after `Guard::incr`.
+//! panic unwind, when a future is cancelled, and after `Guard::incr`; and the shapes a
+//! pingora proxy writes (a guard in a per-request context), against floodgate and
+//! pingora-limits alike.
 
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -10,12 +12,12 @@ use std::sync::{Arc, LazyLock};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread;
 
-use floodgate::{Guard, Inflight, OwnedGuard};
+use floodgate::{BorrowedGuard, Guard, Inflight};
 use proptest::prelude::*;
 
 mod common;
 
-use common::bytes_allocated_by;
+use common::{bytes_allocated_by, bytes_held};
 
 #[global_allocator]
 static GLOBAL: common::CountingAlloc = common::CountingAlloc;
@@ -29,7 +31,8 @@ const KEYS: u64 = 8;
 
 #[derive(Debug, Clone)]
 enum Op {
-    /// Acquire `key` with `value`; an `OwnedGuard` when `owned`.
+    /// Acquire `key` with `value`; a `Guard` (which owns its handle) when `owned`, a
+    /// `BorrowedGuard` otherwise.
     Acquire { key: u64, value: isize, owned: bool },
     /// Drop the live guard at `pick % live.len()`.
     Drop(usize),
@@ -47,8 +50,8 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 enum AnyGuard<'a> {
-    Borrowed(Guard<'a>),
-    Owned(OwnedGuard),
+    Borrowed(BorrowedGuard<'a>),
+    Owned(Guard),
 }
 
 impl AnyGuard<'_> {
@@ -89,16 +92,16 @@ proptest! {
         ops in prop::collection::vec(op(), 1..80),
     ) {
         // Small sketches, so that keys collide.
-        let inflight = Arc::new(Inflight::with_size(rows, columns).unwrap());
+        let inflight = Inflight::with_size(rows, columns).unwrap();
         let mut live: Vec<Live<'_>> = Vec::new();
         for op in ops {
             match op {
                 Op::Acquire { key, value, owned } => {
                     let (guard, estimate) = if owned {
-                        let (g, n) = inflight.incr_owned(key, value);
+                        let (g, n) = inflight.incr(key, value);
                         (AnyGuard::Owned(g), n)
                     } else {
-                        let (g, n) = inflight.incr(key, value);
+                        let (g, n) = inflight.incr_borrowed(key, value);
                         (AnyGuard::Borrowed(g), n)
                     };
                     live.push(Live { guard, key, unit: value, total: value });
@@ -146,9 +149,9 @@ fn guards_moved_across_threads_and_dropped_elsewhere_balance_to_zero() {
     const DROPPERS: usize = 2;
     const PER_PRODUCER: u64 = 4_000;
     const KEYS: u64 = 6;
-    let inflight = Arc::new(Inflight::with_size(2, 8).unwrap());
+    let inflight = Inflight::with_size(2, 8).unwrap();
     // Held across the whole test: every read of the sentinel key must see it.
-    let (sentinel, _) = inflight.incr("sentinel", 1);
+    let (sentinel, _) = inflight.incr_borrowed("sentinel", 1);
 
     thread::scope(|s| {
         let (senders, receivers): (Vec<_>, Vec<_>) = (0..DROPPERS)
@@ -161,11 +164,11 @@ fn guards_moved_across_threads_and_dropped_elsewhere_balance_to_zero() {
                 for i in 0..PER_PRODUCER {
                     let key = (p + i) % KEYS;
                     let guard = if i % 3 == 0 {
-                        let (g, n) = inflight.incr_owned(key, 2);
+                        let (g, n) = inflight.incr(key, 2);
                         assert!(n >= 2, "estimate {n} below the guard's own 2");
                         AnyGuard::Owned(g)
                     } else {
-                        let (g, n) = inflight.incr(key, 1);
+                        let (g, n) = inflight.incr_borrowed(key, 1);
                         assert!(n >= 1, "estimate {n} below the guard's own 1");
                         AnyGuard::Borrowed(g)
                     };
@@ -209,10 +212,10 @@ fn guards_moved_across_threads_and_dropped_elsewhere_balance_to_zero() {
 }
 
 #[test]
-fn guard_dropped_during_panic_unwind_gives_count_back() {
+fn borrowed_guard_dropped_during_panic_unwind_gives_count_back() {
     let inflight = Inflight::new();
     let result = catch_unwind(AssertUnwindSafe(|| {
-        let (_guard, n) = inflight.incr("origin-a", 3);
+        let (_guard, n) = inflight.incr_borrowed("origin-a", 3);
         assert_eq!(n, 3);
         assert_eq!(inflight.get("origin-a"), 3);
         panic!("the request handler panicked while holding the guard");
@@ -222,9 +225,9 @@ fn guard_dropped_during_panic_unwind_gives_count_back() {
 }
 
 #[test]
-fn owned_guard_dropped_during_panic_unwind_on_another_thread_gives_count_back() {
-    let inflight = Arc::new(Inflight::new());
-    let (guard, n) = inflight.incr_owned("origin-a", 2);
+fn guard_dropped_during_panic_unwind_on_another_thread_gives_count_back() {
+    let inflight = Inflight::new();
+    let (guard, n) = inflight.incr("origin-a", 2);
     assert_eq!(n, 2);
     let handle = thread::spawn(move || {
         let _guard = guard;
@@ -235,7 +238,7 @@ fn owned_guard_dropped_during_panic_unwind_on_another_thread_gives_count_back() 
 
     // And caught on the current thread.
     let result = catch_unwind(AssertUnwindSafe(|| {
-        let (guard, _) = inflight.incr_owned("origin-b", 1);
+        let (guard, _) = inflight.incr("origin-b", 1);
         guard.incr();
         panic!("boom");
     }));
@@ -257,6 +260,7 @@ fn guard_held_across_await_is_given_back_when_the_future_is_cancelled() {
     {
         let mut request = pin!(async {
             let (_guard, _) = inflight.incr("origin-a", 1);
+            let (_borrowed, _) = inflight.incr_borrowed("origin-b", 1);
             std::future::pending::<()>().await; // an upstream that never answers
         });
         assert_eq!(request.as_mut().poll(&mut cx), Poll::Pending);
@@ -265,29 +269,45 @@ fn guard_held_across_await_is_given_back_when_the_future_is_cancelled() {
             1,
             "in flight while the future is pending"
         );
+        assert_eq!(inflight.get("origin-b"), 1);
         // The client disconnects: the proxy drops the future without polling it again.
     }
     assert_eq!(inflight.get("origin-a"), 0);
+    assert_eq!(inflight.get("origin-b"), 0);
 }
 
 #[test]
-fn owned_guard_balances_like_a_borrowed_one() {
-    let inflight = Arc::new(Inflight::with_size(3, 64).unwrap());
-    let (a, n) = inflight.incr_owned("k", 2);
+fn guard_balances_like_a_borrowed_one_and_outlives_its_inflight() {
+    // Measured on this thread by the counting allocator: what the Inflight holds on the heap.
+    let heap_before = bytes_held();
+    let inflight = Inflight::with_size(3, 64).unwrap();
+    let sketch_heap = bytes_held() - heap_before;
+    assert!(sketch_heap >= 3 * 64 * std::mem::size_of::<isize>() as isize);
+    let (a, n) = inflight.incr("k", 2);
     assert_eq!(n, 2);
-    let (b, n) = inflight.incr_owned("k", 3);
+    let (b, n) = inflight.incr("k", 3);
     assert_eq!(n, 5);
-    assert_eq!(a.get(), 5);
+    let (c, n) = inflight.incr_borrowed("k", 1);
+    assert_eq!(n, 6);
+    assert_eq!(a.get(), 6);
     drop(a);
+    assert_eq!(b.get(), 4);
+    drop(c);
     assert_eq!(b.get(), 3);
-    // The guard keeps the Inflight alive after the caller's handle is gone.
-    let weak = Arc::downgrade(&inflight);
+    // The guard keeps the counters alive after the Inflight itself is gone.
     drop(inflight);
+    assert_eq!(
+        bytes_held() - heap_before,
+        sketch_heap,
+        "a live guard keeps the counters"
+    );
     assert_eq!(b.incr(), 6);
+    assert_eq!(b.get(), 6);
     drop(b);
-    assert!(
-        weak.upgrade().is_none(),
-        "the last guard released the Inflight"
+    assert_eq!(
+        bytes_held(),
+        heap_before,
+        "the last guard released the counters"
     );
 }
 
@@ -295,7 +315,7 @@ fn owned_guard_balances_like_a_borrowed_one() {
 /// value, so every `incr` leaked permanently into the key's in-flight count.
 #[test]
 fn regression_pingora_guard_incr_leaked_count_on_drop() {
-    let inflight = Arc::new(Inflight::new());
+    let inflight = Inflight::new();
     let (guard, n) = inflight.incr("origin-a", 2);
     assert_eq!(n, 2);
     assert_eq!(guard.incr(), 4);
@@ -304,21 +324,21 @@ fn regression_pingora_guard_incr_leaked_count_on_drop() {
     drop(guard);
     assert_eq!(inflight.get("origin-a"), 0, "Guard::incr leaked");
 
-    let (owned, _) = inflight.incr_owned("origin-b", 1);
+    let (borrowed, _) = inflight.incr_borrowed("origin-b", 1);
     for expected in 2..=5 {
-        assert_eq!(owned.incr(), expected);
+        assert_eq!(borrowed.incr(), expected);
     }
-    drop(owned);
-    assert_eq!(inflight.get("origin-b"), 0, "OwnedGuard::incr leaked");
+    drop(borrowed);
+    assert_eq!(inflight.get("origin-b"), 0, "BorrowedGuard::incr leaked");
 }
 
 #[test]
-fn static_guard_is_send_and_can_be_dropped_on_another_thread() {
+fn static_borrowed_guard_is_send_and_can_be_dropped_on_another_thread() {
     static INFLIGHT: LazyLock<Inflight> = LazyLock::new(Inflight::new);
-    let (guard, n): (Guard<'static>, isize) = INFLIGHT.incr("origin-a", 2);
+    let (guard, n): (BorrowedGuard<'static>, isize) = INFLIGHT.incr_borrowed("origin-a", 2);
     assert_eq!(n, 2);
     assert_send(&guard);
-    // `thread::spawn` needs `Send + 'static`: this compiles only for a `Guard<'static>`.
+    // `thread::spawn` needs `Send + 'static`: this compiles only for a `BorrowedGuard<'static>`.
     thread::spawn(move || {
         assert_eq!(guard.get(), 2);
         drop(guard);
@@ -329,11 +349,30 @@ fn static_guard_is_send_and_can_be_dropped_on_another_thread() {
 }
 
 #[test]
+fn guard_from_a_local_inflight_is_send_and_static() {
+    let inflight = Inflight::new();
+    let (guard, n) = inflight.incr("origin-a", 2);
+    assert_eq!(n, 2);
+    assert_send(&guard);
+    // `thread::spawn` needs `Send + 'static`: a `Guard` has no lifetime, wherever the
+    // `Inflight` lives.
+    thread::spawn(move || {
+        assert_eq!(guard.get(), 2);
+        drop(guard);
+    })
+    .join()
+    .unwrap();
+    assert_eq!(inflight.get("origin-a"), 0);
+}
+
+#[test]
 fn inflight_and_guards_are_send_and_sync() {
     fn assert_send_sync<T: Send + Sync>() {}
+    fn assert_static<T: 'static>() {}
     assert_send_sync::<Inflight>();
-    assert_send_sync::<Guard<'static>>();
-    assert_send_sync::<OwnedGuard>();
+    assert_send_sync::<Guard>();
+    assert_static::<Guard>();
+    assert_send_sync::<BorrowedGuard<'static>>();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -372,21 +411,121 @@ fn pingora_inflight_call_sites_compile_and_agree() {
     pingora_inflight_call_sites!(floodgate);
 }
 
+/// The shape of a pingora proxy, instantiated for any crate with pingora-limits' module path.
+/// `ProxyHttp::new_ctx(&self) -> Self::CTX` makes a per-request context with no lifetime to
+/// tie a borrow to (`CTX: Send + Sync`), so the guard is a field of type `Option<Guard>`,
+/// filled in a request filter from an `Inflight` that is a field of the proxy, or a `static`.
+/// The context lives until the request ends, and may be dropped on another thread.
+macro_rules! pingora_ctx_shape {
+    ($krate:ident) => {{
+        use $krate::inflight::{Guard, Inflight};
+
+        /// A pingora `ProxyHttp::CTX`.
+        struct Ctx {
+            guard: Option<Guard>,
+        }
+
+        /// A pingora `ProxyHttp` implementation that owns its `Inflight`.
+        struct Proxy {
+            inflight: Inflight,
+            limit: isize,
+        }
+
+        impl Proxy {
+            /// `ProxyHttp::new_ctx`.
+            fn new_ctx(&self) -> Ctx {
+                Ctx { guard: None }
+            }
+
+            /// `ProxyHttp::request_filter`: counts the request in flight until the context
+            /// drops, and says whether it is within the limit.
+            fn request_filter(&self, ctx: &mut Ctx, origin: &str) -> bool {
+                let (guard, count) = self.inflight.incr(origin, 1);
+                ctx.guard = Some(guard);
+                count <= self.limit
+            }
+        }
+
+        /// A context made by a function that only borrows the `Inflight`: it outlives the
+        /// borrow.
+        fn ctx_for(inflight: &Inflight, origin: &str) -> (Ctx, isize) {
+            let (guard, count) = inflight.incr(origin, 1);
+            (Ctx { guard: Some(guard) }, count)
+        }
+
+        fn assert_ctx<T: Send + Sync + 'static>(_: &T) {}
+
+        // The `Inflight` as a field of the proxy.
+        let proxy = Proxy {
+            inflight: Inflight::new(),
+            limit: 2,
+        };
+        let (mut a, mut b, mut c) = (proxy.new_ctx(), proxy.new_ctx(), proxy.new_ctx());
+        assert!(proxy.request_filter(&mut a, "origin-a"));
+        assert!(proxy.request_filter(&mut b, "origin-a"));
+        assert!(
+            !proxy.request_filter(&mut c, "origin-a"),
+            "the third is over"
+        );
+        assert_ctx(&a);
+        // The refused request ends on another thread; its context drops there.
+        thread::spawn(move || drop(c)).join().unwrap();
+        assert_eq!(b.guard.as_ref().map(Guard::get), Some(2));
+        drop(a);
+        assert_eq!(b.guard.as_ref().map(Guard::get), Some(1));
+        let (d, count) = ctx_for(&proxy.inflight, "origin-a");
+        assert_eq!(count, 2);
+        drop(b);
+        assert_eq!(d.guard.as_ref().map(Guard::get), Some(1));
+        drop(d);
+        let (e, count) = ctx_for(&proxy.inflight, "origin-a");
+        assert_eq!(count, 1, "every context gave its count back");
+        drop(e);
+
+        // The `Inflight` in a `static`.
+        static INFLIGHT: LazyLock<Inflight> = LazyLock::new(Inflight::new);
+        let (first, count) = ctx_for(&INFLIGHT, "origin-s");
+        assert_eq!(count, 1);
+        let second = thread::spawn(|| {
+            let mut ctx = Ctx { guard: None };
+            let (guard, count) = INFLIGHT.incr("origin-s", 1);
+            ctx.guard = Some(guard);
+            assert_eq!(count, 2);
+            ctx
+        })
+        .join()
+        .unwrap();
+        assert_ctx(&second);
+        drop(first);
+        assert_eq!(second.guard.as_ref().map(Guard::get), Some(1));
+        drop(second);
+        let (third, count) = ctx_for(&INFLIGHT, "origin-s");
+        assert_eq!(count, 1, "every context gave its count back");
+        drop(third);
+    }};
+}
+
+#[test]
+fn pingora_ctx_with_an_optional_guard_compiles_and_agrees() {
+    pingora_ctx_shape!(pingora_limits);
+    pingora_ctx_shape!(floodgate);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Properties 3 and 5: fixed memory, no allocation per request.
 
 #[test]
 fn acquiring_and_dropping_guards_allocates_nothing() {
-    let inflight = Arc::new(Inflight::new());
+    let inflight = Inflight::new();
     let before = inflight.memory_bytes();
     let names: Vec<String> = (0..20_000).map(|i| format!("origin-{i}")).collect();
     let allocated = bytes_allocated_by(|| {
         for name in &names {
             let (guard, _) = inflight.incr(name.as_str(), 1);
             guard.incr();
-            let (owned, _) = inflight.incr_owned(name.as_str(), 1);
+            let (borrowed, _) = inflight.incr_borrowed(name.as_str(), 1);
             drop(guard);
-            drop(owned);
+            drop(borrowed);
         }
     });
     assert_eq!(allocated, 0, "a request allocated");

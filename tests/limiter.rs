@@ -1103,19 +1103,19 @@ fn builder_rejects_bad_configs_with_the_right_error_and_a_helpful_message() {
             "zero sketch rows (in flight)",
             base().max_inflight(1).sketch(0, 1024),
             ConfigError::ZeroRows,
-            &["at least one row"],
+            &["at least one row", "got 0 rows"],
         ),
         (
             "zero sketch rows (rate)",
             base().max_rate(1, Duration::from_secs(1)).sketch(0, 1024),
             ConfigError::ZeroRows,
-            &["at least one row"],
+            &["at least one row", "got 0 rows"],
         ),
         (
             "zero sketch columns",
             base().max_inflight(1).sketch(4, 0),
             ConfigError::ZeroColumns,
-            &["at least one column"],
+            &["at least one column", "got 0 columns"],
         ),
         (
             "interval under a tick",
@@ -1348,4 +1348,9 @@ fn a_rate_whose_window_slots_together_exceed_the_counter_limit_is_refused() {
         .build()
         .unwrap_err();
     assert!(matches!(err, ConfigError::TooLarge { .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(
+        message.contains("1 rows x 268435456 columns") && message.contains("window slots"),
+        "{message}"
+    );
 }

@@ -178,9 +178,9 @@ fn saturated_count_is_not_lowered_by_concurrent_decrements() {
 fn guards_dropped_on_other_threads_give_back_exactly() {
     check(|| {
         let inflight = std::sync::Arc::new(Inflight::with_size(2, 1).unwrap());
-        let (held, _) = inflight.incr("held", 1);
+        let (held, _) = inflight.incr_borrowed("held", 1);
 
-        let (with_incr, _) = inflight.incr_owned("a", 1);
+        let (with_incr, _) = inflight.incr("a", 1);
         let t1 = thread::spawn(move || {
             assert!(with_incr.incr() >= 2);
             drop(with_incr);
@@ -188,7 +188,7 @@ fn guards_dropped_on_other_threads_give_back_exactly() {
         let t2 = {
             let inflight = std::sync::Arc::clone(&inflight);
             thread::spawn(move || {
-                let (guard, estimate) = inflight.incr_owned("b", 1);
+                let (guard, estimate) = inflight.incr("b", 1);
                 assert!(estimate >= 2);
                 drop(guard);
             })
