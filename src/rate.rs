@@ -207,7 +207,8 @@ pub struct RateBuilder {
 }
 
 impl RateBuilder {
-    /// The sketch size of each window slot: `hashes` rows × `slots` columns.
+    /// The sketch size of each window slot: `rows` × `columns` (columns rounded up to a power
+    /// of two), as for [`Estimator::try_new`].
     ///
     /// # Examples
     ///
@@ -219,9 +220,9 @@ impl RateBuilder {
     /// let large = Rate::builder(Duration::from_secs(1)).estimator(4, 4096).build().unwrap();
     /// assert!(small.memory_bytes() < large.memory_bytes());
     /// ```
-    pub fn estimator(mut self, hashes: usize, slots: usize) -> Self {
-        self.rows = hashes;
-        self.columns = slots;
+    pub fn estimator(mut self, rows: usize, columns: usize) -> Self {
+        self.rows = rows;
+        self.columns = columns;
         self
     }
 
@@ -404,7 +405,14 @@ impl Rate {
         Self::builder(interval)
             .estimator(hashes, slots)
             .build()
-            .unwrap_or_else(|e| panic!("floodgate::Rate::new_with_estimator_config: {e}"))
+            .unwrap_or_else(|e| {
+                panic!(
+                    "floodgate::Rate::new_with_estimator_config(interval = {interval:?}, \
+                     hashes = {hashes}, slots = {slots}): {e} (hashes are rows, slots are \
+                     columns; Rate::builder(interval).estimator(rows, columns).build() returns \
+                     this error instead of panicking)"
+                )
+            })
     }
 
     /// A builder for the less common settings: sketch size, sub-windows, a manual clock.

@@ -669,35 +669,39 @@ fn rate_new_panics_with_the_config_error_message() {
         ),
         (
             Box::new(|| drop(Rate::new_with_estimator_config(SEC, 0, 1024))),
-            format!(
-                "floodgate::Rate::new_with_estimator_config: {}",
-                ConfigError::ZeroRows
-            ),
+            config_panic(SEC, 0, 1024, ConfigError::ZeroRows),
         ),
         (
             Box::new(|| drop(Rate::new_with_estimator_config(SEC, 4, 0))),
-            format!(
-                "floodgate::Rate::new_with_estimator_config: {}",
-                ConfigError::ZeroColumns
-            ),
+            config_panic(SEC, 4, 0, ConfigError::ZeroColumns),
         ),
         (
             Box::new(|| drop(Rate::new_with_estimator_config(MS, 4, 1024))),
-            format!(
-                "floodgate::Rate::new_with_estimator_config: {}",
-                Rate::try_new(MS).unwrap_err()
-            ),
+            config_panic(MS, 4, 1024, Rate::try_new(MS).unwrap_err()),
         ),
     ];
     for (f, expected) in cases {
         assert_eq!(panic_message(f), expected);
     }
+    // The pingora-named constructor names its arguments as given, and says which are rows.
+    let zero_rows = config_panic(SEC, 0, 1024, ConfigError::ZeroRows);
+    assert!(zero_rows.contains("hashes = 0") && zero_rows.contains("hashes are rows"));
     // And the messages say what is allowed.
     let message = Rate::try_new(MS).unwrap_err().to_string();
     assert!(
         message.contains("1ms") && message.contains("10ms"),
         "{message}"
     );
+}
+
+/// The panic of `Rate::new_with_estimator_config(interval, hashes, slots)` for `error`.
+fn config_panic(interval: Duration, hashes: usize, slots: usize, error: ConfigError) -> String {
+    format!(
+        "floodgate::Rate::new_with_estimator_config(interval = {interval:?}, hashes = {hashes}, \
+         slots = {slots}): {error} (hashes are rows, slots are columns; \
+         Rate::builder(interval).estimator(rows, columns).build() returns this error instead of \
+         panicking)"
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
