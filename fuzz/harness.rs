@@ -1,6 +1,6 @@
 //! Fuzz harnesses for floodgate: each turns arbitrary bytes into a sequence of operations,
 //! runs it against the crate and against an exact model, and panics when a property of
-//! DESIGN.md ("Properties that must hold everywhere") is violated.
+//! docs/architecture.md ("Properties that must hold everywhere") is violated.
 //!
 //! Plain Rust on floodgate and std only, so the same functions run under libFuzzer
 //! (`fuzz/fuzz_targets/*.rs`, through cargo-fuzz) and as an ordinary stable test over the

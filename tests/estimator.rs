@@ -18,7 +18,7 @@ static GLOBAL: common::CountingAlloc = common::CountingAlloc;
 const SATURATED: isize = isize::MAX / 2;
 
 // ---------------------------------------------------------------------------------------------
-// Property 1 against an exact model.
+// Property 1 (docs/architecture.md) against an exact model.
 
 const KEYS: u64 = 12;
 

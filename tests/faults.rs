@@ -3,10 +3,10 @@
 //! several threads observe; a process forked with a `Limiter` in use; and code that panics
 //! while it holds permits, directly and behind the tower layer.
 //!
-//! What each fault must not break (DESIGN.md, "Properties that must hold everywhere"):
-//! windows resume (property 7), no window is cleared twice and no count of the current window
-//! is lost (property 6), exactly one ticker is left running, and every permit comes back
-//! (property 2).
+//! What each fault must not break (docs/architecture.md, "Properties that must hold
+//! everywhere"): windows resume (property 7), no window is cleared twice and no count of the
+//! current window is lost (property 6), exactly one ticker is left running, and every permit
+//! comes back (property 2).
 //!
 //! tests/clock.rs covers the single-threaded cases (one observing thread, fork with a bare
 //! `Rate`); here the faults hit while four threads observe, and the fork carries a `Limiter`.

@@ -25,7 +25,8 @@ static GLOBAL: common::CountingAlloc = common::CountingAlloc;
 fn assert_send<T: Send>(_: &T) {}
 
 // ---------------------------------------------------------------------------------------------
-// Properties 1 and 2 against an exact model, for any interleaving of acquires and drops.
+// Properties 1 and 2 (docs/architecture.md) against an exact model, for any interleaving of
+// acquires and drops.
 
 const KEYS: u64 = 8;
 

@@ -849,7 +849,7 @@ fn shared_clock_rate_counts_exactly_within_its_first_window() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Property 1 against an exact model.
+// Property 1 (docs/architecture.md) against an exact model.
 
 #[derive(Debug, Clone)]
 enum Op {

@@ -6,8 +6,9 @@ use std::time::{Duration, Instant};
 
 use floodgate::clock::{self, testing, TICK};
 
-/// How long any recovery may take before a test fails. Property 7 asks for 2 s of continued
-/// use; the margin is for a loaded machine, not a tolerance of the property.
+/// How long any recovery may take before a test fails. Property 7 (docs/architecture.md) asks
+/// for 2 s of continued use; the margin is for a loaded machine, not a tolerance of the
+/// property.
 pub const DEADLINE: Duration = Duration::from_secs(10);
 
 /// Polls `cond` every `every` until it holds (Ok: time taken) or `limit` passes (Err).
