@@ -39,8 +39,8 @@
 //! Each slot records the bucket it was cleared for (`Slot::bucket`). The ticker zeroes a slot's
 //! counters and then stores the new bucket with `Release`; `observe` loads it with `Acquire`
 //! before incrementing, so the zeroing happens-before any increment that sees the slot as
-//! prepared, and can never be ordered after it and wipe it. Counters themselves are `Relaxed`
-//! (see [`Estimator`]).
+//! prepared, and can never be ordered after it and wipe it. The counters themselves are
+//! `SeqCst`, for [`Estimator::incr`]'s re-read, not for this protocol.
 
 use std::hash::Hash;
 use std::sync::{Arc, Weak};
@@ -458,9 +458,7 @@ impl Rate {
         let core = &*self.core;
         let hash = core.hash(key);
         let (bucket, _) = core.now();
-        let slot = core.slot(bucket);
-        // Acquire: pairs with the ticker's Release after clearing this slot (module docs).
-        let _prepared_for = slot.bucket.load(Ordering::Acquire);
+        let slot = core.slot_to_count_in(bucket);
         let current = slot.counts.incr_hashed(hash, events);
         if core.sub_windows == 1 {
             current
@@ -653,9 +651,7 @@ impl Rate {
         let core = &*self.core;
         debug_assert_eq!(core.sub_windows, 1, "the limiter uses plain windows");
         let (bucket, elapsed) = core.now();
-        let slot = core.slot(bucket);
-        // Acquire: pairs with the ticker's Release after clearing this slot (module docs).
-        let _prepared_for = slot.bucket.load(Ordering::Acquire);
+        let slot = core.slot_to_count_in(bucket);
         let curr = slot.counts.incr_hashed(hash, 1);
         let prev = match bucket.checked_sub(1) {
             Some(prev) => core.count(hash, prev),
@@ -719,6 +715,17 @@ impl RateCore {
     #[inline]
     fn slot(&self, bucket: u64) -> &Slot {
         &self.slots[(bucket % self.slots.len() as u64) as usize]
+    }
+
+    /// The slot of `bucket`, ordered for counting into it: the load of its tag is there for
+    /// its `Acquire` alone (the value is not needed). It pairs with the ticker's `Release`
+    /// store of the tag after clearing the slot, so a clearing whose tag this load sees
+    /// happens-before the increments that follow and cannot wipe them (module docs).
+    #[inline]
+    fn slot_to_count_in(&self, bucket: u64) -> &Slot {
+        let slot = self.slot(bucket);
+        let _ordered_after_clearing = slot.bucket.load(Ordering::Acquire);
+        slot
     }
 
     /// The current bucket and the time since `start`, in nanoseconds.
