@@ -52,6 +52,7 @@ mod fork;
 mod manual;
 mod schedule;
 mod source;
+#[cfg(feature = "fault-injection")]
 #[doc(hidden)]
 pub mod testing;
 mod ticker;

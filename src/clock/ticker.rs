@@ -8,7 +8,9 @@ use std::time::Instant;
 use crossbeam_utils::CachePadded;
 
 use super::schedule::Scheduler;
-use super::{testing, TICK};
+#[cfg(feature = "fault-injection")]
+use super::testing::{before_pass, before_tick};
+use super::TICK;
 
 /// A ticker silent for this long is presumed dead or stalled.
 const STALE_AFTER_NANOS: u64 = 1_000_000_000;
@@ -144,13 +146,19 @@ fn run_ticker(generation: u64) {
             None if now.duration_since(deadline) > 5 * TICK => deadline = now,
             None => {}
         }
-        testing::before_tick();
+        before_tick();
         if GENERATION.load(Ordering::Acquire) != generation {
             return; // replaced while asleep
         }
         tick_shared();
     }
 }
+
+/// Without the test hooks, a tick has no faults to inject.
+#[cfg(not(feature = "fault-injection"))]
+fn before_tick() {}
+#[cfg(not(feature = "fault-injection"))]
+fn before_pass() {}
 
 /// One tick of the shared clock: publish the time, then run the users that are due.
 pub(super) fn tick_shared() {
@@ -160,6 +168,6 @@ pub(super) fn tick_shared() {
     // Read the time again under the lock: waiting for it (behind a fork or another ticker)
     // must not make us run work for a time that has already passed.
     let now = precise_nanos();
-    testing::before_pass();
+    before_pass();
     scheduler.run(&mut schedule, now);
 }

@@ -74,6 +74,7 @@ impl<T> Wheel<T> {
     }
 
     /// How many entries are scheduled.
+    #[cfg(any(test, feature = "fault-injection"))]
     pub(crate) fn len(&self) -> usize {
         self.len
     }
