@@ -50,7 +50,12 @@
 //! assert_eq!(inflight.get("origin-a"), 2);
 //! ```
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
+#![warn(
+    missing_docs,
+    missing_debug_implementations,
+    unreachable_pub,
+    rust_2018_idioms
+)]
 
 pub mod clock;
 mod counter;
