@@ -10,24 +10,16 @@
 //! Window arithmetic is tested on the `ManualClock` in tests/rate.rs.
 #![cfg(not(floodgate_loom))]
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
 mod common;
 
+use common::fork::{fork_child, Child};
+use common::serial::serial;
 use common::ticker::{poll, ticker_alive, ticker_threads, DEADLINE};
 use floodgate::clock::{self, testing, ManualClock, TICK};
 use floodgate::{Rate, RateComponents};
-
-/// Serialises the tests that touch the process-wide ticker (cargo runs tests in parallel).
-fn serial() -> MutexGuard<'static, ()> {
-    static SERIAL: Mutex<()> = Mutex::new(());
-    SERIAL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 /// Long enough that every test runs inside the first window of a `Rate` it creates.
 const HOUR: Duration = Duration::from_secs(3600);
@@ -264,102 +256,23 @@ fn dropped_rates_leave_the_shared_schedule() {
 // ---------------------------------------------------------------------------------------------
 // Fork.
 
-/// Exit codes of the forked children, and what each means.
-const CHILD_FAILURES: &[(i32, &str)] = &[
-    (
-        10,
-        "no new ticker generation right after after_fork_in_child",
-    ),
-    (
-        11,
-        "the Rate made before the fork lost its count in the child",
-    ),
-    (
-        12,
-        "observe in the child did not continue the count exactly",
-    ),
-    (13, "the child's ticker did not advance the coarse clock"),
-    (
-        14,
-        "windows of the 250 ms Rate did not rotate with cleared slots in the child",
-    ),
-    (
-        15,
-        "the hour-long Rate's count changed in the child after rotation",
-    ),
-    (
-        20,
-        "the child without fork functions had a different generation at start",
-    ),
-    (
-        21,
-        "the child without fork functions never replaced its ticker",
-    ),
-    (99, "the child panicked"),
-];
+/// How the forked children fail.
+const NO_NEW_GENERATION: &str = "no new ticker generation right after after_fork_in_child";
+const LOST_COUNT: &str = "the Rate made before the fork lost its count in the child";
+const INEXACT_COUNT: &str = "observe in the child did not continue the count exactly";
+const NOT_ADVANCING: &str = "the child's ticker did not advance the coarse clock";
+const NOT_ROTATING: &str =
+    "windows of the 250 ms Rate did not rotate with cleared slots in the child";
+const CHANGED_AFTER_ROTATION: &str =
+    "the hour-long Rate's count changed in the child after rotation";
+const GENERATION_CHANGED: &str =
+    "the child without fork functions had a different generation at start";
+const NEVER_REPLACED: &str = "the child without fork functions never replaced its ticker";
 
-/// Forks; the child runs `child` (after `after_fork_in_child` if `fork_functions`) and exits
-/// with its code through `_exit`, never returning into the test harness. The parent waits (and
-/// kills the child after a deadline) and returns the child's exit code.
-fn fork_and_wait(fork_functions: bool, child: impl FnOnce() -> i32) -> i32 {
-    if fork_functions {
-        clock::prepare_fork();
-    }
-    // SAFETY: fork() has no memory-safety preconditions. The other test threads are parked on
-    // `serial()`; the child only uses the crate, the allocator (fork-safe in glibc) and
-    // sleeps, and leaves through `_exit` without running the harness's destructors.
-    let pid = unsafe { libc::fork() };
-    if pid == 0 {
-        if fork_functions {
-            clock::after_fork_in_child();
-        }
-        let code = catch_unwind(AssertUnwindSafe(child)).unwrap_or(99);
-        // SAFETY: `_exit` ends the child at once; nothing of the harness runs in the child.
-        unsafe { libc::_exit(code) }
-    }
-    if fork_functions {
-        clock::after_fork_in_parent();
-    }
-    assert!(pid > 0, "fork failed: {}", std::io::Error::last_os_error());
-
-    let mut status = 0;
-    let start = Instant::now();
-    loop {
-        // SAFETY: `pid` is our child and `status` a valid out-pointer.
-        let done = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        assert!(
-            done >= 0,
-            "waitpid failed: {}",
-            std::io::Error::last_os_error()
-        );
-        if done == pid {
-            break;
-        }
-        if start.elapsed() > 6 * DEADLINE {
-            // SAFETY: killing and reaping our own child.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, &mut status, 0);
-            }
-            panic!("forked child did not finish within {:?}", 6 * DEADLINE);
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
-    println!("forked child finished after {:?}", start.elapsed());
-    assert!(
-        libc::WIFEXITED(status),
-        "child did not exit normally: status {status:#x}"
-    );
-    libc::WEXITSTATUS(status)
-}
-
-fn assert_child_succeeded(code: i32) {
-    if code != 0 {
-        let what = CHILD_FAILURES
-            .iter()
-            .find(|(c, _)| *c == code)
-            .map_or("unknown failure", |(_, what)| what);
-        panic!("forked child failed with exit code {code}: {what}");
+/// Waits for a forked child (killing it after six deadlines) and fails if it did.
+fn assert_child_succeeded(child: Child) {
+    if let Err(e) = child.wait(6 * DEADLINE) {
+        panic!("forked child: {e}");
     }
 }
 
@@ -399,29 +312,29 @@ fn forked_child_with_fork_functions_gets_a_working_ticker_and_correct_windows() 
     short.observe("k", 3);
     let parent_generation = testing::ticker_generation();
 
-    let code = fork_and_wait(true, || {
+    let child = fork_child(true, || {
         if testing::ticker_generation() <= parent_generation {
-            return 10;
+            return Err(NO_NEW_GENERATION.into());
         }
         if long.peek("k") != 5 {
-            return 11;
+            return Err(LOST_COUNT.into());
         }
         let mut counter = ExactCounter::new(&long, "k");
         if (0..1000).any(|_| counter.observe().is_err()) {
-            return 12;
+            return Err(INEXACT_COUNT.into());
         }
         if ticker_alive().is_err() {
-            return 13;
+            return Err(NOT_ADVANCING.into());
         }
         if !windows_rotate(&short, "k") {
-            return 14;
+            return Err(NOT_ROTATING.into());
         }
         if counter.check().is_err() || long.peek("k") != 1005 {
-            return 15;
+            return Err(CHANGED_AFTER_ROTATION.into());
         }
-        0
+        Ok(String::new())
     });
-    assert_child_succeeded(code);
+    assert_child_succeeded(child);
 
     // The parent's ticker carried on, unreplaced; the child's counts stayed in the child.
     assert_eq!(testing::ticker_generation(), parent_generation);
@@ -447,10 +360,10 @@ fn forked_child_without_fork_functions_recovers_through_the_liveness_check() {
     });
     thread::sleep(Duration::from_millis(2));
 
-    let code = fork_and_wait(false, || {
+    let child = fork_child(false, || {
         // The parent's ticker thread does not exist here, and nothing told the crate.
         if testing::ticker_generation() != parent_generation {
-            return 20;
+            return Err(GENERATION_CHANGED.into());
         }
         // Continued use: the liveness check notices the silent ticker and starts one.
         let mut counter = ExactCounter::new(&long, "k");
@@ -458,29 +371,29 @@ fn forked_child_without_fork_functions_recovers_through_the_liveness_check() {
         while testing::ticker_generation() == parent_generation {
             for _ in 0..256 {
                 if counter.observe().is_err() {
-                    return 12;
+                    return Err(INEXACT_COUNT.into());
                 }
             }
             if start.elapsed() > DEADLINE {
-                return 21;
+                return Err(NEVER_REPLACED.into());
             }
             thread::sleep(Duration::from_millis(1));
         }
         if counter.count < 5 + 256 || long.peek("k") != counter.count {
-            return 11;
+            return Err(LOST_COUNT.into());
         }
         if ticker_alive().is_err() {
-            return 13;
+            return Err(NOT_ADVANCING.into());
         }
         if !windows_rotate(&short, "k") {
-            return 14;
+            return Err(NOT_ROTATING.into());
         }
         if counter.check().is_err() {
-            return 15;
+            return Err(CHANGED_AFTER_ROTATION.into());
         }
-        0
+        Ok(String::new())
     });
-    assert_child_succeeded(code);
+    assert_child_succeeded(child);
     assert_eq!(testing::ticker_generation(), parent_generation);
     ticker_alive().unwrap_or_else(|e| panic!("parent ticker after fork: {e}"));
     assert_eq!(long.peek("k"), 5);

@@ -18,13 +18,11 @@
 //! long recovery took, and never assert a timing.
 
 use std::convert::Infallible;
-use std::io::{Read, Write};
 use std::net::SocketAddr;
-use std::os::unix::net::UnixStream;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Mutex, MutexGuard, Once};
+use std::sync::{mpsc, Mutex};
 use std::task::{Context, Poll};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -32,6 +30,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 mod common;
 
+use common::fork::fork_child;
+use common::permits::AnyPermit;
+use common::serial::{panic_message, serial};
 use common::ticker::{poll, ticker_alive, ticker_threads, DEADLINE};
 use floodgate::clock::{self, testing, ManualClock, TICK};
 use floodgate::{LimitLayer, LimitService, Limiter, OwnedPermit, Permit, Rate, Reason};
@@ -61,40 +62,6 @@ const OBSERVERS: usize = 4;
 
 /// Marks the panics the tests cause on purpose; the panic hook keeps them off stderr.
 const INJECTED: &str = "injected by tests/faults.rs";
-
-/// Serialises the tests of this file (see the module docs).
-fn serial() -> MutexGuard<'static, ()> {
-    static SERIAL: Mutex<()> = Mutex::new(());
-    quiet_injected_panics();
-    SERIAL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Keeps the panics the tests inject (here, and the ticker's own injected panic) from
-/// printing their messages and backtraces; every other panic is reported as usual.
-fn quiet_injected_panics() {
-    static HOOK: Once = Once::new();
-    HOOK.call_once(|| {
-        let report = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if !panic_message(info.payload()).contains("injected by") {
-                report(info);
-            }
-        }));
-    });
-}
-
-/// The message of a panic payload.
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "(a panic payload that is not a string)".to_owned()
-    }
-}
 
 /// Waits until exactly one ticker thread is left (replaced ones have exited); returns how
 /// long that took, or an error after [`DEADLINE`].
@@ -566,80 +533,6 @@ fn a_tick_that_runs_late_never_clears_a_window_in_use() {
 // ---------------------------------------------------------------------------------------------
 // Fork with a Limiter.
 
-/// A forked child: its pid, and the parent's end of a socket on which it reports.
-struct Child {
-    pid: libc::pid_t,
-    report: UnixStream,
-}
-
-/// Forks with the fork functions around it; the child runs `child` and exits through `_exit`
-/// (never returning into the test harness) with 0 and `child`'s summary, or 1 and its error
-/// (2 if it panicked), written to the report socket. Returns in the parent only.
-fn fork_child(child: impl FnOnce() -> Result<String, String>) -> Child {
-    let (report, mut child_end) = UnixStream::pair().expect("socketpair for the child's report");
-    clock::prepare_fork();
-    // SAFETY: fork() has no memory-safety preconditions. The other test threads are parked on
-    // `serial()`; the child only uses the crate, the allocator (fork-safe in glibc), sleeps,
-    // /proc and the report socket, and leaves through `_exit`.
-    let pid = unsafe { libc::fork() };
-    if pid == 0 {
-        clock::after_fork_in_child();
-        let (code, message) = match catch_unwind(AssertUnwindSafe(child)) {
-            Ok(Ok(summary)) => (0, summary),
-            Ok(Err(failure)) => (1, failure),
-            Err(panic) => (2, format!("the child panicked: {}", panic_message(&*panic))),
-        };
-        let _ = child_end.write_all(message.as_bytes());
-        // SAFETY: `_exit` ends the child at once; nothing of the harness runs in the child.
-        unsafe { libc::_exit(code) }
-    }
-    clock::after_fork_in_parent();
-    assert!(pid > 0, "fork failed: {}", std::io::Error::last_os_error());
-    drop(child_end); // so that reading the report ends when the child has exited
-    Child { pid, report }
-}
-
-impl Child {
-    /// Waits for the child (killing it after a deadline) and returns its summary or failure.
-    fn wait(mut self) -> Result<String, String> {
-        let limit = 3 * DEADLINE;
-        let mut status = 0;
-        let start = Instant::now();
-        loop {
-            // SAFETY: `pid` is our child and `status` a valid out-pointer.
-            let done = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) };
-            if done < 0 {
-                return Err(format!(
-                    "waitpid failed: {}",
-                    std::io::Error::last_os_error()
-                ));
-            }
-            if done == self.pid {
-                break;
-            }
-            if start.elapsed() > limit {
-                // SAFETY: killing and reaping our own child.
-                unsafe {
-                    libc::kill(self.pid, libc::SIGKILL);
-                    libc::waitpid(self.pid, &mut status, 0);
-                }
-                return Err(format!("the child did not finish within {limit:?}: killed"));
-            }
-            thread::sleep(Duration::from_millis(10));
-        }
-        let mut message = String::new();
-        self.report
-            .set_read_timeout(Some(DEADLINE))
-            .and_then(|()| self.report.read_to_string(&mut message))
-            .map_err(|e| format!("reading the child's report: {e}"))?;
-        match (libc::WIFEXITED(status), libc::WEXITSTATUS(status)) {
-            (true, 0) => Ok(message),
-            (true, code) => Err(format!("the child failed (exit code {code}): {message}")),
-            (false, _) => Err(format!("the child died: wait status {status:#x}")),
-        }
-    }
-}
-
 /// The fork test's limits.
 const MAX_INFLIGHT: isize = 4;
 const MAX_RATE: isize = 20;
@@ -792,7 +685,7 @@ fn a_forked_child_keeps_limiting_with_inherited_permits_and_rotating_rate_window
     }
     let parent_generation = testing::ticker_generation();
 
-    let child = fork_child(|| {
+    let child = fork_child(true, || {
         let ticking = child_has_its_own_ticker(parent_generation)?;
         inflight_limit_holds(&limiter, &inherited).map_err(|e| format!("in flight: {e}"))?;
         let rate = rate_windows_rotate(&limiter).map_err(|e| format!("rate: {e}"))?;
@@ -802,7 +695,7 @@ fn a_forked_child_keeps_limiting_with_inherited_permits_and_rotating_rate_window
     let parent = inflight_limit_holds(&limiter, &inherited)
         .map_err(|e| format!("in flight: {e}"))
         .and_then(|()| rate_windows_rotate(&limiter).map_err(|e| format!("rate: {e}")));
-    let child = child.wait();
+    let child = child.wait(3 * DEADLINE);
 
     println!("child: {child:?}");
     println!("parent: {parent:?}");
@@ -819,12 +712,6 @@ fn a_forked_child_keeps_limiting_with_inherited_permits_and_rotating_rate_window
 
 // ---------------------------------------------------------------------------------------------
 // Panics while holding permits.
-
-/// A permit of either kind, held only to be dropped.
-enum AnyPermit<'a> {
-    Borrowed(#[allow(dead_code)] Permit<'a, String>),
-    Owned(#[allow(dead_code)] OwnedPermit<String>),
-}
 
 #[test]
 fn permits_held_on_several_threads_that_panic_at_once_are_all_given_back() {

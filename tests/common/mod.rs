@@ -4,11 +4,17 @@
 //! - [`alloc`]: the counting global allocator (re-exported here, as the tests and benches
 //!   name it `common::CountingAlloc`); a test file installs it with
 //!   `#[global_allocator] static GLOBAL: common::CountingAlloc = common::CountingAlloc;`.
+//! - [`fork`]: forking with a child that reports back, and waiting for it with a deadline.
+//! - [`permits`]: [`permits::AnyPermit`], a permit of either kind.
+//! - [`serial`]: serialising the tests of one binary, and quieting their injected panics.
 //! - [`ticker`]: polling with a deadline, and checks that the shared ticker is alive and single.
 // Each test crate uses the part it needs.
 #![allow(dead_code)]
 
 pub mod alloc;
+pub mod fork;
+pub mod permits;
+pub mod serial;
 pub mod ticker;
 
 // Re-exported for benches/limiter.rs, which names them `counting::…` through this file; not
