@@ -1,8 +1,11 @@
-//! Tests of the shared ticker's self-healing on the real clock: a panicked ticker and a stalled
-//! one are replaced with continued use, duplicate tickers never clear live counts, and a forked
-//! child gets a working ticker (with the fork functions at once, without them through the
-//! liveness check) and keeps counting in the right windows; and the ticker's schedule: a tick
-//! runs only the Rates that are due, and dropped Rates leave it.
+//! Tests of the shared ticker on the real clock: a forked child gets a working ticker (with
+//! the fork functions at once, without them through the liveness check) and keeps counting in
+//! the right windows; and the ticker's schedule: a tick runs only the Rates that are due, and
+//! dropped Rates leave it. And the `ManualClock`.
+//!
+//! The ticker's self-healing (a panicked ticker and a stalled one are replaced with continued
+//! use, duplicate tickers never clear live counts), with one observing thread and with four,
+//! is tested in tests/faults.rs.
 //!
 //! These tests share the process-wide ticker, so each takes [`serial`] first. They run on real
 //! time by nature: they poll for a condition with short sleeps, give up after a generous
@@ -89,113 +92,6 @@ impl<'a> ExactCounter<'a> {
             ))
         }
     }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Panic, stall, duplicates.
-
-#[test]
-fn a_panicked_ticker_is_replaced_with_continued_use() {
-    let _serial = serial();
-    let rate = Rate::new(HOUR);
-    healthy_ticker();
-    let mut counter = ExactCounter::new(&rate, "panic");
-    let old = testing::ticker_generation();
-
-    testing::panic_ticker();
-    let replaced = poll(DEADLINE, Duration::from_millis(1), || {
-        for _ in 0..100 {
-            counter.observe().unwrap();
-        }
-        testing::ticker_generation() > old
-    });
-    let took = replaced.unwrap_or_else(|waited| {
-        panic!("generation still {old} after {waited:?} of continued use: ticker not replaced")
-    });
-    println!(
-        "panicked ticker replaced after {took:?} ({} observes)",
-        counter.count
-    );
-
-    let alive = ticker_alive().unwrap_or_else(|e| panic!("replacement ticker not working: {e}"));
-    println!("replacement ticker advanced the coarse clock 5 ticks in {alive:?}");
-    wait_for_one_ticker_thread();
-    counter.check().unwrap();
-}
-
-#[test]
-fn a_stalled_ticker_is_replaced_through_the_liveness_check() {
-    let _serial = serial();
-    let rate = Rate::new(HOUR);
-    healthy_ticker();
-    let mut counter = ExactCounter::new(&rate, "stall");
-    let old = testing::ticker_generation();
-
-    testing::stall_ticker(Duration::from_millis(1500));
-    let replaced = poll(DEADLINE, Duration::from_millis(1), || {
-        for _ in 0..1000 {
-            counter.observe().unwrap();
-        }
-        testing::ticker_generation() > old
-    });
-    let took = replaced.unwrap_or_else(|waited| {
-        panic!("generation still {old} after {waited:?} of continued use: stall not noticed")
-    });
-    println!(
-        "stalled ticker replaced after {took:?} ({} observes)",
-        counter.count
-    );
-
-    let alive = ticker_alive().unwrap_or_else(|e| panic!("replacement ticker not working: {e}"));
-    println!("replacement ticker advanced the coarse clock 5 ticks in {alive:?}");
-    // The stalled ticker wakes after 1.5 s, sees it is no longer current and exits.
-    wait_for_one_ticker_thread();
-    counter.check().unwrap();
-}
-
-#[test]
-fn duplicate_tickers_never_clear_counts_of_the_current_window() {
-    let _serial = serial();
-    let rate = Rate::new(HOUR);
-    // Due at every tick: its slots are prepared by whichever ticker's pass comes first.
-    let busy = Rate::builder(Duration::from_millis(40))
-        .sub_windows(4)
-        .build()
-        .unwrap();
-    healthy_ticker();
-    let generation = testing::ticker_generation();
-    let mut before = ExactCounter::new(&rate, "before");
-    for _ in 0..7 {
-        before.observe().unwrap();
-    }
-    let mut during = ExactCounter::new(&rate, "during");
-
-    let duplicates: Vec<_> = (0..3).map(|_| testing::run_duplicate_ticker(300)).collect();
-    let mut rounds = 0u64;
-    while duplicates.iter().any(|d| !d.is_finished()) {
-        for _ in 0..200 {
-            during.observe().unwrap();
-            assert!(busy.observe("k", 1) >= 1);
-        }
-        rounds += 1;
-        thread::sleep(Duration::from_millis(1));
-    }
-    for duplicate in duplicates {
-        duplicate.join().expect("duplicate ticker panicked");
-    }
-    println!(
-        "{} observes while 3 duplicate tickers ran ({rounds} rounds)",
-        during.count
-    );
-    before.check().unwrap();
-    during.check().unwrap();
-    assert_eq!(rate.rate("during"), 0.0);
-    assert_eq!(
-        testing::ticker_generation(),
-        generation,
-        "the real ticker was replaced"
-    );
-    ticker_alive().unwrap();
 }
 
 // ---------------------------------------------------------------------------------------------
