@@ -20,36 +20,9 @@ mod common;
 
 use common::fork::{fork_child, Child};
 use common::serial::serial;
-use common::ticker::{poll, ticker_alive, ticker_threads, DEADLINE};
+use common::ticker::{healthy_ticker, poll, ticker_alive, DEADLINE, HOUR};
 use floodgate::clock::{self, testing, ManualClock, TICK};
 use floodgate::{Rate, RateComponents};
-
-/// Long enough that every test runs inside the first window of a `Rate` it creates.
-const HOUR: Duration = Duration::from_secs(3600);
-
-/// Waits until exactly one ticker thread is left (replaced ones have exited).
-fn wait_for_one_ticker_thread() {
-    if ticker_threads().is_none() {
-        return;
-    }
-    let one = poll(DEADLINE, Duration::from_millis(10), || {
-        ticker_threads() == Some(1)
-    });
-    assert!(
-        one.is_ok(),
-        "{:?} ticker threads still running after {DEADLINE:?}: a replaced ticker did not exit",
-        ticker_threads()
-    );
-}
-
-/// Starts the shared ticker if needed and waits until it is demonstrably healthy and alone.
-fn healthy_ticker() {
-    drop(Rate::new(HOUR)); // registering a Rate starts the ticker if none runs
-    if let Err(e) = ticker_alive() {
-        panic!("precondition: shared ticker not healthy: {e}");
-    }
-    wait_for_one_ticker_thread();
-}
 
 /// Observes `key` once per call and checks each result is exactly one more than the last:
 /// used on an hour-long `Rate` whose first window outlasts the test.

@@ -34,7 +34,7 @@ mod common;
 use common::fork::fork_child;
 use common::permits::AnyPermit;
 use common::serial::{panic_message, serial};
-use common::ticker::{poll, ticker_alive, ticker_threads, DEADLINE};
+use common::ticker::{healthy_ticker, one_ticker_thread, poll, ticker_alive, DEADLINE, HOUR};
 use floodgate::clock::{self, testing, ManualClock, TICK};
 use floodgate::{LimitLayer, LimitService, Limiter, OwnedPermit, Permit, Rate, Reason};
 use http::header::HOST;
@@ -52,9 +52,6 @@ use tower::{Layer, Service, ServiceExt};
 // ---------------------------------------------------------------------------------------------
 // Shared helpers.
 
-/// Long enough that every test runs inside the first window of a `Rate` it creates.
-const HOUR: Duration = Duration::from_secs(3600);
-
 /// The short interval whose windows must rotate again after a fault.
 const SHORT: Duration = Duration::from_millis(50);
 
@@ -67,31 +64,6 @@ const COUNTED_BEFORE: isize = 7;
 
 /// Marks the panics the tests cause on purpose; the panic hook keeps them off stderr.
 const INJECTED: &str = "injected by tests/faults.rs";
-
-/// Waits until exactly one ticker thread is left (replaced ones have exited); returns how
-/// long that took, or an error after [`DEADLINE`].
-fn one_ticker_thread() -> Result<Duration, String> {
-    if ticker_threads().is_none() {
-        return Ok(Duration::ZERO); // no /proc: nothing to count
-    }
-    poll(DEADLINE, Duration::from_millis(10), || {
-        ticker_threads() == Some(1)
-    })
-    .map_err(|waited| {
-        format!(
-            "{:?} ticker threads still running after {waited:?}: a replaced ticker did not exit",
-            ticker_threads()
-        )
-    })
-}
-
-/// Starts the shared ticker if needed and waits until it is demonstrably healthy and alone.
-fn healthy_ticker() {
-    drop(Rate::new(HOUR)); // registering a Rate starts the ticker if none runs
-    if let Err(e) = ticker_alive().and_then(|_| one_ticker_thread()) {
-        panic!("precondition: shared ticker not healthy: {e}");
-    }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Ticker faults while one thread or several observe.
