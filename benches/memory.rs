@@ -7,8 +7,9 @@
 //! the only heap counted is the structure's own.
 
 mod common;
+#[path = "../tests/common/alloc.rs"]
+mod counting;
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Mutex;
@@ -17,59 +18,10 @@ use std::time::Instant;
 use common::Workload;
 use dashmap::DashMap;
 
-/// Wraps `System`, keeping the bytes currently allocated and their peak.
-struct Counting;
-
-static CURRENT: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-fn grew(bytes: usize) {
-    let now = CURRENT.fetch_add(bytes, Relaxed) + bytes;
-    PEAK.fetch_max(now, Relaxed);
-}
-
-fn shrank(bytes: usize) {
-    CURRENT.fetch_sub(bytes, Relaxed);
-}
-
-// SAFETY: every call is forwarded unchanged to `System`; the counters only observe sizes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let ptr = System.alloc(layout);
-        if !ptr.is_null() {
-            grew(layout.size());
-        }
-        ptr
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let ptr = System.alloc_zeroed(layout);
-        if !ptr.is_null() {
-            grew(layout.size());
-        }
-        ptr
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout);
-        shrank(layout.size());
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let new = System.realloc(ptr, layout, new_size);
-        if !new.is_null() {
-            if new_size >= layout.size() {
-                grew(new_size - layout.size());
-            } else {
-                shrank(layout.size() - new_size);
-            }
-        }
-        new
-    }
-}
-
+/// Counts, per thread, the bytes held and their peak (this bench builds and loads every
+/// structure on its one thread, so that is all of each structure's heap).
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: counting::CountingAlloc = counting::CountingAlloc;
 
 /// What a structure goes through before its peak is read.
 #[derive(Clone, Copy)]
@@ -95,23 +47,23 @@ const OPS: usize = 1_000_000;
 
 /// Peak heap bytes, above the bytes live before, of building a structure and applying `load`.
 fn peak<S>(build: impl FnOnce() -> S, incr: impl Fn(&S, u64), load: Load) -> usize {
-    let before = CURRENT.load(Relaxed);
-    PEAK.store(before, Relaxed);
-    let structure = build();
-    match load {
-        Load::Empty => {}
-        Load::Ops(workload) => {
-            for key in workload.stream(42).take(OPS) {
-                incr(&structure, key);
+    let (structure, peak) = counting::peak_bytes_by(|| {
+        let structure = build();
+        match load {
+            Load::Empty => {}
+            Load::Ops(workload) => {
+                for key in workload.stream(42).take(OPS) {
+                    incr(&structure, key);
+                }
+            }
+            Load::Distinct(n) => {
+                for key in 0..n {
+                    incr(&structure, key);
+                }
             }
         }
-        Load::Distinct(n) => {
-            for key in 0..n {
-                incr(&structure, key);
-            }
-        }
-    }
-    let peak = PEAK.load(Relaxed) - before;
+        structure
+    });
     drop(structure);
     peak
 }

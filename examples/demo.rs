@@ -31,15 +31,11 @@
 //! `summary key=value …` line for scripts. `--no-layer` serves the same origins without the
 //! `LimitLayer`, to compare latencies.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
-use std::sync::atomic::{
-    AtomicBool, AtomicI64, AtomicIsize, AtomicU32, AtomicU64, Ordering::Relaxed,
-};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -76,61 +72,16 @@ const ROTATING_ORIGINS: usize = 1_000_000;
 // ---------------------------------------------------------------------------------------------
 // A global allocator that counts, per thread, the bytes live (allocated minus freed), so the
 // memory of a structure built on one thread can be read off exactly; and, once
-// `count_process_heap` has been called, the bytes live in the whole process.
+// `count_process_heap` has been called, the bytes live in the whole process. The one copy of
+// it is tests/common/alloc.rs, shared with the tests and benches.
 
-struct CountingAlloc;
+#[path = "../tests/common/alloc.rs"]
+mod counting;
 
-thread_local! {
-    /// Bytes allocated minus bytes freed by this thread. `const` init, no destructor: touching
-    /// it from inside the allocator never allocates.
-    static LIVE: Cell<isize> = const { Cell::new(0) };
-}
-
-/// Whether `PROCESS_LIVE` is kept: one shared counter that every thread's allocations update,
-/// wanted by `--serve` only, so the self-driving demo does not pay for it.
-static COUNT_PROCESS: AtomicBool = AtomicBool::new(false);
-/// Bytes allocated minus bytes freed by all threads since `count_process_heap`.
-static PROCESS_LIVE: AtomicIsize = AtomicIsize::new(0);
-
-fn count(delta: isize) {
-    let _ = LIVE.try_with(|live| live.set(live.get().wrapping_add(delta)));
-    if COUNT_PROCESS.load(Relaxed) {
-        PROCESS_LIVE.fetch_add(delta, Relaxed);
-    }
-}
-
-// SAFETY: every method forwards to `System` with the caller's arguments unchanged; the only
-// extra work is counter updates (a thread-local and an atomic), which neither allocate nor
-// unwind.
-unsafe impl GlobalAlloc for CountingAlloc {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count(layout.size() as isize);
-        // SAFETY: forwarded with the caller's layout, under the caller's obligations.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        count(-(layout.size() as isize));
-        // SAFETY: `ptr` was allocated by `System` with `layout` (every allocation goes there).
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use counting::{bytes_held_by, count_process_heap};
 
 #[global_allocator]
-static GLOBAL: CountingAlloc = CountingAlloc;
-
-/// What `f` returns, and the bytes this thread allocated and still holds because of it.
-fn bytes_held_by<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    let before = LIVE.with(Cell::get);
-    let value = f();
-    let after = LIVE.with(Cell::get);
-    (value, after.saturating_sub(before).max(0) as usize)
-}
-
-/// From now on, count the heap bytes live in the whole process (`PROCESS_LIVE`).
-fn count_process_heap() {
-    COUNT_PROCESS.store(true, Relaxed);
-}
+static GLOBAL: counting::CountingAlloc = counting::CountingAlloc;
 
 // ---------------------------------------------------------------------------------------------
 // Origins, and what was asked of them and answered.
@@ -868,7 +819,7 @@ impl Sample {
             at: start.elapsed(),
             requests: stats.total(|t| t.requests.load(Relaxed)),
             rss: resident_bytes(),
-            heap: PROCESS_LIVE.load(Relaxed),
+            heap: counting::process_bytes_held(),
         }
     }
 }

@@ -1,8 +1,11 @@
-//! Tests of the shared ticker's self-healing on the real clock: a panicked ticker and a stalled
-//! one are replaced with continued use, duplicate tickers never clear live counts, and a forked
-//! child gets a working ticker (with the fork functions at once, without them through the
-//! liveness check) and keeps counting in the right windows; and the ticker's schedule: a tick
-//! runs only the Rates that are due, and dropped Rates leave it.
+//! Tests of the shared ticker on the real clock: a forked child gets a working ticker (with
+//! the fork functions at once, without them through the liveness check) and keeps counting in
+//! the right windows; and the ticker's schedule: a tick runs only the Rates that are due, and
+//! dropped Rates leave it. And the `ManualClock`.
+//!
+//! The ticker's self-healing (a panicked ticker and a stalled one are replaced with continued
+//! use, duplicate tickers never clear live counts), with one observing thread and with four,
+//! is tested in tests/faults.rs.
 //!
 //! These tests share the process-wide ticker, so each takes [`serial`] first. They run on real
 //! time by nature: they poll for a condition with short sleeps, give up after a generous
@@ -10,51 +13,16 @@
 //! Window arithmetic is tested on the `ManualClock` in tests/rate.rs.
 #![cfg(not(floodgate_loom))]
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
 mod common;
 
-use common::ticker::{poll, ticker_alive, ticker_threads, DEADLINE};
+use common::fork::{fork_child, Child};
+use common::serial::serial;
+use common::ticker::{healthy_ticker, poll, ticker_alive, DEADLINE, HOUR};
 use floodgate::clock::{self, testing, ManualClock, TICK};
 use floodgate::{Rate, RateComponents};
-
-/// Serialises the tests that touch the process-wide ticker (cargo runs tests in parallel).
-fn serial() -> MutexGuard<'static, ()> {
-    static SERIAL: Mutex<()> = Mutex::new(());
-    SERIAL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Long enough that every test runs inside the first window of a `Rate` it creates.
-const HOUR: Duration = Duration::from_secs(3600);
-
-/// Waits until exactly one ticker thread is left (replaced ones have exited).
-fn wait_for_one_ticker_thread() {
-    if ticker_threads().is_none() {
-        return;
-    }
-    let one = poll(DEADLINE, Duration::from_millis(10), || {
-        ticker_threads() == Some(1)
-    });
-    assert!(
-        one.is_ok(),
-        "{:?} ticker threads still running after {DEADLINE:?}: a replaced ticker did not exit",
-        ticker_threads()
-    );
-}
-
-/// Starts the shared ticker if needed and waits until it is demonstrably healthy and alone.
-fn healthy_ticker() {
-    drop(Rate::new(HOUR)); // registering a Rate starts the ticker if none runs
-    if let Err(e) = ticker_alive() {
-        panic!("precondition: shared ticker not healthy: {e}");
-    }
-    wait_for_one_ticker_thread();
-}
 
 /// Observes `key` once per call and checks each result is exactly one more than the last:
 /// used on an hour-long `Rate` whose first window outlasts the test.
@@ -97,113 +65,6 @@ impl<'a> ExactCounter<'a> {
             ))
         }
     }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Panic, stall, duplicates.
-
-#[test]
-fn a_panicked_ticker_is_replaced_with_continued_use() {
-    let _serial = serial();
-    let rate = Rate::new(HOUR);
-    healthy_ticker();
-    let mut counter = ExactCounter::new(&rate, "panic");
-    let old = testing::ticker_generation();
-
-    testing::panic_ticker();
-    let replaced = poll(DEADLINE, Duration::from_millis(1), || {
-        for _ in 0..100 {
-            counter.observe().unwrap();
-        }
-        testing::ticker_generation() > old
-    });
-    let took = replaced.unwrap_or_else(|waited| {
-        panic!("generation still {old} after {waited:?} of continued use: ticker not replaced")
-    });
-    println!(
-        "panicked ticker replaced after {took:?} ({} observes)",
-        counter.count
-    );
-
-    let alive = ticker_alive().unwrap_or_else(|e| panic!("replacement ticker not working: {e}"));
-    println!("replacement ticker advanced the coarse clock 5 ticks in {alive:?}");
-    wait_for_one_ticker_thread();
-    counter.check().unwrap();
-}
-
-#[test]
-fn a_stalled_ticker_is_replaced_through_the_liveness_check() {
-    let _serial = serial();
-    let rate = Rate::new(HOUR);
-    healthy_ticker();
-    let mut counter = ExactCounter::new(&rate, "stall");
-    let old = testing::ticker_generation();
-
-    testing::stall_ticker(Duration::from_millis(1500));
-    let replaced = poll(DEADLINE, Duration::from_millis(1), || {
-        for _ in 0..1000 {
-            counter.observe().unwrap();
-        }
-        testing::ticker_generation() > old
-    });
-    let took = replaced.unwrap_or_else(|waited| {
-        panic!("generation still {old} after {waited:?} of continued use: stall not noticed")
-    });
-    println!(
-        "stalled ticker replaced after {took:?} ({} observes)",
-        counter.count
-    );
-
-    let alive = ticker_alive().unwrap_or_else(|e| panic!("replacement ticker not working: {e}"));
-    println!("replacement ticker advanced the coarse clock 5 ticks in {alive:?}");
-    // The stalled ticker wakes after 1.5 s, sees it is no longer current and exits.
-    wait_for_one_ticker_thread();
-    counter.check().unwrap();
-}
-
-#[test]
-fn duplicate_tickers_never_clear_counts_of_the_current_window() {
-    let _serial = serial();
-    let rate = Rate::new(HOUR);
-    // Due at every tick: its slots are prepared by whichever ticker's pass comes first.
-    let busy = Rate::builder(Duration::from_millis(40))
-        .sub_windows(4)
-        .build()
-        .unwrap();
-    healthy_ticker();
-    let generation = testing::ticker_generation();
-    let mut before = ExactCounter::new(&rate, "before");
-    for _ in 0..7 {
-        before.observe().unwrap();
-    }
-    let mut during = ExactCounter::new(&rate, "during");
-
-    let duplicates: Vec<_> = (0..3).map(|_| testing::run_duplicate_ticker(300)).collect();
-    let mut rounds = 0u64;
-    while duplicates.iter().any(|d| !d.is_finished()) {
-        for _ in 0..200 {
-            during.observe().unwrap();
-            assert!(busy.observe("k", 1) >= 1);
-        }
-        rounds += 1;
-        thread::sleep(Duration::from_millis(1));
-    }
-    for duplicate in duplicates {
-        duplicate.join().expect("duplicate ticker panicked");
-    }
-    println!(
-        "{} observes while 3 duplicate tickers ran ({rounds} rounds)",
-        during.count
-    );
-    before.check().unwrap();
-    during.check().unwrap();
-    assert_eq!(rate.rate("during"), 0.0);
-    assert_eq!(
-        testing::ticker_generation(),
-        generation,
-        "the real ticker was replaced"
-    );
-    ticker_alive().unwrap();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -264,102 +125,23 @@ fn dropped_rates_leave_the_shared_schedule() {
 // ---------------------------------------------------------------------------------------------
 // Fork.
 
-/// Exit codes of the forked children, and what each means.
-const CHILD_FAILURES: &[(i32, &str)] = &[
-    (
-        10,
-        "no new ticker generation right after after_fork_in_child",
-    ),
-    (
-        11,
-        "the Rate made before the fork lost its count in the child",
-    ),
-    (
-        12,
-        "observe in the child did not continue the count exactly",
-    ),
-    (13, "the child's ticker did not advance the coarse clock"),
-    (
-        14,
-        "windows of the 250 ms Rate did not rotate with cleared slots in the child",
-    ),
-    (
-        15,
-        "the hour-long Rate's count changed in the child after rotation",
-    ),
-    (
-        20,
-        "the child without fork functions had a different generation at start",
-    ),
-    (
-        21,
-        "the child without fork functions never replaced its ticker",
-    ),
-    (99, "the child panicked"),
-];
+/// How the forked children fail.
+const NO_NEW_GENERATION: &str = "no new ticker generation right after after_fork_in_child";
+const LOST_COUNT: &str = "the Rate made before the fork lost its count in the child";
+const INEXACT_COUNT: &str = "observe in the child did not continue the count exactly";
+const NOT_ADVANCING: &str = "the child's ticker did not advance the coarse clock";
+const NOT_ROTATING: &str =
+    "windows of the 250 ms Rate did not rotate with cleared slots in the child";
+const CHANGED_AFTER_ROTATION: &str =
+    "the hour-long Rate's count changed in the child after rotation";
+const GENERATION_CHANGED: &str =
+    "the child without fork functions had a different generation at start";
+const NEVER_REPLACED: &str = "the child without fork functions never replaced its ticker";
 
-/// Forks; the child runs `child` (after `after_fork_in_child` if `fork_functions`) and exits
-/// with its code through `_exit`, never returning into the test harness. The parent waits (and
-/// kills the child after a deadline) and returns the child's exit code.
-fn fork_and_wait(fork_functions: bool, child: impl FnOnce() -> i32) -> i32 {
-    if fork_functions {
-        clock::prepare_fork();
-    }
-    // SAFETY: fork() has no memory-safety preconditions. The other test threads are parked on
-    // `serial()`; the child only uses the crate, the allocator (fork-safe in glibc) and
-    // sleeps, and leaves through `_exit` without running the harness's destructors.
-    let pid = unsafe { libc::fork() };
-    if pid == 0 {
-        if fork_functions {
-            clock::after_fork_in_child();
-        }
-        let code = catch_unwind(AssertUnwindSafe(child)).unwrap_or(99);
-        // SAFETY: `_exit` ends the child at once; nothing of the harness runs in the child.
-        unsafe { libc::_exit(code) }
-    }
-    if fork_functions {
-        clock::after_fork_in_parent();
-    }
-    assert!(pid > 0, "fork failed: {}", std::io::Error::last_os_error());
-
-    let mut status = 0;
-    let start = Instant::now();
-    loop {
-        // SAFETY: `pid` is our child and `status` a valid out-pointer.
-        let done = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        assert!(
-            done >= 0,
-            "waitpid failed: {}",
-            std::io::Error::last_os_error()
-        );
-        if done == pid {
-            break;
-        }
-        if start.elapsed() > 6 * DEADLINE {
-            // SAFETY: killing and reaping our own child.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, &mut status, 0);
-            }
-            panic!("forked child did not finish within {:?}", 6 * DEADLINE);
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
-    println!("forked child finished after {:?}", start.elapsed());
-    assert!(
-        libc::WIFEXITED(status),
-        "child did not exit normally: status {status:#x}"
-    );
-    libc::WEXITSTATUS(status)
-}
-
-fn assert_child_succeeded(code: i32) {
-    if code != 0 {
-        let what = CHILD_FAILURES
-            .iter()
-            .find(|(c, _)| *c == code)
-            .map_or("unknown failure", |(_, what)| what);
-        panic!("forked child failed with exit code {code}: {what}");
+/// Waits for a forked child (killing it after six deadlines) and fails if it did.
+fn assert_child_succeeded(child: Child) {
+    if let Err(e) = child.wait(6 * DEADLINE) {
+        panic!("forked child: {e}");
     }
 }
 
@@ -399,29 +181,29 @@ fn forked_child_with_fork_functions_gets_a_working_ticker_and_correct_windows() 
     short.observe("k", 3);
     let parent_generation = testing::ticker_generation();
 
-    let code = fork_and_wait(true, || {
+    let child = fork_child(true, || {
         if testing::ticker_generation() <= parent_generation {
-            return 10;
+            return Err(NO_NEW_GENERATION.into());
         }
         if long.peek("k") != 5 {
-            return 11;
+            return Err(LOST_COUNT.into());
         }
         let mut counter = ExactCounter::new(&long, "k");
         if (0..1000).any(|_| counter.observe().is_err()) {
-            return 12;
+            return Err(INEXACT_COUNT.into());
         }
         if ticker_alive().is_err() {
-            return 13;
+            return Err(NOT_ADVANCING.into());
         }
         if !windows_rotate(&short, "k") {
-            return 14;
+            return Err(NOT_ROTATING.into());
         }
         if counter.check().is_err() || long.peek("k") != 1005 {
-            return 15;
+            return Err(CHANGED_AFTER_ROTATION.into());
         }
-        0
+        Ok(String::new())
     });
-    assert_child_succeeded(code);
+    assert_child_succeeded(child);
 
     // The parent's ticker carried on, unreplaced; the child's counts stayed in the child.
     assert_eq!(testing::ticker_generation(), parent_generation);
@@ -447,10 +229,10 @@ fn forked_child_without_fork_functions_recovers_through_the_liveness_check() {
     });
     thread::sleep(Duration::from_millis(2));
 
-    let code = fork_and_wait(false, || {
+    let child = fork_child(false, || {
         // The parent's ticker thread does not exist here, and nothing told the crate.
         if testing::ticker_generation() != parent_generation {
-            return 20;
+            return Err(GENERATION_CHANGED.into());
         }
         // Continued use: the liveness check notices the silent ticker and starts one.
         let mut counter = ExactCounter::new(&long, "k");
@@ -458,29 +240,29 @@ fn forked_child_without_fork_functions_recovers_through_the_liveness_check() {
         while testing::ticker_generation() == parent_generation {
             for _ in 0..256 {
                 if counter.observe().is_err() {
-                    return 12;
+                    return Err(INEXACT_COUNT.into());
                 }
             }
             if start.elapsed() > DEADLINE {
-                return 21;
+                return Err(NEVER_REPLACED.into());
             }
             thread::sleep(Duration::from_millis(1));
         }
         if counter.count < 5 + 256 || long.peek("k") != counter.count {
-            return 11;
+            return Err(LOST_COUNT.into());
         }
         if ticker_alive().is_err() {
-            return 13;
+            return Err(NOT_ADVANCING.into());
         }
         if !windows_rotate(&short, "k") {
-            return 14;
+            return Err(NOT_ROTATING.into());
         }
         if counter.check().is_err() {
-            return 15;
+            return Err(CHANGED_AFTER_ROTATION.into());
         }
-        0
+        Ok(String::new())
     });
-    assert_child_succeeded(code);
+    assert_child_succeeded(child);
     assert_eq!(testing::ticker_generation(), parent_generation);
     ticker_alive().unwrap_or_else(|e| panic!("parent ticker after fork: {e}"));
     assert_eq!(long.peek("k"), 5);

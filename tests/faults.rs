@@ -1,6 +1,6 @@
 #![cfg(not(floodgate_loom))]
 //! End-to-end fault tests: the shared ticker panicking, stalling and being duplicated while
-//! several threads observe; a process forked with a `Limiter` in use; and code that panics
+//! one thread observes and while four do; a process forked with a `Limiter` in use; and code that panics
 //! while it holds permits, directly and behind the tower layer.
 //!
 //! What each fault must not break (docs/architecture.md, "Properties that must hold
@@ -8,8 +8,9 @@
 //! current window is lost (property 6), exactly one ticker is left running, and every permit
 //! comes back (property 2).
 //!
-//! tests/clock.rs covers the single-threaded cases (one observing thread, fork with a bare
-//! `Rate`); here the faults hit while four threads observe, and the fork carries a `Limiter`.
+//! Each ticker fault is one body run twice, as two tests: with one observing thread and with
+//! four. tests/clock.rs covers the fork with a bare `Rate` (here the fork carries a `Limiter`)
+//! and the ticker's schedule.
 //!
 //! Every test takes [`serial`] first: the ticker tests share the process-wide ticker, and the
 //! fork test must not fork while another test's thread holds a lock the child would need
@@ -18,13 +19,11 @@
 //! long recovery took, and never assert a timing.
 
 use std::convert::Infallible;
-use std::io::{Read, Write};
 use std::net::SocketAddr;
-use std::os::unix::net::UnixStream;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Mutex, MutexGuard, Once};
+use std::sync::{mpsc, Mutex};
 use std::task::{Context, Poll};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -32,7 +31,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 mod common;
 
-use common::ticker::{poll, ticker_alive, ticker_threads, DEADLINE};
+use common::fork::fork_child;
+use common::permits::AnyPermit;
+use common::serial::{panic_message, serial};
+use common::ticker::{healthy_ticker, one_ticker_thread, poll, ticker_alive, DEADLINE, HOUR};
 use floodgate::clock::{self, testing, ManualClock, TICK};
 use floodgate::{LimitLayer, LimitService, Limiter, OwnedPermit, Permit, Rate, Reason};
 use http::header::HOST;
@@ -50,79 +52,21 @@ use tower::{Layer, Service, ServiceExt};
 // ---------------------------------------------------------------------------------------------
 // Shared helpers.
 
-/// Long enough that every test runs inside the first window of a `Rate` it creates.
-const HOUR: Duration = Duration::from_secs(3600);
-
 /// The short interval whose windows must rotate again after a fault.
 const SHORT: Duration = Duration::from_millis(50);
 
-/// Threads that observe while the ticker is being faulted.
-const OBSERVERS: usize = 4;
+/// A Rate due at every tick (sub-windows of 10 ms): its slots are prepared by whichever
+/// ticker's pass comes first.
+const BUSY: Duration = Duration::from_millis(40);
+
+/// Events counted on the hour-long Rate before the fault, which must all still be there after.
+const COUNTED_BEFORE: isize = 7;
 
 /// Marks the panics the tests cause on purpose; the panic hook keeps them off stderr.
 const INJECTED: &str = "injected by tests/faults.rs";
 
-/// Serialises the tests of this file (see the module docs).
-fn serial() -> MutexGuard<'static, ()> {
-    static SERIAL: Mutex<()> = Mutex::new(());
-    quiet_injected_panics();
-    SERIAL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Keeps the panics the tests inject (here, and the ticker's own injected panic) from
-/// printing their messages and backtraces; every other panic is reported as usual.
-fn quiet_injected_panics() {
-    static HOOK: Once = Once::new();
-    HOOK.call_once(|| {
-        let report = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if !panic_message(info.payload()).contains("injected by") {
-                report(info);
-            }
-        }));
-    });
-}
-
-/// The message of a panic payload.
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "(a panic payload that is not a string)".to_owned()
-    }
-}
-
-/// Waits until exactly one ticker thread is left (replaced ones have exited); returns how
-/// long that took, or an error after [`DEADLINE`].
-fn one_ticker_thread() -> Result<Duration, String> {
-    if ticker_threads().is_none() {
-        return Ok(Duration::ZERO); // no /proc: nothing to count
-    }
-    poll(DEADLINE, Duration::from_millis(10), || {
-        ticker_threads() == Some(1)
-    })
-    .map_err(|waited| {
-        format!(
-            "{:?} ticker threads still running after {waited:?}: a replaced ticker did not exit",
-            ticker_threads()
-        )
-    })
-}
-
-/// Starts the shared ticker if needed and waits until it is demonstrably healthy and alone.
-fn healthy_ticker() {
-    drop(Rate::new(HOUR)); // registering a Rate starts the ticker if none runs
-    if let Err(e) = ticker_alive().and_then(|_| one_ticker_thread()) {
-        panic!("precondition: shared ticker not healthy: {e}");
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
-// Ticker faults while several threads observe.
+// Ticker faults while one thread or several observe.
 
 /// Sets a flag when dropped: stops the observers even if the test body panics, so the scope
 /// that joins them cannot hang.
@@ -140,14 +84,47 @@ struct Observed {
     count: isize,
 }
 
-/// Observes `key` on `long` until `stop`, checking that every observe returns exactly the
-/// running count (the hour-long window never changes, so nothing may clear or lose any of it),
-/// and observes it on `short` through a [`WindowProbe`], which checks every window change it
-/// sees. Sleeps a millisecond every 256 observes: continued use, not a busy loop. Sets
-/// `failed` on an error.
+/// The Rates a ticker fault hits.
+struct Rates {
+    /// Hour-long: every test runs inside its first window, so its counts must stay exact.
+    long: Rate,
+    /// [`SHORT`]: its windows must rotate again after the fault.
+    short: Rate,
+    /// [`BUSY`]: due at every tick, so every ticker pass (duplicates' too) has work for it.
+    busy: Rate,
+}
+
+impl Rates {
+    fn new() -> Self {
+        Rates {
+            long: Rate::new(HOUR),
+            short: Rate::new(SHORT),
+            busy: Rate::builder(BUSY).sub_windows(4).build().unwrap(),
+        }
+    }
+
+    /// Counts [`COUNTED_BEFORE`] events of a key on the long Rate, each observe returning
+    /// exactly one more than the last: [`assert_observed_whole`] checks them after the fault.
+    fn count_before(&self) -> Observed {
+        let key = "before".to_string();
+        let mut count = self.long.peek(key.as_str());
+        for _ in 0..COUNTED_BEFORE {
+            let got = self.long.observe(key.as_str(), 1);
+            count += 1;
+            assert_eq!(got, count, "{key}: observe before the fault");
+        }
+        Observed { key, count }
+    }
+}
+
+/// Observes `key` on the long Rate until `stop`, checking that every observe returns exactly
+/// the running count (the hour-long window never changes, so nothing may clear or lose any of
+/// it); observes it on the short Rate through a [`WindowProbe`], which checks every window
+/// change it sees; and on the busy Rate, whose count must include at least this observe.
+/// Sleeps a millisecond every 256 observes: continued use, not a busy loop. Sets `failed` on
+/// an error.
 fn observe_until(
-    long: &Rate,
-    short: &Rate,
+    rates: &Rates,
     key: String,
     stop: &AtomicBool,
     failed: &AtomicBool,
@@ -156,6 +133,7 @@ fn observe_until(
         failed.store(true, Ordering::Relaxed);
         Err(e)
     };
+    let Rates { long, short, busy } = rates;
     let mut count = long.peek(key.as_str());
     if count != 0 {
         return fail(format!("{key}: fresh key starts at {count}"));
@@ -175,27 +153,33 @@ fn observe_until(
             if let Err(e) = probe.step() {
                 return fail(format!("{key} on the {SHORT:?} Rate: {e}"));
             }
+            let on_busy = busy.observe(key.as_str(), 1);
+            if on_busy < 1 {
+                return fail(format!(
+                    "{key}: observe on the {BUSY:?} Rate returned {on_busy}, not counting itself"
+                ));
+            }
         }
         thread::sleep(Duration::from_millis(1));
     }
     Ok(Observed { key, count })
 }
 
-/// Runs `body` on this thread while [`OBSERVERS`] threads run [`observe_until`]; returns what
+/// Runs `body` on this thread while `observers` threads run [`observe_until`]; returns what
 /// `body` returned and each observer's key and count. `body` gets the flag the observers set
 /// when one of them fails.
 fn with_observers<R>(
-    long: &Rate,
-    short: &Rate,
+    observers: usize,
+    rates: &Rates,
     body: impl FnOnce(&AtomicBool) -> R,
 ) -> (R, Vec<Result<Observed, String>>) {
     let stop = AtomicBool::new(false);
     let failed = AtomicBool::new(false);
     thread::scope(|s| {
-        let observers: Vec<_> = (0..OBSERVERS)
+        let observers: Vec<_> = (0..observers)
             .map(|i| {
                 let (stop, failed) = (&stop, &failed);
-                s.spawn(move || observe_until(long, short, format!("observer-{i}"), stop, failed))
+                s.spawn(move || observe_until(rates, format!("observer-{i}"), stop, failed))
             })
             .collect();
         let result = {
@@ -380,18 +364,22 @@ fn windows_resume(
     }
 }
 
-/// A fault that makes the ticker stop (`inject`), hit while [`OBSERVERS`] threads observe:
+/// A fault that makes the ticker stop (`inject`), hit while `observers` threads observe:
 /// the observers' continued use must replace it exactly once, the coarse clock must advance
 /// again, the short Rate's windows must rotate cleanly again, the replaced ticker must exit,
-/// and no count may be lost.
-fn stopped_ticker_is_replaced_while_threads_observe(fault: &str, inject: impl FnOnce()) {
+/// and no count may be lost, of those made before the fault or during it.
+fn stopped_ticker_is_replaced_while_threads_observe(
+    observers: usize,
+    fault: &str,
+    inject: impl FnOnce(),
+) {
     let _serial = serial();
-    let long = Rate::new(HOUR);
-    let short = Rate::new(SHORT);
+    let rates = Rates::new();
     healthy_ticker();
+    let before = rates.count_before();
     let old = testing::ticker_generation();
 
-    let (recovery, observed) = with_observers(&long, &short, |failed| {
+    let (recovery, observed) = with_observers(observers, &rates, |failed| {
         let injected = Instant::now();
         inject();
         let replaced = poll(DEADLINE, Duration::from_millis(1), || {
@@ -402,17 +390,18 @@ fn stopped_ticker_is_replaced_while_threads_observe(fault: &str, inject: impl Fn
             return Err("an observer failed".to_string());
         }
         let replaced = replaced.min(injected.elapsed());
-        let resumed = windows_resume(&short, failed, || true)?;
+        let resumed = windows_resume(&rates.short, failed, || true)?;
         Ok((replaced, resumed))
     });
-    let total = assert_observed_whole(&long, observed);
+    let total = assert_observed_whole(&rates.long, observed);
+    assert_observed_whole(&rates.long, vec![Ok(before)]);
     let (replaced, resumed) = recovery.unwrap_or_else(|e| panic!("{fault}: {e}"));
     ticker_alive().unwrap_or_else(|e| panic!("{fault}: replacement ticker not working: {e}"));
     let exited = one_ticker_thread().unwrap_or_else(|e| panic!("{fault}: {e}"));
     assert_eq!(
         testing::ticker_generation(),
         old + 1,
-        "{fault}: {OBSERVERS} threads racing to replace the ticker started more than one"
+        "{fault}: {observers} threads racing to replace the ticker started more than one"
     );
     let Resumed {
         coarse_advancing,
@@ -424,35 +413,60 @@ fn stopped_ticker_is_replaced_while_threads_observe(fault: &str, inject: impl Fn
         "{fault}: replaced after {replaced:?}; then coarse clock advancing after \
          {coarse_advancing:?}, windows rotating cleanly after {rotating:?} ({changes} changes, \
          {stale} stale); one ticker thread left {exited:?} after that; {total} observes by \
-         {OBSERVERS} threads all counted"
+         {observers} threads all counted"
     );
 }
 
-#[test]
-fn a_ticker_that_panics_while_threads_observe_is_replaced_once_and_no_count_is_lost() {
-    stopped_ticker_is_replaced_while_threads_observe("panicked ticker", testing::panic_ticker);
+fn panic_ticker(observers: usize) {
+    stopped_ticker_is_replaced_while_threads_observe(
+        observers,
+        "panicked ticker",
+        testing::panic_ticker,
+    );
 }
 
-#[test]
-fn a_ticker_that_stalls_while_threads_observe_is_replaced_once_and_no_count_is_lost() {
-    stopped_ticker_is_replaced_while_threads_observe("stalled ticker", || {
+fn stall_ticker(observers: usize) {
+    stopped_ticker_is_replaced_while_threads_observe(observers, "stalled ticker", || {
         testing::stall_ticker(Duration::from_millis(1500))
     });
 }
 
 #[test]
-fn duplicate_tickers_while_threads_observe_clear_nothing_twice_and_windows_keep_rotating() {
+fn a_ticker_that_panics_while_one_thread_observes_is_replaced_once_and_no_count_is_lost() {
+    panic_ticker(1);
+}
+
+#[test]
+fn a_ticker_that_panics_while_four_threads_observe_is_replaced_once_and_no_count_is_lost() {
+    panic_ticker(4);
+}
+
+#[test]
+fn a_ticker_that_stalls_while_one_thread_observes_is_replaced_once_and_no_count_is_lost() {
+    stall_ticker(1);
+}
+
+#[test]
+fn a_ticker_that_stalls_while_four_threads_observe_is_replaced_once_and_no_count_is_lost() {
+    stall_ticker(4);
+}
+
+/// Three duplicate tickers run beside the real one while `observers` threads observe: none
+/// clears a window twice (every count, before them and during them, stays exact), the short
+/// Rate's windows keep rotating cleanly, and the real ticker is neither replaced nor joined by
+/// another thread.
+fn duplicate_tickers_while_threads_observe(observers: usize) {
     let _serial = serial();
-    let long = Rate::new(HOUR);
-    let short = Rate::new(SHORT);
+    let rates = Rates::new();
     healthy_ticker();
+    let before = rates.count_before();
     let generation = testing::ticker_generation();
 
-    let (outcome, observed) = with_observers(&long, &short, |failed| {
+    let (outcome, observed) = with_observers(observers, &rates, |failed| {
         let started = Instant::now();
         // Three extra tickers, each ticking every 5 ms for 300 ticks, beside the real one.
         let duplicates: Vec<_> = (0..3).map(|_| testing::run_duplicate_ticker(300)).collect();
-        let resumed = windows_resume(&short, failed, || {
+        let resumed = windows_resume(&rates.short, failed, || {
             duplicates.iter().all(|d| d.is_finished())
         });
         let ran = started.elapsed();
@@ -463,7 +477,8 @@ fn duplicate_tickers_while_threads_observe_clear_nothing_twice_and_windows_keep_
         }
         resumed.map(|r| (ran, r.changes, r.stale))
     });
-    let total = assert_observed_whole(&long, observed);
+    let total = assert_observed_whole(&rates.long, observed);
+    assert_observed_whole(&rates.long, vec![Ok(before)]);
     let (ran, changes, stale) = outcome.unwrap_or_else(|e| panic!("duplicate tickers: {e}"));
     assert_eq!(
         testing::ticker_generation(),
@@ -474,8 +489,18 @@ fn duplicate_tickers_while_threads_observe_clear_nothing_twice_and_windows_keep_
     ticker_alive().unwrap();
     println!(
         "3 duplicate tickers ran {ran:?}: {changes} window changes probed ({stale} stale), \
-         {total} observes by {OBSERVERS} threads all counted"
+         {total} observes by {observers} threads all counted"
     );
+}
+
+#[test]
+fn duplicate_tickers_while_one_thread_observes_clear_nothing_twice_and_windows_keep_rotating() {
+    duplicate_tickers_while_threads_observe(1);
+}
+
+#[test]
+fn duplicate_tickers_while_four_threads_observe_clear_nothing_twice_and_windows_keep_rotating() {
+    duplicate_tickers_while_threads_observe(4);
 }
 
 /// Sub-windows of the victim Rate in the late-tick test: each one tick long.
@@ -565,80 +590,6 @@ fn a_tick_that_runs_late_never_clears_a_window_in_use() {
 
 // ---------------------------------------------------------------------------------------------
 // Fork with a Limiter.
-
-/// A forked child: its pid, and the parent's end of a socket on which it reports.
-struct Child {
-    pid: libc::pid_t,
-    report: UnixStream,
-}
-
-/// Forks with the fork functions around it; the child runs `child` and exits through `_exit`
-/// (never returning into the test harness) with 0 and `child`'s summary, or 1 and its error
-/// (2 if it panicked), written to the report socket. Returns in the parent only.
-fn fork_child(child: impl FnOnce() -> Result<String, String>) -> Child {
-    let (report, mut child_end) = UnixStream::pair().expect("socketpair for the child's report");
-    clock::prepare_fork();
-    // SAFETY: fork() has no memory-safety preconditions. The other test threads are parked on
-    // `serial()`; the child only uses the crate, the allocator (fork-safe in glibc), sleeps,
-    // /proc and the report socket, and leaves through `_exit`.
-    let pid = unsafe { libc::fork() };
-    if pid == 0 {
-        clock::after_fork_in_child();
-        let (code, message) = match catch_unwind(AssertUnwindSafe(child)) {
-            Ok(Ok(summary)) => (0, summary),
-            Ok(Err(failure)) => (1, failure),
-            Err(panic) => (2, format!("the child panicked: {}", panic_message(&*panic))),
-        };
-        let _ = child_end.write_all(message.as_bytes());
-        // SAFETY: `_exit` ends the child at once; nothing of the harness runs in the child.
-        unsafe { libc::_exit(code) }
-    }
-    clock::after_fork_in_parent();
-    assert!(pid > 0, "fork failed: {}", std::io::Error::last_os_error());
-    drop(child_end); // so that reading the report ends when the child has exited
-    Child { pid, report }
-}
-
-impl Child {
-    /// Waits for the child (killing it after a deadline) and returns its summary or failure.
-    fn wait(mut self) -> Result<String, String> {
-        let limit = 3 * DEADLINE;
-        let mut status = 0;
-        let start = Instant::now();
-        loop {
-            // SAFETY: `pid` is our child and `status` a valid out-pointer.
-            let done = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) };
-            if done < 0 {
-                return Err(format!(
-                    "waitpid failed: {}",
-                    std::io::Error::last_os_error()
-                ));
-            }
-            if done == self.pid {
-                break;
-            }
-            if start.elapsed() > limit {
-                // SAFETY: killing and reaping our own child.
-                unsafe {
-                    libc::kill(self.pid, libc::SIGKILL);
-                    libc::waitpid(self.pid, &mut status, 0);
-                }
-                return Err(format!("the child did not finish within {limit:?}: killed"));
-            }
-            thread::sleep(Duration::from_millis(10));
-        }
-        let mut message = String::new();
-        self.report
-            .set_read_timeout(Some(DEADLINE))
-            .and_then(|()| self.report.read_to_string(&mut message))
-            .map_err(|e| format!("reading the child's report: {e}"))?;
-        match (libc::WIFEXITED(status), libc::WEXITSTATUS(status)) {
-            (true, 0) => Ok(message),
-            (true, code) => Err(format!("the child failed (exit code {code}): {message}")),
-            (false, _) => Err(format!("the child died: wait status {status:#x}")),
-        }
-    }
-}
 
 /// The fork test's limits.
 const MAX_INFLIGHT: isize = 4;
@@ -792,7 +743,7 @@ fn a_forked_child_keeps_limiting_with_inherited_permits_and_rotating_rate_window
     }
     let parent_generation = testing::ticker_generation();
 
-    let child = fork_child(|| {
+    let child = fork_child(true, || {
         let ticking = child_has_its_own_ticker(parent_generation)?;
         inflight_limit_holds(&limiter, &inherited).map_err(|e| format!("in flight: {e}"))?;
         let rate = rate_windows_rotate(&limiter).map_err(|e| format!("rate: {e}"))?;
@@ -802,7 +753,7 @@ fn a_forked_child_keeps_limiting_with_inherited_permits_and_rotating_rate_window
     let parent = inflight_limit_holds(&limiter, &inherited)
         .map_err(|e| format!("in flight: {e}"))
         .and_then(|()| rate_windows_rotate(&limiter).map_err(|e| format!("rate: {e}")));
-    let child = child.wait();
+    let child = child.wait(3 * DEADLINE);
 
     println!("child: {child:?}");
     println!("parent: {parent:?}");
@@ -819,12 +770,6 @@ fn a_forked_child_keeps_limiting_with_inherited_permits_and_rotating_rate_window
 
 // ---------------------------------------------------------------------------------------------
 // Panics while holding permits.
-
-/// A permit of either kind, held only to be dropped.
-enum AnyPermit<'a> {
-    Borrowed(#[allow(dead_code)] Permit<'a, String>),
-    Owned(#[allow(dead_code)] OwnedPermit<String>),
-}
 
 #[test]
 fn permits_held_on_several_threads_that_panic_at_once_are_all_given_back() {

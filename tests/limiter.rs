@@ -19,6 +19,9 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
+mod common;
+
+use common::permits::AnyPermit;
 use floodgate::clock::{ManualClock, TICK};
 use floodgate::{ConfigError, Limiter, OwnedPermit, Permit, Reason, Rejected};
 use proptest::prelude::*;
@@ -34,14 +37,7 @@ const INTERVAL: Duration = Duration::from_millis(100);
 /// Slack for comparing sliding-window counts computed in floating point.
 const EPS: f64 = 1e-9;
 
-/// A permit of either kind, held only to be dropped.
-#[derive(Debug)]
-enum AnyPermit<'a> {
-    Borrowed(#[allow(dead_code)] Permit<'a, u64>),
-    Owned(#[allow(dead_code)] OwnedPermit<u64>),
-}
-
-fn acquire(limiter: &Limiter<u64>, key: u64, owned: bool) -> Result<AnyPermit<'_>, Rejected> {
+fn acquire(limiter: &Limiter<u64>, key: u64, owned: bool) -> Result<AnyPermit<'_, u64>, Rejected> {
     if owned {
         limiter.try_acquire_owned(&key).map(AnyPermit::Owned)
     } else {
@@ -255,7 +251,7 @@ fn config() -> impl Strategy<Value = Config> {
 struct Model<'a> {
     now: u64,
     windows: Vec<WindowModel>,
-    held: Vec<(u64, AnyPermit<'a>)>,
+    held: Vec<(u64, AnyPermit<'a, u64>)>,
 }
 
 impl<'a> Model<'a> {
@@ -285,7 +281,7 @@ impl<'a> Model<'a> {
         }
     }
 
-    fn admitted(&mut self, key: u64, permit: AnyPermit<'a>) {
+    fn admitted(&mut self, key: u64, permit: AnyPermit<'a, u64>) {
         self.windows[key as usize].curr += 1;
         self.held.push((key, permit));
     }
@@ -662,7 +658,7 @@ fn hammer(
             let (held, stop) = (&held, &stop);
             s.spawn(move || {
                 let mut rng = StdRng::seed_from_u64(0x5eed + t);
-                let mut mine: VecDeque<(usize, AnyPermit<'_>)> = VecDeque::new();
+                let mut mine: VecDeque<(usize, AnyPermit<'_, u64>)> = VecDeque::new();
                 for _ in 0..ops {
                     if stop.load(Ordering::Relaxed) {
                         break;

@@ -1,15 +1,20 @@
 //! Helpers for the tests that run on the real shared ticker (tests/clock.rs, tests/faults.rs):
-//! polling with a deadline, and checks that the ticker is alive and single.
+//! polling with a deadline, checks that the ticker is alive and single, and a healthy ticker
+//! to start from.
 
 use std::thread;
 use std::time::{Duration, Instant};
 
 use floodgate::clock::{self, testing, TICK};
+use floodgate::Rate;
 
 /// How long any recovery may take before a test fails. Property 7 (docs/architecture.md) asks
 /// for 2 s of continued use; the margin is for a loaded machine, not a tolerance of the
 /// property.
 pub const DEADLINE: Duration = Duration::from_secs(10);
+
+/// Long enough that every test runs inside the first window of a `Rate` it creates.
+pub const HOUR: Duration = Duration::from_secs(3600);
 
 /// Polls `cond` every `every` until it holds (Ok: time taken) or `limit` passes (Err).
 pub fn poll(
@@ -68,4 +73,29 @@ pub fn ticker_threads() -> Option<usize> {
             .filter(|name| name.starts_with("floodgate-tick"))
             .count(),
     )
+}
+
+/// Waits until exactly one ticker thread is left (replaced ones have exited); returns how
+/// long that took, or an error after [`DEADLINE`]. Never panics (forked children use it too).
+pub fn one_ticker_thread() -> Result<Duration, String> {
+    if ticker_threads().is_none() {
+        return Ok(Duration::ZERO); // no /proc: nothing to count
+    }
+    poll(DEADLINE, Duration::from_millis(10), || {
+        ticker_threads() == Some(1)
+    })
+    .map_err(|waited| {
+        format!(
+            "{:?} ticker threads still running after {waited:?}: a replaced ticker did not exit",
+            ticker_threads()
+        )
+    })
+}
+
+/// Starts the shared ticker if needed and waits until it is demonstrably healthy and alone.
+pub fn healthy_ticker() {
+    drop(Rate::new(HOUR)); // registering a Rate starts the ticker if none runs
+    if let Err(e) = ticker_alive().and_then(|_| one_ticker_thread()) {
+        panic!("precondition: shared ticker not healthy: {e}");
+    }
 }
