@@ -294,6 +294,17 @@ impl Estimator {
 
     /// The one keyed hash of a key that every operation starts from.
     #[inline]
+    /// The mean count of the first row's counters: every update adds to exactly one counter
+    /// of each row, so this is the total count ÷ columns, the noise a key's estimate starts
+    /// from. Reads every counter of one row: for reports, not the request path.
+    pub(crate) fn mean_count(&self) -> f64 {
+        let total: i128 = self.counters[..self.columns()]
+            .iter()
+            .map(|c| i128::from(c.load(Relaxed).max(0) as i64))
+            .sum();
+        total as f64 / self.columns() as f64
+    }
+
     pub(crate) fn hash<T: Hash + ?Sized>(&self, key: &T) -> u64 {
         keyed_hash(&self.hasher, key)
     }

@@ -24,6 +24,17 @@
 //! they stay counted in the rate sketch, which measures offered load, while the exact stage
 //! counts admitted requests only.
 //!
+//! # Volume
+//!
+//! Each sketch counter carries about (requests per window) ÷ (columns) of other keys'
+//! requests: the noise every estimate starts from. The sketches are sized from one knob in the
+//! user's terms, [`LimiterBuilder::peak_rate`] (requests per second, all keys together), so
+//! that at that rate the noise stays well under the promotion threshold: light keys then never
+//! reach the exact stage, and a flood of invented keys cannot fill it. Past that point (more
+//! traffic than the peak, or a limit too low for the volume) [`Limiter::stats`] reports the
+//! noise against the threshold and `saturated`; decisions stay one-sided (never more than the
+//! limit), but healthy keys may be refused.
+//!
 //! # Concurrency
 //!
 //! Sketch estimates are read after the request's own increment (see
@@ -48,8 +59,28 @@ use crate::{Estimator, Rate};
 
 /// Default rows of the limiter's sketches.
 pub const DEFAULT_ROWS: usize = 4;
-/// Default columns of the limiter's sketches.
+/// Columns of a sketch given explicitly as [`LimiterBuilder::sketch`]`(rows, DEFAULT_COLUMNS)`;
+/// without [`sketch`](LimiterBuilder::sketch), the columns follow from the peak rate.
 pub const DEFAULT_COLUMNS: usize = 4096;
+/// The peak request rate (requests per second, all keys together, one process) that a
+/// limiter is sized for unless told otherwise: see [`LimiterBuilder::peak_rate`].
+pub const DEFAULT_PEAK_RATE: u64 = 1_000_000;
+/// How long a request is assumed to be in flight on average, to size the in-flight sketch
+/// from the peak rate (Little's law: requests in flight = rate × time in flight).
+pub const ASSUMED_TIME_IN_FLIGHT: Duration = Duration::from_millis(100);
+/// The fewest and the most columns that sizing from the peak rate picks. The most keeps a
+/// default limiter within 32 MiB: 4 rows × 2^17 counters × 8 bytes = 4 MiB per sketch, and a
+/// rate keeps 5 of them (see [`Rate`]).
+pub const MIN_SIZED_COLUMNS: usize = 1 << 10;
+/// See [`MIN_SIZED_COLUMNS`].
+pub const MAX_SIZED_COLUMNS: usize = 1 << 17;
+/// Sizing keeps the mean count that a counter carries from other keys (the noise every
+/// estimate starts from) at the peak rate at most 1/4 of the promotion threshold: the min of
+/// 4 rows then reaches the threshold by noise alone with negligible probability.
+const NOISE_MARGIN: f64 = 4.0;
+/// `stats().saturated` turns on when the noise reaches this fraction of a promotion
+/// threshold: from there on, light keys start to look hot.
+const SATURATED_AT: f64 = 0.5;
 /// Default capacity of the exact stage, in keys.
 pub const DEFAULT_EXACT_CAPACITY: usize = 1024;
 /// The largest exact-stage capacity a limiter accepts, in keys.
@@ -203,8 +234,8 @@ pub struct Estimate {
     pub rate: Option<f64>,
 }
 
-/// Counters about the limiter's decisions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Counters about the limiter's decisions, and whether its sketches can still tell keys apart.
+#[derive(Debug, Clone, Copy, PartialEq)]
 #[non_exhaustive]
 pub struct LimiterStats {
     /// Keys in the exact stage now.
@@ -215,6 +246,20 @@ pub struct LimiterStats {
     pub promotions: u64,
     /// Decisions the sketch made alone because the exact stage was full.
     pub exact_full: u64,
+    /// The rate sketch's noise now: the mean sliding-window count a counter carries, which
+    /// every key's rate estimate starts from (`None` without a rate limit).
+    pub rate_noise: Option<f64>,
+    /// The rate estimate at which a key is promoted to the exact stage.
+    pub rate_promote_at: Option<f64>,
+    /// The in-flight sketch's noise now: the mean count a counter carries.
+    pub inflight_noise: Option<f64>,
+    /// The in-flight estimate at which a key is promoted to the exact stage.
+    pub inflight_promote_at: Option<f64>,
+    /// Traffic exceeds what the configuration can tell apart: a sketch's noise has reached
+    /// half its promotion threshold, so keys far under their limits start to look hot, fill
+    /// the exact stage, and are then decided by the sketch alone, which refuses more (never
+    /// admits more). Size the limiter for a higher [`peak_rate`](LimiterBuilder::peak_rate).
+    pub saturated: bool,
 }
 
 /// Configures a [`Limiter`].
@@ -241,7 +286,9 @@ pub struct LimiterBuilder<K> {
     promotion: f64,
     exact_capacity: usize,
     rows: usize,
-    columns: usize,
+    /// Given by [`LimiterBuilder::sketch`]; otherwise sized from `peak_rate` at build.
+    columns: Option<usize>,
+    peak_rate: u64,
     clock: Option<ManualClock>,
     key: std::marker::PhantomData<fn() -> K>,
 }
@@ -263,6 +310,7 @@ impl<K> std::fmt::Debug for LimiterBuilder<K> {
             .field("promotion", &self.promotion)
             .field("exact_capacity", &self.exact_capacity)
             .field("sketch", &(self.rows, self.columns))
+            .field("peak_rate", &self.peak_rate)
             .finish_non_exhaustive()
     }
 }
@@ -341,7 +389,8 @@ impl<K> LimiterBuilder<K> {
     }
 
     /// The size of each sketch (in-flight, and each rate window): `rows` × `columns`
-    /// (columns rounded up to a power of two); default [`DEFAULT_ROWS`] × [`DEFAULT_COLUMNS`].
+    /// (columns rounded up to a power of two), instead of the size that follows from
+    /// [`peak_rate`](Self::peak_rate).
     ///
     /// Checked by [`build`](Self::build): zero rows or columns give
     /// [`ConfigError::ZeroRows`] or [`ConfigError::ZeroColumns`], and more than
@@ -359,7 +408,44 @@ impl<K> LimiterBuilder<K> {
     /// ```
     pub fn sketch(mut self, rows: usize, columns: usize) -> Self {
         self.rows = rows;
-        self.columns = columns;
+        self.columns = Some(columns);
+        self
+    }
+
+    /// The most requests per second this process sends through the limiter, all keys
+    /// together (default [`DEFAULT_PEAK_RATE`], a million): the one knob the sketches are
+    /// sized by, unless [`sketch`](Self::sketch) gives their size.
+    ///
+    /// A count-min counter carries about (requests per window) ÷ (columns) of other keys'
+    /// requests: that noise is what every key's estimate starts from. Each sketch gets the
+    /// columns (a power of two, from [`MIN_SIZED_COLUMNS`] to [`MAX_SIZED_COLUMNS`]) that keep
+    /// the noise at the peak rate at most a quarter of its promotion threshold (half the
+    /// limit by default): the rate sketch for `peak × interval` requests per window, the
+    /// in-flight sketch for `peak ×` [`ASSUMED_TIME_IN_FLIGHT`] requests in flight. With a
+    /// million requests a second and limits of 100 per second, that is 2^17 columns, and a
+    /// limiter of about 21 MiB. For lower limits at that volume the columns stop at the most,
+    /// and [`Limiter::stats`] says when traffic goes past what they can tell apart
+    /// (`saturated`): decisions then stay on the safe side of each limit (a key is never
+    /// admitted over it) but healthy keys may be refused.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::Limiter;
+    ///
+    /// let edge: Limiter<String> =
+    ///     Limiter::builder().max_rate(100, Duration::from_secs(1)).build().unwrap();
+    /// let small: Limiter<String> = Limiter::builder()
+    ///     .max_rate(100, Duration::from_secs(1))
+    ///     .peak_rate(10_000)
+    ///     .build()
+    ///     .unwrap();
+    /// assert!(small.memory_bytes() < edge.memory_bytes());
+    /// assert!(edge.memory_bytes() <= 32 << 20);
+    /// ```
+    pub fn peak_rate(mut self, requests_per_second: u64) -> Self {
+        self.peak_rate = requests_per_second;
         self
     }
 
@@ -430,24 +516,42 @@ impl<K> LimiterBuilder<K> {
                 "the exact stage's capacity may be at most 1,048,576 keys (MAX_EXACT_CAPACITY)",
             ));
         }
+        if self.peak_rate == 0 {
+            return Err(ConfigError::InvalidLimit(
+                "the peak rate must be at least 1 request per second",
+            ));
+        }
+        let peak = self.peak_rate as f64;
         let inflight = match self.max_inflight {
-            Some(limit) => Some(InflightLimit {
-                sketch: Estimator::try_new(self.rows, self.columns)?,
-                limit,
-                promote_at: ((limit as f64 * self.promotion).ceil() as isize).clamp(1, limit),
-            }),
+            Some(limit) => {
+                let promote_at = ((limit as f64 * self.promotion).ceil() as isize).clamp(1, limit);
+                let in_flight = peak * ASSUMED_TIME_IN_FLIGHT.as_secs_f64();
+                let columns = self
+                    .columns
+                    .unwrap_or_else(|| sized_columns(in_flight, promote_at as f64));
+                Some(InflightLimit {
+                    sketch: Estimator::try_new(self.rows, columns)?,
+                    limit,
+                    promote_at,
+                })
+            }
             None => None,
         };
         let rate = match self.max_rate {
             Some((limit, interval)) => {
-                let mut builder = Rate::builder(interval).estimator(self.rows, self.columns);
+                let promote_at = (limit as f64 * self.promotion).max(1.0).min(limit as f64);
+                let per_window = peak * interval.as_secs_f64();
+                let columns = self
+                    .columns
+                    .unwrap_or_else(|| sized_columns(per_window, promote_at));
+                let mut builder = Rate::builder(interval).estimator(self.rows, columns);
                 if let Some(clock) = &self.clock {
                     builder = builder.clock(clock);
                 }
                 Some(RateLimit {
                     rate: builder.build()?,
                     limit,
-                    promote_at: (limit as f64 * self.promotion).max(1.0).min(limit as f64),
+                    promote_at,
                 })
             }
             None => None,
@@ -463,6 +567,16 @@ impl<K> LimiterBuilder<K> {
             }),
         })
     }
+}
+
+/// The columns that keep the noise of `events` spread over a sketch at most 1/NOISE_MARGIN
+/// of `promote_at`, as a power of two within the sized bounds.
+fn sized_columns(events: f64, promote_at: f64) -> usize {
+    let wanted = (NOISE_MARGIN * events / promote_at.max(1.0)).ceil();
+    // `as` saturates (a NaN is 0); the bounds are powers of two.
+    (wanted as usize)
+        .clamp(MIN_SIZED_COLUMNS, MAX_SIZED_COLUMNS)
+        .next_power_of_two()
 }
 
 /// What the sketches said about one request.
@@ -495,7 +609,8 @@ where
             promotion: DEFAULT_PROMOTION,
             exact_capacity: DEFAULT_EXACT_CAPACITY,
             rows: DEFAULT_ROWS,
-            columns: DEFAULT_COLUMNS,
+            columns: None,
+            peak_rate: DEFAULT_PEAK_RATE,
             clock: None,
             key: std::marker::PhantomData,
         }
@@ -645,11 +760,26 @@ where
         self.shared
             .exact
             .for_each_shard(|shard| promoted += shard.entries.len());
+        let s = &*self.shared;
+        let rate_noise = s.rate.as_ref().map(|l| l.rate.noise());
+        let rate_promote_at = s.rate.as_ref().map(|l| l.promote_at);
+        let inflight_noise = s.inflight.as_ref().map(|l| l.sketch.mean_count());
+        let inflight_promote_at = s.inflight.as_ref().map(|l| l.promote_at as f64);
+        let over = |noise: Option<f64>, at: Option<f64>| match (noise, at) {
+            (Some(noise), Some(at)) => noise >= SATURATED_AT * at,
+            _ => false,
+        };
         LimiterStats {
             promoted,
-            exact_capacity: self.shared.exact.capacity(),
-            promotions: self.shared.promotions.load(Relaxed),
-            exact_full: self.shared.exact_full.load(Relaxed),
+            exact_capacity: s.exact.capacity(),
+            promotions: s.promotions.load(Relaxed),
+            exact_full: s.exact_full.load(Relaxed),
+            rate_noise,
+            rate_promote_at,
+            inflight_noise,
+            inflight_promote_at,
+            saturated: over(rate_noise, rate_promote_at)
+                || over(inflight_noise, inflight_promote_at),
         }
     }
 

@@ -666,6 +666,21 @@ impl Rate {
         }
     }
 
+    /// The sliding-window count that a counter carries on average now, `prev·(1−f) + curr`
+    /// over the mean counts of the two windows' slots: the noise every key's estimate starts
+    /// from. Reads a row of each slot: for reports, not the request path.
+    pub(crate) fn noise(&self) -> f64 {
+        let core = &*self.core;
+        debug_assert_eq!(core.sub_windows, 1, "the limiter uses plain windows");
+        let (bucket, elapsed) = core.now();
+        let curr = core.slot(bucket).counts.mean_count();
+        let prev = match bucket.checked_sub(1) {
+            Some(prev) => core.slot(prev).counts.mean_count(),
+            None => 0.0,
+        };
+        prev * (1.0 - core.fraction(bucket, elapsed)) + curr
+    }
+
     /// The key's estimate in `bucket`.
     pub(crate) fn count_hashed(&self, hash: u64, bucket: u64) -> isize {
         self.core.count(hash, bucket)

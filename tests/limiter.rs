@@ -1350,3 +1350,135 @@ fn a_rate_whose_window_slots_together_exceed_the_counter_limit_is_refused() {
         "{message}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Volume: sizing from the peak rate, and saying when traffic goes past it.
+
+/// Requests per 10 ms at a simulated million requests per second.
+const PER_TICK_AT_1M: u64 = 10_000;
+
+/// One tick (10 ms) of the flood trace at a million requests a second: 100 healthy origins at
+/// 10 requests per second (a tenth of their limit) — one request each from 10 of them per tick
+/// —, one key flooding with 20% of the traffic, and the rest invented keys each sent twice.
+/// Returns (healthy requests refused, flood requests admitted) for this tick.
+fn flood_tick(limiter: &Limiter<u64>, tick: u64) -> (u64, u64) {
+    const FLOOD: u64 = u64::MAX;
+    let (mut refused, mut flood_admitted) = (0, 0);
+    let healthy = (0..10).map(|i| (tick * 10 + i) % 100);
+    for origin in healthy {
+        refused += u64::from(limiter.try_acquire(&origin).is_err());
+    }
+    for _ in 0..PER_TICK_AT_1M / 5 {
+        flood_admitted += u64::from(limiter.try_acquire(&FLOOD).is_ok());
+    }
+    let invented = (PER_TICK_AT_1M - 10 - PER_TICK_AT_1M / 5) / 2;
+    for i in 0..invented {
+        let key = 1_000 + (tick * invented + i) * 0x9E37_79B9;
+        drop(limiter.try_acquire(&key));
+        drop(limiter.try_acquire(&key));
+    }
+    (refused, flood_admitted)
+}
+
+#[test]
+fn the_default_limiter_serves_healthy_origins_through_floods_at_a_million_requests_a_second() {
+    let clock = ManualClock::new();
+    let limiter: Limiter<u64> = Limiter::builder()
+        .max_rate(100, Duration::from_secs(1))
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let (mut refused, mut flood_admitted, mut flood_per_second) = (0, 0, Vec::new());
+    for tick in 0..300 {
+        let (r, a) = flood_tick(&limiter, tick);
+        refused += r;
+        flood_admitted += a;
+        if tick % 100 == 99 {
+            flood_per_second.push(flood_admitted);
+            flood_admitted = 0;
+        }
+        clock.advance(TICK);
+    }
+    let stats = limiter.stats();
+    println!("{stats:?}; flood admitted per second: {flood_per_second:?}");
+    assert_eq!(refused, 0, "healthy requests refused at 1M requests/s");
+    // The sliding window admits at most 100 in any one-second window; in the first second
+    // 100 exactly, then whatever the window frees.
+    assert_eq!(flood_per_second[0], 100);
+    assert!(
+        flood_per_second.iter().all(|&n| n <= 100),
+        "the flooding key got more than its limit: {flood_per_second:?}"
+    );
+    assert!(!stats.saturated, "sized for 1M/s, yet saturated: {stats:?}");
+    assert!(
+        limiter.memory_bytes() <= 32 << 20,
+        "{} bytes",
+        limiter.memory_bytes()
+    );
+}
+
+#[test]
+fn stats_say_when_traffic_goes_past_what_the_sketches_can_tell_apart() {
+    let clock = ManualClock::new();
+    let build = |peak: u64| -> Limiter<u64> {
+        Limiter::builder()
+            .max_inflight(100)
+            .max_rate(100, Duration::from_secs(1))
+            .peak_rate(peak)
+            .clock(&clock)
+            .build()
+            .unwrap()
+    };
+    let (small, sized) = (build(10_000), build(1_000_000));
+    for limiter in [&small, &sized] {
+        let quiet = limiter.stats();
+        assert_eq!(
+            (quiet.rate_noise, quiet.inflight_noise),
+            (Some(0.0), Some(0.0))
+        );
+        assert_eq!(quiet.rate_promote_at, Some(50.0));
+        assert_eq!(quiet.inflight_promote_at, Some(50.0));
+        assert!(!quiet.saturated);
+    }
+    // A million distinct keys within one window: a million requests per second.
+    for key in 0..1_000_000u64 {
+        drop(small.try_acquire(&key));
+        drop(sized.try_acquire(&key));
+    }
+    let (past, within) = (small.stats(), sized.stats());
+    println!("sized for 10k/s: {past:?}\nsized for 1M/s: {within:?}");
+    assert!(past.saturated, "100x its peak rate, not reported: {past:?}");
+    assert!(past.rate_noise.unwrap() >= 25.0);
+    assert!(!within.saturated, "at its peak rate: {within:?}");
+    assert!(within.rate_noise.unwrap() < 12.5, "{within:?}");
+    // In-flight counts went back to zero: no in-flight noise either way.
+    assert_eq!(within.inflight_noise, Some(0.0));
+}
+
+#[test]
+fn the_sketch_size_follows_the_peak_rate_within_32_mib_unless_given() {
+    let build = |b: floodgate::LimiterBuilder<u64>| b.build().unwrap().memory_bytes();
+    let rate = || {
+        Limiter::<u64>::builder()
+            .max_inflight(100)
+            .max_rate(100, Duration::from_secs(1))
+    };
+    let default = build(rate());
+    let small = build(rate().peak_rate(10_000));
+    let huge = build(rate().peak_rate(u64::MAX));
+    let given = build(rate().peak_rate(u64::MAX).sketch(4, 1024));
+    assert!(small < default, "{small} vs {default}");
+    assert!(default <= 32 << 20, "default limiter of {default} bytes");
+    assert!(
+        huge <= 32 << 20,
+        "columns stop at MAX_SIZED_COLUMNS: {huge} bytes"
+    );
+    assert_eq!(
+        given,
+        build(rate().sketch(4, 1024)),
+        "sketch() overrides the sizing"
+    );
+    let err = rate().peak_rate(0).build().unwrap_err();
+    assert!(matches!(err, ConfigError::InvalidLimit(_)));
+    assert!(err.to_string().contains("peak rate"), "{err}");
+}
