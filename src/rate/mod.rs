@@ -43,10 +43,10 @@
 //! `SeqCst`, for [`Estimator::incr`]'s re-read, not for this protocol.
 
 use std::hash::Hash;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::clock::{ManualClock, Registration, Tick, TimeSource, TICK, TICK_NANOS};
+use crate::clock::{Registration, Tick, TimeSource, TICK_NANOS};
 use crate::error::ConfigError;
 use crate::sync::{AtomicU64, Ordering};
 use crate::Estimator;
@@ -156,6 +156,12 @@ pub struct Rate {
     registration: Registration,
 }
 
+mod builder;
+mod window;
+
+pub use builder::RateBuilder;
+pub(crate) use window::WindowView;
+
 /// A window slot: one bucket's counts, and which bucket they belong to.
 struct Slot {
     /// The bucket this slot was last cleared for. Stored with `Release` after the clearing,
@@ -180,169 +186,6 @@ struct RateCore {
     /// without a division. Only ever raised (`fetch_max`); `Relaxed` because it is a hint
     /// checked against the time, and the slot's own tag orders the data.
     current_hint: AtomicU64,
-}
-
-/// Configures a [`Rate`]: interval, sketch size, sub-windows and clock.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-///
-/// let rate = floodgate::Rate::builder(Duration::from_secs(60))
-///     .estimator(4, 4096)
-///     .sub_windows(6)
-///     .build()
-///     .unwrap();
-/// assert_eq!(rate.interval(), Duration::from_secs(60));
-/// ```
-#[derive(Clone, Debug)]
-#[must_use = "a builder does nothing until build() is called"]
-pub struct RateBuilder {
-    interval: Duration,
-    rows: usize,
-    columns: usize,
-    sub_windows: usize,
-    clock: Option<ManualClock>,
-}
-
-impl RateBuilder {
-    /// The sketch size of each window slot: `rows` × `columns` (columns rounded up to a power
-    /// of two), as for [`Estimator::try_new`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use floodgate::Rate;
-    ///
-    /// let small = Rate::builder(Duration::from_secs(1)).estimator(2, 256).build().unwrap();
-    /// let large = Rate::builder(Duration::from_secs(1)).estimator(4, 4096).build().unwrap();
-    /// assert!(small.memory_bytes() < large.memory_bytes());
-    /// ```
-    pub fn estimator(mut self, rows: usize, columns: usize) -> Self {
-        self.rows = rows;
-        self.columns = columns;
-        self
-    }
-
-    /// Splits each window into `k` sub-windows, for a smoother sliding rate. The interval must
-    /// be a whole number of nanoseconds per sub-window, each at least one tick long.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use floodgate::{clock::ManualClock, Rate};
-    ///
-    /// let clock = ManualClock::new();
-    /// let rate = Rate::builder(Duration::from_secs(1)).sub_windows(4).clock(&clock).build().unwrap();
-    /// rate.observe(&"k", 4);
-    /// clock.advance(Duration::from_millis(500));
-    /// assert_eq!(rate.observe(&"k", 1), 5); // the last four 250 ms sub-windows
-    /// ```
-    pub fn sub_windows(mut self, k: usize) -> Self {
-        self.sub_windows = k;
-        self
-    }
-
-    /// Takes time from a [`ManualClock`] instead of the shared ticker (for tests).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use floodgate::{clock::ManualClock, Rate};
-    ///
-    /// let clock = ManualClock::new();
-    /// let rate = Rate::builder(Duration::from_secs(1)).clock(&clock).build().unwrap();
-    /// rate.observe(&"k", 3);
-    /// clock.advance(Duration::from_secs(1));
-    /// assert_eq!(rate.peek(&"k"), 0);
-    /// ```
-    pub fn clock(mut self, clock: &ManualClock) -> Self {
-        self.clock = Some(clock.clone());
-        self
-    }
-
-    /// Builds the `Rate`.
-    ///
-    /// # Errors
-    ///
-    /// [`ConfigError::IntervalTooShort`] when a (sub-)window would be shorter than one tick
-    /// (10 ms), [`ConfigError::IntervalTooLong`] beyond [`MAX_INTERVAL`],
-    /// [`ConfigError::SubWindows`] for zero or more than [`MAX_SUB_WINDOWS`] sub-windows,
-    /// [`ConfigError::SubWindowsDoNotDivide`] for an interval they do not divide into whole
-    /// nanoseconds, and the errors of [`Estimator::try_new`] — where the limit on counters
-    /// applies to all k + 4 window slots together.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use floodgate::{ConfigError, Rate};
-    ///
-    /// let zero = Rate::builder(Duration::from_secs(1)).sub_windows(0).build();
-    /// assert!(matches!(zero, Err(ConfigError::SubWindows { .. })));
-    /// assert!(Rate::builder(Duration::from_secs(1)).build().is_ok());
-    /// ```
-    pub fn build(self) -> Result<Rate, ConfigError> {
-        let k = self.sub_windows;
-        if k == 0 || k > MAX_SUB_WINDOWS {
-            return Err(ConfigError::SubWindows {
-                asked: k,
-                max: MAX_SUB_WINDOWS,
-            });
-        }
-        if self.interval > MAX_INTERVAL {
-            return Err(ConfigError::IntervalTooLong {
-                interval: self.interval,
-                max: MAX_INTERVAL,
-            });
-        }
-        let interval_nanos = self.interval.as_nanos() as u64; // ≤ MAX_INTERVAL fits
-        let k64 = k as u64;
-        if interval_nanos / k64 < TICK_NANOS {
-            return Err(ConfigError::IntervalTooShort {
-                interval: self.interval,
-                min: TICK * k as u32,
-            });
-        }
-        if interval_nanos % k64 != 0 {
-            return Err(ConfigError::SubWindowsDoNotDivide {
-                interval: self.interval,
-                sub_windows: k,
-            });
-        }
-        // The k + 4 slots together stay within the counters one sketch may have.
-        crate::estimator::checked_size(self.rows, self.columns, k + 4)?;
-        let slots = (0..k + 4)
-            .map(|bucket| {
-                Ok(Slot {
-                    // Slot s starts out cleared for bucket s.
-                    bucket: AtomicU64::new(bucket as u64),
-                    counts: Estimator::try_new(self.rows, self.columns)?,
-                })
-            })
-            .collect::<Result<Box<[Slot]>, ConfigError>>()?;
-        let (time, margin) = match &self.clock {
-            Some(clock) => (TimeSource::manual(clock), 0),
-            None => (TimeSource::Shared, 2 * TICK_NANOS),
-        };
-        let core = Arc::new(RateCore {
-            slots,
-            start: time.precise(),
-            time,
-            bucket_nanos: interval_nanos / k64,
-            sub_windows: k64,
-            interval: self.interval,
-            margin,
-            current_hint: AtomicU64::new(0),
-        });
-        let weak: Weak<dyn Tick> = Arc::downgrade(&core) as Weak<dyn Tick>;
-        let registration = core.time.register(weak);
-        Ok(Rate { core, registration })
-    }
 }
 
 impl Rate {
@@ -612,95 +455,6 @@ impl Rate {
                 .iter()
                 .map(|s| std::mem::size_of::<AtomicU64>() + s.counts.memory_bytes())
                 .sum::<usize>()
-    }
-}
-
-/// One observation as the limiter sees it: the bucket it landed in and the key's counts.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct WindowView {
-    pub(crate) bucket: u64,
-    /// The key's estimate in the previous window.
-    pub(crate) prev: isize,
-    /// The key's estimate in the current window, this observation included.
-    pub(crate) curr: isize,
-    /// Nanoseconds into the current window (less than `len`), and the window's length.
-    pub(crate) into: u64,
-    pub(crate) len: u64,
-}
-
-impl WindowView {
-    /// Whether `prev·(1−f) + curr ≤ limit`, exactly, in integer nanoseconds.
-    pub(crate) fn fits(&self, limit: isize) -> bool {
-        let (i, x) = (i128::from(self.len), i128::from(self.into.min(self.len)));
-        (self.prev.max(0) as i128) * (i - x) + (self.curr as i128) * i <= (limit as i128) * i
-    }
-
-    /// The sliding-window count: `prev·(1−f) + curr`, with `f = into / len`.
-    pub(crate) fn sliding(&self) -> f64 {
-        let fraction = self.into.min(self.len) as f64 / self.len as f64;
-        self.prev as f64 * (1.0 - fraction) + self.curr as f64
-    }
-}
-
-/// Hooks for the limiter, which hashes a key once for all its sketches. Plain windows only
-/// (one sub-window).
-impl Rate {
-    /// Counts one event for an already-hashed key and returns the window as it stands after
-    /// it.
-    pub(crate) fn observe_hashed(&self, hash: u64) -> WindowView {
-        let core = &*self.core;
-        debug_assert_eq!(core.sub_windows, 1, "the limiter uses plain windows");
-        let (bucket, elapsed) = core.now();
-        let slot = core.slot_to_count_in(bucket);
-        let curr = slot.counts.incr_hashed(hash, 1);
-        let prev = match bucket.checked_sub(1) {
-            Some(prev) => core.count(hash, prev),
-            None => 0,
-        };
-        WindowView {
-            bucket,
-            prev,
-            curr,
-            into: elapsed.saturating_sub(bucket * core.bucket_nanos),
-            len: core.bucket_nanos,
-        }
-    }
-
-    /// The sliding-window count that a counter carries on average now, `prev·(1−f) + curr`
-    /// over the mean counts of the two windows' slots: the noise every key's estimate starts
-    /// from. Reads a row of each slot: for reports, not the request path.
-    pub(crate) fn noise(&self) -> f64 {
-        let core = &*self.core;
-        debug_assert_eq!(core.sub_windows, 1, "the limiter uses plain windows");
-        let (bucket, elapsed) = core.now();
-        let curr = core.slot(bucket).counts.mean_count();
-        let prev = match bucket.checked_sub(1) {
-            Some(prev) => core.slot(prev).counts.mean_count(),
-            None => 0.0,
-        };
-        prev * (1.0 - core.fraction(bucket, elapsed)) + curr
-    }
-
-    /// The key's estimate in `bucket`.
-    pub(crate) fn count_hashed(&self, hash: u64, bucket: u64) -> isize {
-        self.core.count(hash, bucket)
-    }
-
-    /// The current window as `observe_hashed` would see it, without counting anything.
-    pub(crate) fn view(&self, hash: u64) -> WindowView {
-        let core = &*self.core;
-        let (bucket, elapsed) = core.now();
-        let prev = match bucket.checked_sub(1) {
-            Some(prev) => core.count(hash, prev),
-            None => 0,
-        };
-        WindowView {
-            bucket,
-            prev,
-            curr: core.count(hash, bucket),
-            into: elapsed.saturating_sub(bucket * core.bucket_nanos),
-            len: core.bucket_nanos,
-        }
     }
 }
 

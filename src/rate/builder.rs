@@ -1,0 +1,173 @@
+//! [`RateBuilder`]: a `Rate`'s interval, sketch size, sub-windows and clock, validated.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use super::{Rate, RateCore, Slot, MAX_INTERVAL, MAX_SUB_WINDOWS};
+use crate::clock::{ManualClock, Tick, TimeSource, TICK, TICK_NANOS};
+use crate::error::ConfigError;
+use crate::sync::AtomicU64;
+use crate::Estimator;
+
+/// Configures a [`Rate`]: interval, sketch size, sub-windows and clock.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+///
+/// let rate = floodgate::Rate::builder(Duration::from_secs(60))
+///     .estimator(4, 4096)
+///     .sub_windows(6)
+///     .build()
+///     .unwrap();
+/// assert_eq!(rate.interval(), Duration::from_secs(60));
+/// ```
+#[derive(Clone, Debug)]
+#[must_use = "a builder does nothing until build() is called"]
+pub struct RateBuilder {
+    pub(super) interval: Duration,
+    pub(super) rows: usize,
+    pub(super) columns: usize,
+    pub(super) sub_windows: usize,
+    pub(super) clock: Option<ManualClock>,
+}
+
+impl RateBuilder {
+    /// The sketch size of each window slot: `rows` × `columns` (columns rounded up to a power
+    /// of two), as for [`Estimator::try_new`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::Rate;
+    ///
+    /// let small = Rate::builder(Duration::from_secs(1)).estimator(2, 256).build().unwrap();
+    /// let large = Rate::builder(Duration::from_secs(1)).estimator(4, 4096).build().unwrap();
+    /// assert!(small.memory_bytes() < large.memory_bytes());
+    /// ```
+    pub fn estimator(mut self, rows: usize, columns: usize) -> Self {
+        self.rows = rows;
+        self.columns = columns;
+        self
+    }
+
+    /// Splits each window into `k` sub-windows, for a smoother sliding rate. The interval must
+    /// be a whole number of nanoseconds per sub-window, each at least one tick long.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::{clock::ManualClock, Rate};
+    ///
+    /// let clock = ManualClock::new();
+    /// let rate = Rate::builder(Duration::from_secs(1)).sub_windows(4).clock(&clock).build().unwrap();
+    /// rate.observe(&"k", 4);
+    /// clock.advance(Duration::from_millis(500));
+    /// assert_eq!(rate.observe(&"k", 1), 5); // the last four 250 ms sub-windows
+    /// ```
+    pub fn sub_windows(mut self, k: usize) -> Self {
+        self.sub_windows = k;
+        self
+    }
+
+    /// Takes time from a [`ManualClock`] instead of the shared ticker (for tests).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::{clock::ManualClock, Rate};
+    ///
+    /// let clock = ManualClock::new();
+    /// let rate = Rate::builder(Duration::from_secs(1)).clock(&clock).build().unwrap();
+    /// rate.observe(&"k", 3);
+    /// clock.advance(Duration::from_secs(1));
+    /// assert_eq!(rate.peek(&"k"), 0);
+    /// ```
+    pub fn clock(mut self, clock: &ManualClock) -> Self {
+        self.clock = Some(clock.clone());
+        self
+    }
+
+    /// Builds the `Rate`.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::IntervalTooShort`] when a (sub-)window would be shorter than one tick
+    /// (10 ms), [`ConfigError::IntervalTooLong`] beyond [`MAX_INTERVAL`],
+    /// [`ConfigError::SubWindows`] for zero or more than [`MAX_SUB_WINDOWS`] sub-windows,
+    /// [`ConfigError::SubWindowsDoNotDivide`] for an interval they do not divide into whole
+    /// nanoseconds, and the errors of [`Estimator::try_new`] — where the limit on counters
+    /// applies to all k + 4 window slots together.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::{ConfigError, Rate};
+    ///
+    /// let zero = Rate::builder(Duration::from_secs(1)).sub_windows(0).build();
+    /// assert!(matches!(zero, Err(ConfigError::SubWindows { .. })));
+    /// assert!(Rate::builder(Duration::from_secs(1)).build().is_ok());
+    /// ```
+    pub fn build(self) -> Result<Rate, ConfigError> {
+        let k = self.sub_windows;
+        if k == 0 || k > MAX_SUB_WINDOWS {
+            return Err(ConfigError::SubWindows {
+                asked: k,
+                max: MAX_SUB_WINDOWS,
+            });
+        }
+        if self.interval > MAX_INTERVAL {
+            return Err(ConfigError::IntervalTooLong {
+                interval: self.interval,
+                max: MAX_INTERVAL,
+            });
+        }
+        let interval_nanos = self.interval.as_nanos() as u64; // ≤ MAX_INTERVAL fits
+        let k64 = k as u64;
+        if interval_nanos / k64 < TICK_NANOS {
+            return Err(ConfigError::IntervalTooShort {
+                interval: self.interval,
+                min: TICK * k as u32,
+            });
+        }
+        if interval_nanos % k64 != 0 {
+            return Err(ConfigError::SubWindowsDoNotDivide {
+                interval: self.interval,
+                sub_windows: k,
+            });
+        }
+        // The k + 4 slots together stay within the counters one sketch may have.
+        crate::estimator::checked_size(self.rows, self.columns, k + 4)?;
+        let slots = (0..k + 4)
+            .map(|bucket| {
+                Ok(Slot {
+                    // Slot s starts out cleared for bucket s.
+                    bucket: AtomicU64::new(bucket as u64),
+                    counts: Estimator::try_new(self.rows, self.columns)?,
+                })
+            })
+            .collect::<Result<Box<[Slot]>, ConfigError>>()?;
+        let (time, margin) = match &self.clock {
+            Some(clock) => (TimeSource::manual(clock), 0),
+            None => (TimeSource::Shared, 2 * TICK_NANOS),
+        };
+        let core = Arc::new(RateCore {
+            slots,
+            start: time.precise(),
+            time,
+            bucket_nanos: interval_nanos / k64,
+            sub_windows: k64,
+            interval: self.interval,
+            margin,
+            current_hint: AtomicU64::new(0),
+        });
+        let weak: Weak<dyn Tick> = Arc::downgrade(&core) as Weak<dyn Tick>;
+        let registration = core.time.register(weak);
+        Ok(Rate { core, registration })
+    }
+}
