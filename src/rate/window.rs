@@ -39,19 +39,8 @@ impl Rate {
         let core = &*self.core;
         debug_assert_eq!(core.sub_windows, 1, "the limiter uses plain windows");
         let (bucket, elapsed) = core.now();
-        let slot = core.slot_to_count_in(bucket);
-        let curr = slot.counts.incr_hashed(hash, 1);
-        let prev = match bucket.checked_sub(1) {
-            Some(prev) => core.count(hash, prev),
-            None => 0,
-        };
-        WindowView {
-            bucket,
-            prev,
-            curr,
-            into: elapsed.saturating_sub(bucket * core.bucket_nanos),
-            len: core.bucket_nanos,
-        }
+        let curr = core.slot_to_count_in(bucket).counts.incr_hashed(hash, 1);
+        self.window_view(hash, bucket, elapsed, curr)
     }
 
     /// The sliding-window count that a counter carries on average now, `prev·(1−f) + curr`
@@ -76,8 +65,14 @@ impl Rate {
 
     /// The current window as `observe_hashed` would see it, without counting anything.
     pub(crate) fn view(&self, hash: u64) -> WindowView {
+        let (bucket, elapsed) = self.core.now();
+        self.window_view(hash, bucket, elapsed, self.core.count(hash, bucket))
+    }
+
+    /// The window of `bucket` at time `elapsed`, with the key's current count `curr` and its
+    /// count in the bucket before (none before the Rate existed).
+    fn window_view(&self, hash: u64, bucket: u64, elapsed: u64, curr: isize) -> WindowView {
         let core = &*self.core;
-        let (bucket, elapsed) = core.now();
         let prev = match bucket.checked_sub(1) {
             Some(prev) => core.count(hash, prev),
             None => 0,
@@ -85,7 +80,7 @@ impl Rate {
         WindowView {
             bucket,
             prev,
-            curr: core.count(hash, bucket),
+            curr,
             into: elapsed.saturating_sub(bucket * core.bucket_nanos),
             len: core.bucket_nanos,
         }
