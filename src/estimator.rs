@@ -466,9 +466,11 @@ pub(crate) fn dimensions_for_error(
     }
 }
 
-/// A fresh 64-bit word for rows beyond what the first hash's bits cover (SplitMix64 finaliser).
+/// A fresh 64-bit word derived from `hash` and a `row` (or any other seed), independent of
+/// the bits the sketch rows take from `hash` itself: for rows beyond what the first hash's bits
+/// cover, and for the limiter's exact stage (SplitMix64 finaliser).
 #[inline]
-fn remix(hash: u64, row: u64) -> u64 {
+pub(crate) fn remix(hash: u64, row: u64) -> u64 {
     let mut z = hash ^ row.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);

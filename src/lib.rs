@@ -61,7 +61,6 @@ pub mod clock;
 mod counter;
 mod error;
 pub mod estimator;
-mod exact;
 pub mod inflight;
 #[cfg(feature = "tower")]
 mod layer;

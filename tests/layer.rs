@@ -285,7 +285,9 @@ async fn flooded_origin_gets_503_with_retry_after_and_healthy_origins_never_do()
         hitters.first().map(|h| h.key.as_str()),
         Some("flooded.example")
     );
-    assert_eq!(hitters[0].rejected, 7);
+    // The first rejection is decided on the exact counts; the six after it come from the
+    // over-limit cache until the retry time, uncounted.
+    assert_eq!(hitters[0].rejected, 1);
 
     // A client that waits as long as the last Retry-After said gets through.
     let wait = flooded.last().unwrap().1.unwrap();
@@ -764,9 +766,10 @@ async fn a_flood_that_respells_its_host_is_still_limited() {
         .map(|h| (h.key, h.rejected))
         .collect();
     hitters.sort();
+    // One rejection each on the exact counts; the rest from the over-limit cache, uncounted.
     assert_eq!(
         hitters,
-        [("[::1]".to_owned(), 2), ("flood.example".to_owned(), 6)]
+        [("[::1]".to_owned(), 1), ("flood.example".to_owned(), 1)]
     );
 }
 
@@ -805,7 +808,8 @@ async fn a_flood_of_long_hosts_is_limited_and_keeps_keys_within_the_bound() {
             hitter.key.len()
         );
     }
-    assert!(hitters.iter().any(|h| h.rejected == 3));
+    // Rejected once on the exact counts, then by the over-limit cache (uncounted).
+    assert!(hitters.iter().any(|h| h.rejected == 1));
 }
 
 // In-process: the future and readiness contract, without a socket.

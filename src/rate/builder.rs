@@ -152,10 +152,11 @@ impl RateBuilder {
                 })
             })
             .collect::<Result<Box<[Slot]>, ConfigError>>()?;
-        let (time, margin) = match &self.clock {
-            Some(clock) => (TimeSource::manual(clock), 0),
-            None => (TimeSource::Shared, 2 * TICK_NANOS),
+        let time = match &self.clock {
+            Some(clock) => TimeSource::manual(clock),
+            None => TimeSource::Shared,
         };
+        let margin = time.lag();
         let core = Arc::new(RateCore {
             slots,
             start: time.precise(),

@@ -1,5 +1,8 @@
-//! The window as the limiter sees it: one hash, the current and previous windows' counts, and
-//! the exact sliding-window arithmetic on them.
+//! The window as the limiter sees it, and the one home of the sliding-window arithmetic: the
+//! estimate `prev·(1−f) + curr`, whether a request fits under a limit, how long until one
+//! does, and the exact per-window counts the limiter keeps for a promoted key.
+
+use std::time::Duration;
 
 use super::Rate;
 
@@ -14,6 +17,8 @@ pub(crate) struct WindowView {
     /// Nanoseconds into the current window (less than `len`), and the window's length.
     pub(crate) into: u64,
     pub(crate) len: u64,
+    /// When it was taken: nanoseconds on the Rate's clock.
+    pub(crate) at: u64,
 }
 
 impl WindowView {
@@ -27,6 +32,105 @@ impl WindowView {
     pub(crate) fn sliding(&self) -> f64 {
         let fraction = self.into.min(self.len) as f64 / self.len as f64;
         self.prev as f64 * (1.0 - fraction) + self.curr as f64
+    }
+
+    /// How long until one more request fits under `limit`, if nothing else arrives: the
+    /// sliding count `prev·(1−f) + curr` falls as `f` grows, and `curr` becomes the next
+    /// window's `prev`. `counted` is what the current window will count when the request is
+    /// retried, not counting the retry (the sketch keeps a rejected request, the exact stage
+    /// does not). In whole nanoseconds, rounded up, so a retry after exactly this long fits.
+    pub(crate) fn retry_after(&self, limit: isize, counted: isize) -> Duration {
+        let (p, c, r) = (
+            self.prev.max(0) as i128,
+            counted.max(0) as i128,
+            (limit - 1) as i128,
+        );
+        let (i, x) = (i128::from(self.len), i128::from(self.into.min(self.len)));
+        let wait = if c <= r {
+            if p == 0 {
+                return Duration::ZERO;
+            }
+            // p·(i − x') + c·i ≤ r·i  ⇔  x' ≥ i − ⌊(r − c)·i / p⌋
+            (i - (r - c) * i / p - x).max(0)
+        } else {
+            // In the next window: c·(i − y) ≤ r·i  ⇔  y ≥ i − ⌊r·i / c⌋
+            (i - x) + (i - r * i / c)
+        };
+        Duration::from_nanos(u64::try_from(wait).unwrap_or(u64::MAX))
+    }
+
+    /// Lowers the counts to what `exact` proves for the windows it covers; `own` is this
+    /// request's share of the current window (1 when deciding a request, 0 when reporting).
+    pub(crate) fn lower_to(&mut self, exact: &ExactWindows, own: isize) {
+        if let Some(prev) = self.bucket.checked_sub(1).and_then(|b| exact.bound(b)) {
+            self.prev = self.prev.min(prev);
+        }
+        if let Some(curr) = exact.bound(self.bucket) {
+            self.curr = self.curr.min(curr.saturating_add(own));
+        }
+    }
+}
+
+/// Requests admitted per window for one key, counted exactly from the window in which the
+/// limiter started counting it (its promotion).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ExactWindows {
+    /// The window in which counting began; later windows are counted exactly.
+    pub(crate) since: u64,
+    /// An upper bound on the requests admitted in `since` before counting began.
+    pub(crate) base: isize,
+    /// The latest window counted, and its count.
+    pub(crate) bucket: u64,
+    pub(crate) current: isize,
+    /// The count of the window before `bucket`.
+    pub(crate) previous: isize,
+}
+
+impl ExactWindows {
+    pub(crate) fn new(since: u64, base: isize) -> Self {
+        ExactWindows {
+            since,
+            base: base.max(0),
+            bucket: since,
+            current: 0,
+            previous: 0,
+        }
+    }
+
+    /// Moves the counts forward to `bucket` (a request from an older bucket counts in the
+    /// latest, which only over-counts it).
+    pub(crate) fn roll_to(&mut self, bucket: u64) {
+        if bucket > self.bucket {
+            self.previous = if bucket == self.bucket + 1 {
+                self.current
+            } else {
+                0
+            };
+            self.current = 0;
+            self.bucket = bucket;
+        }
+    }
+
+    /// An upper bound on the requests admitted in window `bucket` (after `roll_to(bucket)`
+    /// or `roll_to(bucket + 1)`), or `None` if the window began before counting began (only
+    /// the sketch can bound it).
+    pub(crate) fn bound(&self, bucket: u64) -> Option<isize> {
+        let counted = if bucket == self.bucket {
+            self.current
+        } else if bucket + 1 == self.bucket {
+            self.previous
+        } else if bucket > self.bucket {
+            0
+        } else {
+            return None;
+        };
+        if bucket > self.since {
+            Some(counted)
+        } else if bucket == self.since {
+            Some(self.base.saturating_add(counted))
+        } else {
+            None
+        }
     }
 }
 
@@ -83,6 +187,83 @@ impl Rate {
             curr,
             into: elapsed.saturating_sub(bucket * core.bucket_nanos),
             len: core.bucket_nanos,
+            at: core.start.saturating_add(elapsed),
         }
+    }
+}
+
+#[cfg(all(test, not(floodgate_loom)))]
+mod tests {
+    use super::*;
+
+    fn view(prev: isize, curr: isize, fraction: f64) -> WindowView {
+        WindowView {
+            bucket: 5,
+            prev,
+            curr,
+            into: (fraction * 1e9) as u64,
+            len: 1_000_000_000,
+            at: 0,
+        }
+    }
+
+    #[test]
+    fn retry_after_waits_for_the_previous_window_to_slide_out() {
+        // limit 10, prev 10, curr 5 (+1 rejected) at f = 0.5: 10·0.5 + 5 = 10 already.
+        // One more fits when 10·(1−f) + 5 ≤ 9, i.e. f ≥ 0.6: 0.1 of the interval from now.
+        let wait = view(10, 6, 0.5).retry_after(10, 5);
+        assert!((wait.as_secs_f64() - 0.1).abs() < 1e-9, "{wait:?}");
+    }
+
+    #[test]
+    fn retry_after_waits_into_the_next_window_when_the_current_one_is_full() {
+        // limit 4, curr 4 (+1 rejected) at f = 0.25: 0.75 to the boundary, then 4·(1−g) ≤ 3
+        // needs g ≥ 0.25.
+        let wait = view(0, 5, 0.25).retry_after(4, 4);
+        assert!((wait.as_secs_f64() - 1.0).abs() < 1e-9, "{wait:?}");
+    }
+
+    #[test]
+    fn a_retry_after_exactly_retry_after_fits() {
+        for (prev, counted, fraction, limit) in [(10, 5, 0.5, 10), (0, 4, 0.25, 4), (7, 3, 0.9, 8)]
+        {
+            let v = view(prev, counted + 1, fraction);
+            let wait = v.retry_after(limit, counted).as_nanos() as u64;
+            let (into, rolled) = if v.into + wait < v.len {
+                (v.into + wait, false)
+            } else {
+                (v.into + wait - v.len, true)
+            };
+            let later = WindowView {
+                prev: if rolled { counted } else { prev },
+                curr: if rolled { 1 } else { counted + 1 },
+                into,
+                ..v
+            };
+            assert!(later.fits(limit), "{prev} {counted} {fraction} {limit}");
+        }
+    }
+
+    #[test]
+    fn exact_bound_is_exact_after_the_first_window_and_base_plus_count_in_it() {
+        let mut r = ExactWindows::new(5, 7);
+        assert_eq!(
+            r.bound(4),
+            None,
+            "windows before counting began are not bounded"
+        );
+        r.current += 2;
+        assert_eq!(r.bound(5), Some(9));
+        r.roll_to(6);
+        r.current += 1;
+        assert_eq!(r.bound(5), Some(9));
+        assert_eq!(r.bound(6), Some(1));
+        r.roll_to(8);
+        assert_eq!(
+            r.bound(7),
+            Some(0),
+            "a window with no request counted is exactly 0"
+        );
+        assert_eq!(r.bound(8), Some(0));
     }
 }

@@ -1,0 +1,374 @@
+//! Configuring a limiter, and sizing its sketches from the peak rate.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use crate::clock::{ManualClock, Tick, TimeSource};
+use crate::error::ConfigError;
+use crate::{Estimator, Rate};
+
+use super::exact::ExactStage;
+use super::overlimit::{OverLimit, SLOTS_PER_EXACT_KEY};
+use super::sketches::{InflightLimit, RateLimit, Sketches};
+use super::*;
+
+/// How often the exact stage is swept when no rate interval sets the pace: an epoch of its
+/// evidence, and the longest a cooled-down key waits to be demoted by the sweep.
+const SWEEP_PERIOD: Duration = Duration::from_secs(1);
+
+/// Configures a [`Limiter`].
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+///
+/// let limiter = floodgate::Limiter::<String>::builder()
+///     .max_inflight(100)
+///     .max_rate(1000, Duration::from_secs(1))
+///     .promotion_threshold(0.25)
+///     .exact_capacity(4096)
+///     .sketch(4, 8192)
+///     .build()
+///     .unwrap();
+/// assert!(limiter.memory_bytes() < 4 << 20); // fixed, whatever the number of keys
+/// ```
+#[must_use = "a builder does nothing until build() is called"]
+pub struct LimiterBuilder<K> {
+    max_inflight: Option<isize>,
+    max_rate: Option<(isize, Duration)>,
+    promotion: f64,
+    exact_capacity: usize,
+    rows: usize,
+    /// Given by [`LimiterBuilder::sketch`]; otherwise sized from `peak_rate` at build.
+    columns: Option<usize>,
+    peak_rate: u64,
+    clock: Option<ManualClock>,
+    key: std::marker::PhantomData<fn() -> K>,
+}
+
+impl<K> Clone for LimiterBuilder<K> {
+    fn clone(&self) -> Self {
+        LimiterBuilder {
+            clock: self.clock.clone(),
+            ..*self
+        }
+    }
+}
+
+impl<K> std::fmt::Debug for LimiterBuilder<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LimiterBuilder")
+            .field("max_inflight", &self.max_inflight)
+            .field("max_rate", &self.max_rate)
+            .field("promotion", &self.promotion)
+            .field("exact_capacity", &self.exact_capacity)
+            .field("sketch", &(self.rows, self.columns))
+            .field("peak_rate", &self.peak_rate)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K> LimiterBuilder<K> {
+    pub(super) fn new() -> Self {
+        LimiterBuilder {
+            max_inflight: None,
+            max_rate: None,
+            promotion: DEFAULT_PROMOTION,
+            exact_capacity: DEFAULT_EXACT_CAPACITY,
+            rows: DEFAULT_ROWS,
+            columns: None,
+            peak_rate: DEFAULT_PEAK_RATE,
+            clock: None,
+            key: std::marker::PhantomData,
+        }
+    }
+
+    /// At most `limit` requests in flight per key.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter: floodgate::Limiter<String> =
+    ///     floodgate::Limiter::builder().max_inflight(1).build().unwrap();
+    /// let _permit = limiter.try_acquire("origin").unwrap();
+    /// assert_eq!(limiter.try_acquire("origin").unwrap_err().limit, 1);
+    /// ```
+    pub fn max_inflight(mut self, limit: isize) -> Self {
+        self.max_inflight = Some(limit);
+        self
+    }
+
+    /// At most `limit` requests per `interval` per key, as a sliding window.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::{clock::ManualClock, Limiter, Reason};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter: Limiter<String> =
+    ///     Limiter::builder().max_rate(2, Duration::from_secs(1)).clock(&clock).build().unwrap();
+    /// drop(limiter.try_acquire("origin").unwrap());
+    /// drop(limiter.try_acquire("origin").unwrap());
+    /// assert_eq!(limiter.try_acquire("origin").unwrap_err().reason, Reason::Rate);
+    /// ```
+    pub fn max_rate(mut self, limit: isize, interval: Duration) -> Self {
+        self.max_rate = Some((limit, interval));
+        self
+    }
+
+    /// Promote a key to the exact stage once its estimate reaches this fraction of a limit;
+    /// in (0, 1], default 1/2.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter: floodgate::Limiter<String> = floodgate::Limiter::builder()
+    ///     .max_inflight(10)
+    ///     .promotion_threshold(0.2)
+    ///     .build()
+    ///     .unwrap();
+    /// let _permits: Vec<_> = (0..2).map(|_| limiter.try_acquire("origin").unwrap()).collect();
+    /// assert_eq!(limiter.stats().promoted, 1); // 2 in flight is 20% of the limit
+    /// ```
+    pub fn promotion_threshold(mut self, fraction: f64) -> Self {
+        self.promotion = fraction;
+        self
+    }
+
+    /// How many keys the exact stage holds at most (rounded up to a multiple of 16), from 1 to
+    /// [`MAX_EXACT_CAPACITY`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter: floodgate::Limiter<String> = floodgate::Limiter::builder()
+    ///     .max_inflight(10)
+    ///     .exact_capacity(100)
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(limiter.stats().exact_capacity, 112);
+    /// ```
+    pub fn exact_capacity(mut self, keys: usize) -> Self {
+        self.exact_capacity = keys;
+        self
+    }
+
+    /// The size of each sketch (in-flight, and each rate window): `rows` × `columns`
+    /// (columns rounded up to a power of two), instead of the size that follows from
+    /// [`peak_rate`](Self::peak_rate).
+    ///
+    /// Checked by [`build`](Self::build): zero rows or columns give
+    /// [`ConfigError::ZeroRows`] or [`ConfigError::ZeroColumns`], and more than
+    /// [`Estimator::MAX_COUNTERS`] counters (for the rate, across its window slots)
+    /// [`ConfigError::TooLarge`], each naming the rows and columns asked for.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use floodgate::Limiter;
+    ///
+    /// let small: Limiter<String> = Limiter::builder().max_inflight(10).sketch(2, 256).build().unwrap();
+    /// let large: Limiter<String> = Limiter::builder().max_inflight(10).sketch(4, 8192).build().unwrap();
+    /// assert!(small.memory_bytes() < large.memory_bytes());
+    /// ```
+    pub fn sketch(mut self, rows: usize, columns: usize) -> Self {
+        self.rows = rows;
+        self.columns = Some(columns);
+        self
+    }
+
+    /// The most requests per second this process sends through the limiter, all keys
+    /// together (default [`DEFAULT_PEAK_RATE`], a million): the one knob the sketches are
+    /// sized by, unless [`sketch`](Self::sketch) gives their size.
+    ///
+    /// A count-min counter carries about (requests per window) ÷ (columns) of other keys'
+    /// requests: that noise is what every key's estimate starts from. Each sketch gets the
+    /// columns (a power of two, from [`MIN_SIZED_COLUMNS`] to [`MAX_SIZED_COLUMNS`]) that keep
+    /// the noise at the peak rate at most a quarter of its promotion threshold (half the
+    /// limit by default): the rate sketch for `peak × interval` requests per window, the
+    /// in-flight sketch for `peak ×` [`ASSUMED_TIME_IN_FLIGHT`] requests in flight. With a
+    /// million requests a second and limits of 100 per second, that is 2^17 columns, and a
+    /// limiter of about 21 MiB. For lower limits at that volume the columns stop at the most,
+    /// and [`Limiter::stats`] says when traffic goes past what they can tell apart
+    /// (`saturated`): decisions then stay on the safe side of each limit (a key is never
+    /// admitted over it) but healthy keys may be refused.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::Limiter;
+    ///
+    /// let edge: Limiter<String> =
+    ///     Limiter::builder().max_rate(100, Duration::from_secs(1)).build().unwrap();
+    /// let small: Limiter<String> = Limiter::builder()
+    ///     .max_rate(100, Duration::from_secs(1))
+    ///     .peak_rate(10_000)
+    ///     .build()
+    ///     .unwrap();
+    /// assert!(small.memory_bytes() < edge.memory_bytes());
+    /// assert!(edge.memory_bytes() <= 32 << 20);
+    /// ```
+    pub fn peak_rate(mut self, requests_per_second: u64) -> Self {
+        self.peak_rate = requests_per_second;
+        self
+    }
+
+    /// Takes time from a [`ManualClock`] (for tests) instead of the shared ticker.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::{clock::ManualClock, Limiter};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter: Limiter<String> =
+    ///     Limiter::builder().max_rate(1, Duration::from_secs(1)).clock(&clock).build().unwrap();
+    /// drop(limiter.try_acquire("origin").unwrap());
+    /// assert!(limiter.try_acquire("origin").is_err());
+    /// clock.advance(Duration::from_secs(2));
+    /// assert!(limiter.try_acquire("origin").is_ok());
+    /// ```
+    pub fn clock(mut self, clock: &ManualClock) -> Self {
+        self.clock = Some(clock.clone());
+        self
+    }
+
+    /// Builds the limiter.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::InvalidLimit`] when no limit is set, a limit is below 1, the promotion
+    /// threshold is outside (0, 1] or the exact capacity is 0 or above
+    /// [`MAX_EXACT_CAPACITY`]; the errors of
+    /// [`Estimator::try_new`] and [`RateBuilder::build`](crate::RateBuilder::build) for the
+    /// sketch size and the interval.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use floodgate::{ConfigError, Limiter};
+    ///
+    /// let no_limit = Limiter::<String>::builder().build();
+    /// assert!(matches!(no_limit, Err(ConfigError::InvalidLimit(_))));
+    /// assert!(Limiter::<String>::builder().max_inflight(5).build().is_ok());
+    /// ```
+    pub fn build(self) -> Result<Limiter<K>, ConfigError>
+    where
+        K: Send + Sync + 'static,
+    {
+        if self.max_inflight.is_none() && self.max_rate.is_none() {
+            return Err(ConfigError::InvalidLimit(
+                "a limiter needs max_inflight, max_rate or both",
+            ));
+        }
+        if self.max_inflight.is_some_and(|l| l < 1) {
+            return Err(ConfigError::InvalidLimit("max_inflight must be at least 1"));
+        }
+        if self.max_rate.is_some_and(|(l, _)| l < 1) {
+            return Err(ConfigError::InvalidLimit("max_rate must be at least 1"));
+        }
+        if !(self.promotion > 0.0 && self.promotion <= 1.0) {
+            return Err(ConfigError::InvalidLimit(
+                "the promotion threshold must be in (0, 1]",
+            ));
+        }
+        if self.exact_capacity == 0 {
+            return Err(ConfigError::InvalidLimit(
+                "the exact stage needs a capacity of at least 1 key",
+            ));
+        }
+        if self.exact_capacity > MAX_EXACT_CAPACITY {
+            return Err(ConfigError::InvalidLimit(
+                "the exact stage's capacity may be at most 1,048,576 keys (MAX_EXACT_CAPACITY)",
+            ));
+        }
+        if self.peak_rate == 0 {
+            return Err(ConfigError::InvalidLimit(
+                "the peak rate must be at least 1 request per second",
+            ));
+        }
+        let peak = self.peak_rate as f64;
+        let inflight = match self.max_inflight {
+            Some(limit) => {
+                let promote_at = ((limit as f64 * self.promotion).ceil() as isize).clamp(1, limit);
+                let in_flight = peak * ASSUMED_TIME_IN_FLIGHT.as_secs_f64();
+                let columns = self
+                    .columns
+                    .unwrap_or_else(|| sized_columns(in_flight, promote_at as f64));
+                Some(InflightLimit {
+                    sketch: Estimator::try_new(self.rows, columns)?,
+                    limit,
+                    promote_at,
+                })
+            }
+            None => None,
+        };
+        let rate = match self.max_rate {
+            Some((limit, interval)) => {
+                let promote_at = (limit as f64 * self.promotion).max(1.0).min(limit as f64);
+                let per_window = peak * interval.as_secs_f64();
+                let columns = self
+                    .columns
+                    .unwrap_or_else(|| sized_columns(per_window, promote_at));
+                let mut builder = Rate::builder(interval).estimator(self.rows, columns);
+                if let Some(clock) = &self.clock {
+                    builder = builder.clock(clock);
+                }
+                Some(RateLimit {
+                    rate: builder.build()?,
+                    limit,
+                    promote_at,
+                })
+            }
+            None => None,
+        };
+        let time = match &self.clock {
+            Some(clock) => TimeSource::manual(clock),
+            None => TimeSource::Shared,
+        };
+        // An epoch of the exact stage: a rate window (the evidence then follows the windows
+        // the limit is judged on), at most a second.
+        let period = rate
+            .as_ref()
+            .map_or(SWEEP_PERIOD, |l| l.rate.interval().min(SWEEP_PERIOD));
+        let sketches = Sketches {
+            hasher: ahash::RandomState::new(),
+            inflight,
+            rate,
+        };
+        let shared = Arc::new_cyclic(|weak: &Weak<Shared<K>>| {
+            let sweeper = Arc::new(Sweeper {
+                shared: weak.clone(),
+                period: u64::try_from(period.as_nanos()).unwrap_or(u64::MAX),
+            });
+            // Registered before the limiter exists: a sweep that comes first finds nothing to
+            // upgrade and waits for the next period.
+            let user: Weak<dyn Tick> = Arc::downgrade(&sweeper) as Weak<dyn Tick>;
+            let registration = time.register(user);
+            Shared {
+                sketches,
+                exact: ExactStage::new(self.exact_capacity),
+                over_limit: OverLimit::new(self.exact_capacity * SLOTS_PER_EXACT_KEY),
+                time,
+                registration,
+                _sweeper: sweeper,
+            }
+        });
+        Ok(Limiter { shared })
+    }
+}
+
+/// The columns that keep the noise of `events` spread over a sketch at most 1/NOISE_MARGIN
+/// of `promote_at`, as a power of two within the sized bounds.
+fn sized_columns(events: f64, promote_at: f64) -> usize {
+    let wanted = (NOISE_MARGIN * events / promote_at.max(1.0)).ceil();
+    // `as` saturates (a NaN is 0); the bounds are powers of two.
+    (wanted as usize)
+        .clamp(MIN_SIZED_COLUMNS, MAX_SIZED_COLUMNS)
+        .next_power_of_two()
+}

@@ -1,0 +1,439 @@
+//! The limiter's exact second stage: per-key counts for the few keys whose sketch estimate
+//! came near their limit.
+//!
+//! # Why it can be exact
+//!
+//! A key is *promoted* when its sketch estimate reaches the promotion threshold. At that moment
+//! its true count is at most the sketch's estimate `p` (the sketch never under-counts), and
+//! from then on every request for the key is decided here and counted exactly, so its true
+//! count is at most `p` plus what was counted here since. The limiter decides with the
+//! smaller of that bound and the sketch estimate: never below the true count, and no longer
+//! inflated by other keys that share the key's sketch columns.
+//!
+//! # Structure
+//!
+//! - A counting filter of promoted keys, read lock-free by every request: a zero means the
+//!   key is certainly not promoted and the request is decided by the sketch alone. A non-zero
+//!   cell (the key, or another promoted key in the same cell) sends it here.
+//! - A fixed table of entries in sets of [`WAYS`], each set behind its own lock, which only
+//!   requests for promoted keys (or keys about to be) take. A key can live only in its set,
+//!   so every operation looks at one set: O(`WAYS`), never a scan of the stage, and nothing
+//!   is allocated once a way has held a key (its key's buffer is reused through
+//!   `ToOwned::clone_into`).
+//! - Both take their index from [`spread`], a remix of the key's hash that is independent of
+//!   the bits the sketches take for their columns.
+//!
+//! # Who gets a place: by evidence, not by arrival
+//!
+//! When a key's set is full, the key knocks at the set's door: a few slots counting, per
+//! epoch, the requests of keys that wanted in (TinyLFU's admission idea, exact and per set).
+//! It takes the place of the set's entry with the least evidence (requests decided here in
+//! this epoch or the last, whichever is more, plus permits in flight) only once it has knocked
+//! more often than that entry was used. A steady origin therefore keeps its place against any
+//! stream of keys seen once or twice, and a key that keeps coming gets in within an epoch.
+//! A key that finds no place is decided by the sketch alone, which can reject more, never
+//! admit more.
+//!
+//! # Off the request path
+//!
+//! Requests demote only their own key (when it has cooled down) and replace at most one entry
+//! of their set. Everything else runs on the clock's thread in [`ExactStage::sweep`], once an
+//! epoch: it starts the next epoch and demotes every entry that has cooled down.
+//!
+//! # The promotion handshake
+//!
+//! A request increments the sketch and then loads the filter; a promotion increments the
+//! filter and then reads the sketch for `p`. All four are `SeqCst` (the sketch counters always
+//! are, see the `counter` module), so in their total order one of the two sides comes second:
+//! either the request sees the key as promoted and is counted here, or `p` includes it.
+
+mod set;
+
+use std::borrow::Borrow;
+
+use crossbeam_utils::CachePadded;
+
+use crate::estimator::remix;
+use crate::rate::ExactWindows;
+use crate::sync::{lock, AtomicU32, AtomicU64, Mutex, MutexGuard, Ordering};
+
+use super::sketches::{Sketched, Sketches};
+use super::Rejected;
+use set::Set;
+pub(crate) use set::{Entry, WAYS};
+
+/// Filter cells per entry: with every entry in use, about 1 in 8 requests for an unpromoted
+/// key that is already near its threshold takes a lock needlessly.
+const FILTER_CELLS_PER_ENTRY: usize = 8;
+
+/// The seed of [`spread`]; any constant other than the sketches' row numbers.
+const SPREAD_SEED: u64 = 0x6578_6163_7473_7467;
+
+/// The word the exact stage and the over-limit cache take their indexes and tags from: a
+/// remix of the key's hash, so that keys sharing sketch columns do not also share a set.
+#[inline]
+pub(crate) fn spread(hash: u64) -> u64 {
+    remix(hash, SPREAD_SEED)
+}
+
+/// A promoted key's exact counts.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Counts {
+    pub(crate) inflight: InflightCount,
+    pub(crate) rate: ExactWindows,
+}
+
+/// In-flight requests of a promoted key.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct InflightCount {
+    /// An upper bound on the key's requests in flight that are not counted in `tracked`
+    /// (those admitted before the promotion).
+    pub(crate) base: isize,
+    /// Requests admitted here and not yet released.
+    pub(crate) tracked: isize,
+}
+
+impl InflightCount {
+    /// An upper bound on the key's requests in flight.
+    pub(crate) fn bound(&self) -> isize {
+        self.base.saturating_add(self.tracked)
+    }
+
+    /// Lowers `base` with a fresh sketch estimate `estimate` of all in flight (≥ the true
+    /// number): the untracked ones are at most `estimate − tracked`.
+    pub(crate) fn rebase(&mut self, estimate: isize) {
+        self.base = self.base.min(estimate.saturating_sub(self.tracked)).max(0);
+    }
+}
+
+/// A request the stage refused, and whether on exact counts (a `retry_after` then holds
+/// for as long as nothing else is admitted) or on the sketch's alone (which also counts the
+/// key's rejected requests, so a later promotion may admit it sooner).
+pub(crate) struct Refusal {
+    pub(crate) rejected: Rejected,
+    pub(crate) exact: bool,
+}
+
+/// The sketch's decision alone, for a key the stage cannot count.
+fn alone(sketches: &Sketches, s: &Sketched) -> Result<Option<u64>, Refusal> {
+    match sketches.decide_alone(s) {
+        Ok(()) => Ok(None),
+        Err(rejected) => Err(Refusal {
+            rejected,
+            exact: false,
+        }),
+    }
+}
+
+/// Counters about the stage, for [`Limiter::stats`](super::Limiter::stats). Relaxed: they
+/// order nothing. Cache-padded, so that their writes (on promotions, not on every request)
+/// do not share a line with the read-mostly fields.
+#[derive(Default)]
+struct Counters {
+    promotions: CachePadded<AtomicU64>,
+    replaced: CachePadded<AtomicU64>,
+    decided_alone: CachePadded<AtomicU64>,
+    /// Set locks taken, for the tests that check a path takes none.
+    #[cfg(feature = "fault-injection")]
+    locks: CachePadded<AtomicU64>,
+}
+
+/// The filter and the sets.
+pub(crate) struct ExactStage<K> {
+    /// Per cell, how many promoted keys hash to it. See the module docs for the handshake.
+    filter: Box<[AtomicU32]>,
+    sets: Box<[CachePadded<Mutex<Set<K>>>]>,
+    /// The epoch the door counts and entries' evidence are kept in; advanced by the sweep.
+    /// Relaxed: a request that reads the old epoch just after a sweep counts its evidence
+    /// in the epoch before, which the next comparison still reads.
+    epoch: AtomicU64,
+    counters: Counters,
+}
+
+impl<K> ExactStage<K> {
+    /// A stage for at most `capacity` promoted keys (rounded up to a multiple of [`WAYS`]),
+    /// all allocated now.
+    pub(crate) fn new(capacity: usize) -> Self {
+        let sets = capacity.div_ceil(WAYS).max(1);
+        let cells = (sets * WAYS * FILTER_CELLS_PER_ENTRY).next_power_of_two();
+        ExactStage {
+            filter: (0..cells).map(|_| AtomicU32::new(0)).collect(),
+            sets: (0..sets)
+                .map(|_| CachePadded::new(Mutex::new(Set::new())))
+                .collect(),
+            epoch: AtomicU64::new(0),
+            counters: Counters::default(),
+        }
+    }
+
+    /// The most keys the stage holds at once.
+    pub(crate) fn capacity(&self) -> usize {
+        self.sets.len() * WAYS
+    }
+
+    fn cell(&self, spread: u64) -> &AtomicU32 {
+        &self.filter[spread as usize & (self.filter.len() - 1)]
+    }
+
+    /// Whether the key may be promoted (false: certainly not). The request's half of the
+    /// handshake, after its sketch increments.
+    #[inline]
+    pub(crate) fn flagged(&self, hash: u64) -> bool {
+        self.cell(spread(hash)).load(Ordering::SeqCst) != 0
+    }
+
+    /// Marks the key promoted. The promotion's half of the handshake: read the sketch after.
+    fn flag(&self, hash: u64) {
+        self.cell(spread(hash)).fetch_add(1, Ordering::SeqCst);
+        crate::sync::seqcst_fence_for_loom();
+    }
+
+    /// Undoes one [`flag`](Self::flag) (the entry was removed). `Relaxed`: a reader that
+    /// still sees the old count only takes the lock needlessly.
+    fn unflag(&self, hash: u64) {
+        let _ = self
+            .cell(spread(hash))
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+
+    /// Locks the set of `hash`: the high half of its spread, scaled to the number of sets.
+    fn set(&self, hash: u64) -> MutexGuard<'_, Set<K>> {
+        #[cfg(feature = "fault-injection")]
+        self.counters.locks.fetch_add(1, Ordering::Relaxed);
+        let index = ((spread(hash) >> 32) * self.sets.len() as u64) >> 32;
+        lock(&self.sets[index as usize])
+    }
+
+    /// Decides a request that the sketch stage could not decide alone: its key is hot, or
+    /// flagged. `Ok(Some(generation))` when its in-flight slot is counted here.
+    pub(crate) fn decide<Q>(
+        &self,
+        key: &Q,
+        s: &Sketched,
+        hot: bool,
+        sketches: &Sketches,
+    ) -> Result<Option<u64>, Refusal>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let mut set = self.set(s.hash);
+        let epoch = self.epoch.load(Ordering::Relaxed);
+        let found = set.find(s.hash).and_then(|way| {
+            let entry = set.get(way)?;
+            let cool = !hot && sketches.is_cool(s.hash, &entry.counts, Some(s));
+            Some((way, entry.key.borrow() == key, cool))
+        });
+        let way = match found {
+            // Another key with the same 64-bit hash is promoted: only the sketch can judge.
+            Some((_, false, _)) => return alone(sketches, s),
+            // A request the sketch admits alone, for a key that has cooled down apart from it:
+            // demote the key.
+            Some((way, true, true)) => {
+                set.vacate(way);
+                self.unflag(s.hash);
+                return Ok(None);
+            }
+            Some((way, true, false)) => way,
+            // Flagged by another key in the same filter cell, and not hot: the sketch admits.
+            None if !hot => return Ok(None),
+            None => match self.place_for(&mut set, s.hash, epoch) {
+                Some((way, knocks)) => {
+                    // The promotion's half of the handshake: flag, then read the sketches.
+                    self.flag(s.hash);
+                    self.counters.promotions.fetch_add(1, Ordering::Relaxed);
+                    let counts = sketches.promoted_counts(s);
+                    set.occupy(way, s.hash, key, counts, epoch, knocks);
+                    way
+                }
+                None => {
+                    self.counters.decided_alone.fetch_add(1, Ordering::Relaxed);
+                    return alone(sketches, s);
+                }
+            },
+        };
+        let Some(entry) = set.get_mut(way) else {
+            return alone(sketches, s); // unreachable: found or placed above
+        };
+        entry.hits.count(epoch);
+        match sketches.decide_exact(&mut entry.counts, s) {
+            Ok(tracked) => Ok(tracked.then_some(entry.generation)),
+            Err(rejected) => {
+                entry.rejected += 1;
+                Err(Refusal {
+                    rejected,
+                    exact: true,
+                })
+            }
+        }
+    }
+
+    /// A place in the key's set: a free way, or the way of the entry with the least evidence
+    /// once the key has knocked more often than that entry was used (the entry is demoted).
+    /// Returns the way and the knocks the key brings in; `None` if the key must wait.
+    fn place_for(&self, set: &mut Set<K>, hash: u64, epoch: u64) -> Option<(usize, u32)> {
+        if let Some(way) = set.free_way() {
+            return Some((way, 0));
+        }
+        let knocks = set.knock(spread(hash), epoch);
+        let (way, evidence) = set.weakest(epoch)?;
+        if u64::from(knocks) <= evidence {
+            return None;
+        }
+        if let Some(old) = set.vacate(way) {
+            self.unflag(old);
+        }
+        self.counters.replaced.fetch_add(1, Ordering::Relaxed);
+        Some((way, knocks))
+    }
+
+    /// Gives back a permit that the entry of generation `generation` counted.
+    pub(crate) fn release(&self, hash: u64, generation: u64, sketches: &Sketches) {
+        let mut set = self.set(hash);
+        // Under the lock, together with `tracked` below, so that a rebase under the lock never
+        // sees the sketch without this permit while `tracked` still counts it (which would
+        // lower `base` below the truth for good).
+        sketches.release(hash);
+        let Some(way) = set.find(hash) else { return };
+        let Some(entry) = set.get_mut(way) else {
+            return;
+        };
+        // Demoted (and maybe promoted again) since: that entry never counted this permit.
+        if entry.generation != generation {
+            return;
+        }
+        entry.counts.inflight.tracked -= 1;
+        if sketches.is_cool(hash, &entry.counts, None) {
+            set.vacate(way);
+            self.unflag(hash);
+        }
+    }
+
+    /// The clock's periodic work, off the request path: starts the next epoch and demotes
+    /// every entry that has cooled down. Takes each set's lock in turn, briefly.
+    pub(crate) fn sweep(&self, sketches: &Sketches) {
+        self.epoch.fetch_add(1, Ordering::Relaxed);
+        for set in self.sets.iter() {
+            let mut set = lock(set);
+            for way in 0..WAYS {
+                let cool = set
+                    .get(way)
+                    .is_some_and(|e| sketches.is_cool(e.hash, &e.counts, None));
+                if cool {
+                    if let Some(hash) = set.vacate(way) {
+                        self.unflag(hash);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Calls `f` with the key's exact counts, if it is promoted.
+    pub(crate) fn with_counts<Q, R>(
+        &self,
+        key: &Q,
+        hash: u64,
+        f: impl FnOnce(Option<&Counts>) -> R,
+    ) -> R
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        if !self.flagged(hash) {
+            return f(None);
+        }
+        let set = self.set(hash);
+        let counts = set
+            .find(hash)
+            .and_then(|way| set.get(way))
+            .filter(|e| e.key.borrow() == key)
+            .map(|e| &e.counts);
+        f(counts)
+    }
+
+    /// Calls `f` on every entry, one set locked at a time, for reports.
+    pub(crate) fn for_each(&self, mut f: impl FnMut(&Entry<K>)) {
+        for set in self.sets.iter() {
+            let set = lock(set);
+            (0..WAYS).filter_map(|way| set.get(way)).for_each(&mut f);
+        }
+    }
+
+    /// Keys promoted now.
+    pub(crate) fn len(&self) -> usize {
+        let mut len = 0;
+        self.for_each(|_| len += 1);
+        len
+    }
+
+    /// Promotions so far.
+    pub(crate) fn promotions(&self) -> u64 {
+        self.counters.promotions.load(Ordering::Relaxed)
+    }
+
+    /// Promotions that took the place of an entry with less evidence.
+    pub(crate) fn replaced(&self) -> u64 {
+        self.counters.replaced.load(Ordering::Relaxed)
+    }
+
+    /// Decisions the sketch made alone because the key found no place.
+    pub(crate) fn decided_alone(&self) -> u64 {
+        self.counters.decided_alone.load(Ordering::Relaxed)
+    }
+
+    /// Set locks taken so far.
+    #[cfg(feature = "fault-injection")]
+    pub(crate) fn locks_taken(&self) -> u64 {
+        self.counters.locks.load(Ordering::Relaxed)
+    }
+
+    /// Bytes allocated up front for the filter and the sets (not counting heap data that the
+    /// keys themselves own).
+    pub(crate) fn memory_bytes(&self) -> usize {
+        std::mem::size_of_val(&*self.filter)
+            + std::mem::size_of_val(&*self.sets)
+            + self.sets.len() * Set::<K>::heap_bytes()
+    }
+}
+
+#[cfg(all(test, not(floodgate_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rebase_never_raises_the_bound_and_never_goes_below_what_is_tracked() {
+        let mut c = InflightCount {
+            base: 10,
+            tracked: 3,
+        };
+        c.rebase(20);
+        assert_eq!(c.bound(), 13);
+        c.rebase(5);
+        assert_eq!((c.base, c.bound()), (2, 5));
+        c.rebase(0);
+        assert_eq!((c.base, c.bound()), (0, 3));
+    }
+
+    #[test]
+    fn capacity_is_rounded_up_to_whole_sets_and_allocated_up_front() {
+        let stage = ExactStage::<String>::new(100);
+        assert_eq!(stage.capacity(), 112);
+        assert_eq!(stage.sets.len(), 7);
+        let before = stage.memory_bytes();
+        let counts = Counts {
+            inflight: InflightCount {
+                base: 0,
+                tracked: 0,
+            },
+            rate: ExactWindows::new(0, 0),
+        };
+        let mut set = stage.set(0);
+        for way in 0..WAYS {
+            let key = way.to_string();
+            set.occupy(way, way as u64, key.as_str(), counts, 0, 0);
+        }
+        assert!(set.free_way().is_none());
+        drop(set);
+        assert_eq!(stage.memory_bytes(), before);
+    }
+}

@@ -1,0 +1,232 @@
+//! One set of the exact stage: [`WAYS`] places for promoted keys, and the door where keys that
+//! found the set full show how often they come.
+
+use std::borrow::Borrow;
+
+use super::Counts;
+
+/// Places per set: the most entries a request ever looks at, and the unit the stage's
+/// capacity is rounded up to.
+pub(crate) const WAYS: usize = 16;
+/// Keys a set's door remembers at once. A key that keeps coming stays (the door forgets the
+/// key with the fewest knocks first); keys seen once or twice take turns in the other slots.
+const DOOR: usize = 4;
+
+/// The exact counts of one promoted key.
+#[derive(Debug)]
+pub(crate) struct Entry<K> {
+    pub(crate) key: K,
+    pub(crate) hash: u64,
+    /// Distinguishes this promotion from earlier ones of the same key, so a permit counted by
+    /// an earlier, demoted entry is not subtracted from this one.
+    pub(crate) generation: u64,
+    pub(crate) counts: Counts,
+    /// Requests rejected while promoted.
+    pub(crate) rejected: u64,
+    /// Requests decided here, per epoch: the entry's evidence for keeping its place.
+    pub(crate) hits: Hits,
+}
+
+impl<K> Entry<K> {
+    /// What the entry has shown in the current epoch or the last: its requests, whichever
+    /// epoch had more, and its permits in flight.
+    fn evidence(&self, epoch: u64) -> u64 {
+        let mut hits = self.hits;
+        hits.roll_to(epoch);
+        let inflight = u64::try_from(self.counts.inflight.tracked).unwrap_or(0);
+        u64::from(hits.current.max(hits.previous)).saturating_add(inflight)
+    }
+}
+
+/// Requests in the current epoch and the one before.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Hits {
+    epoch: u64,
+    current: u32,
+    previous: u32,
+}
+
+impl Hits {
+    fn roll_to(&mut self, epoch: u64) {
+        if epoch > self.epoch {
+            self.previous = if epoch == self.epoch + 1 {
+                self.current
+            } else {
+                0
+            };
+            self.current = 0;
+            self.epoch = epoch;
+        }
+    }
+
+    /// Counts one request in `epoch`.
+    pub(crate) fn count(&mut self, epoch: u64) {
+        self.roll_to(epoch);
+        self.current = self.current.saturating_add(1);
+    }
+}
+
+/// A key at the door: its spread hash and how often it knocked in `epoch`.
+#[derive(Debug, Clone, Copy, Default)]
+struct Knock {
+    spread: u64,
+    epoch: u64,
+    count: u32,
+}
+
+impl Knock {
+    fn in_epoch(&self, epoch: u64) -> u32 {
+        if self.epoch == epoch {
+            self.count
+        } else {
+            0
+        }
+    }
+}
+
+/// A place: its entry, and the key buffer of the last entry it held, reused by the next.
+#[derive(Debug)]
+struct Way<K> {
+    entry: Option<Entry<K>>,
+    spare: Option<K>,
+}
+
+/// One set of the exact stage.
+pub(crate) struct Set<K> {
+    ways: Box<[Way<K>]>,
+    door: [Knock; DOOR],
+    next_generation: u64,
+}
+
+impl<K> Set<K> {
+    pub(crate) fn new() -> Self {
+        Set {
+            ways: (0..WAYS)
+                .map(|_| Way {
+                    entry: None,
+                    spare: None,
+                })
+                .collect(),
+            door: [Knock::default(); DOOR],
+            next_generation: 0,
+        }
+    }
+
+    /// Bytes a set allocates for its ways.
+    pub(crate) fn heap_bytes() -> usize {
+        WAYS * std::mem::size_of::<Way<K>>()
+    }
+
+    /// The way holding the entry of `hash`.
+    pub(crate) fn find(&self, hash: u64) -> Option<usize> {
+        self.ways
+            .iter()
+            .position(|w| w.entry.as_ref().is_some_and(|e| e.hash == hash))
+    }
+
+    pub(crate) fn get(&self, way: usize) -> Option<&Entry<K>> {
+        self.ways.get(way)?.entry.as_ref()
+    }
+
+    pub(crate) fn get_mut(&mut self, way: usize) -> Option<&mut Entry<K>> {
+        self.ways.get_mut(way)?.entry.as_mut()
+    }
+
+    /// A way with no entry.
+    pub(crate) fn free_way(&self) -> Option<usize> {
+        self.ways.iter().position(|w| w.entry.is_none())
+    }
+
+    /// The entry with the least evidence in `epoch`, and that evidence.
+    pub(crate) fn weakest(&self, epoch: u64) -> Option<(usize, u64)> {
+        (0..WAYS)
+            .filter_map(|way| Some((way, self.get(way)?.evidence(epoch))))
+            .min_by_key(|&(_, evidence)| evidence)
+    }
+
+    /// Counts a knock of the key with spread hash `spread` in `epoch`, and returns its knocks
+    /// in that epoch so far. A key the door does not know takes the slot with the fewest
+    /// knocks.
+    pub(crate) fn knock(&mut self, spread: u64, epoch: u64) -> u32 {
+        let slot = match self
+            .door
+            .iter()
+            .position(|k| k.spread == spread && k.count > 0)
+        {
+            Some(known) => known,
+            None => {
+                let (fewest, _) = self
+                    .door
+                    .iter()
+                    .enumerate()
+                    .min_by_key(|(_, k)| k.in_epoch(epoch))
+                    .unwrap_or((0, &Knock::default()));
+                self.door[fewest] = Knock {
+                    spread,
+                    epoch,
+                    count: 0,
+                };
+                fewest
+            }
+        };
+        let knock = &mut self.door[slot];
+        knock.count = knock.in_epoch(epoch).saturating_add(1);
+        knock.epoch = epoch;
+        knock.count
+    }
+
+    /// Puts a new entry for `key` in the free way `way`, with the evidence `knocks` it showed
+    /// at the door (so the entry it replaced cannot take the place straight back), reusing the
+    /// way's key buffer.
+    pub(crate) fn occupy<Q>(
+        &mut self,
+        way: usize,
+        hash: u64,
+        key: &Q,
+        counts: Counts,
+        epoch: u64,
+        knocks: u32,
+    ) where
+        K: Borrow<Q>,
+        Q: ToOwned<Owned = K> + ?Sized,
+    {
+        self.next_generation += 1;
+        let generation = self.next_generation;
+        let spread = super::spread(hash);
+        // In now: its knocks are spent.
+        self.door
+            .iter_mut()
+            .filter(|k| k.spread == spread)
+            .for_each(|k| k.count = 0);
+        let Some(place) = self.ways.get_mut(way) else {
+            return;
+        };
+        let key = match place.spare.take() {
+            Some(mut buffer) => {
+                key.clone_into(&mut buffer);
+                buffer
+            }
+            None => key.to_owned(),
+        };
+        place.entry = Some(Entry {
+            key,
+            hash,
+            generation,
+            counts,
+            rejected: 0,
+            hits: Hits {
+                epoch,
+                current: knocks,
+                previous: 0,
+            },
+        });
+    }
+
+    /// Removes the entry of `way`, keeping its key's buffer for the next; returns its hash.
+    pub(crate) fn vacate(&mut self, way: usize) -> Option<u64> {
+        let place = self.ways.get_mut(way)?;
+        let entry = place.entry.take()?;
+        place.spare = Some(entry.key);
+        Some(entry.hash)
+    }
+}

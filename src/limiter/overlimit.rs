@@ -1,0 +1,191 @@
+//! Keys known to be over their rate limit until a given time: the flood path.
+//!
+//! A request rejected for its rate gets a `retry_after`: the time until one more request
+//! would fit if nothing else arrives. Until then the same key is rejected again whatever the
+//! sketches say, so the limiter remembers the deadline and rejects the key's next requests
+//! with one load, before counting them anywhere: no lock, no write to shared memory, so a
+//! flood of one key costs each core a read of a line that stays in its cache. (envoy's
+//! ratelimit keeps a local cache of over-limit keys for the same reason.)
+//!
+//! Requests rejected here are not counted in the sketches, and that is what makes the
+//! deadline exact: `retry_after` assumed that nothing else arrives.
+//!
+//! # Layout
+//!
+//! One `AtomicU64` per slot, indexed by the key's spread hash: 24 bits of tag (other bits of
+//! the spread) and the deadline's low 40 bits, in units of 2^16 ns (65.5 µs), compared with
+//! wrapping arithmetic so the clock may run for any length of time; deadlines more than 2^39
+//! units (10 hours) ahead are not cached. The deadline is rounded down: the cache lets a key
+//! through up to a unit early, to be decided the usual way, and never rejects it at or past
+//! its deadline. The `retry_after` it reports is rounded up to the next unit (never early,
+//! at most 65.5 µs late) and never beyond the two windows a rate rejection can wait at most.
+//!
+//! A newer rejection overwrites the slot whatever it held, so the table never fills; a key
+//! whose slot was taken over is simply decided by the sketches again. A key that shares
+//! another's slot and tag (probability 2^-24 per lookup of a slot held by another key) is
+//! rejected at most until the other's deadline.
+//!
+//! # Orderings
+//!
+//! `Relaxed` throughout: a slot publishes no other data, and a reader that sees an old value
+//! (an earlier deadline, or none) decides as the limiter would have without the cache.
+
+use std::time::Duration;
+
+use crate::clock::TimeSource;
+use crate::sync::{AtomicU64, Ordering};
+
+/// Bits of a slot's deadline; the rest is the tag.
+const DEADLINE_BITS: u32 = 40;
+const DEADLINE_MASK: u64 = (1 << DEADLINE_BITS) - 1;
+/// The deadline's unit: 2^16 nanoseconds.
+const UNIT_SHIFT: u32 = 16;
+const UNIT: u64 = 1 << UNIT_SHIFT;
+/// Deadlines at most this many units ahead are cached: half the wrapping range, so that a
+/// deadline that has passed is never read as one far ahead.
+const MAX_AHEAD: u64 = 1 << (DEADLINE_BITS - 1);
+
+/// Slots per key the exact stage can hold: over-limit keys are a subset of the keys near
+/// their limits, and spare slots keep two flooding keys from taking turns in one.
+pub(crate) const SLOTS_PER_EXACT_KEY: usize = 4;
+
+/// The deadlines of keys known to be over their rate limit.
+pub(crate) struct OverLimit {
+    slots: Box<[AtomicU64]>,
+}
+
+impl OverLimit {
+    /// A cache of at least `slots` slots (rounded up to a power of two).
+    pub(crate) fn new(slots: usize) -> Self {
+        let slots = slots.max(1).next_power_of_two();
+        OverLimit {
+            slots: (0..slots).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    fn slot(&self, spread: u64) -> &AtomicU64 {
+        &self.slots[spread as usize & (self.slots.len() - 1)]
+    }
+
+    fn tag(spread: u64) -> u64 {
+        spread >> DEADLINE_BITS
+    }
+
+    /// How long the key with spread hash `spread` is still over its limit (rounded up to a
+    /// unit, at most `cap`), if it is known to be: checked against the coarse time, and `None`
+    /// once the coarse time comes within its lag of the deadline (the request then goes the
+    /// usual way, on the exact time near a window boundary).
+    #[inline]
+    pub(crate) fn remaining(
+        &self,
+        spread: u64,
+        time: &TimeSource,
+        cap: Duration,
+    ) -> Option<Duration> {
+        let word = self.slot(spread).load(Ordering::Relaxed);
+        if word == 0 || word >> DEADLINE_BITS != Self::tag(spread) {
+            return None;
+        }
+        let now = time.coarse();
+        // Units from now's unit to the deadline's, modulo the deadline's range.
+        let ahead = (word.wrapping_sub(now >> UNIT_SHIFT)) & DEADLINE_MASK;
+        if ahead >= MAX_AHEAD {
+            return None; // passed
+        }
+        // The deadline (rounded down) minus now, exactly: it must be beyond the lag.
+        let until_deadline = (ahead << UNIT_SHIFT).checked_sub(now & (UNIT - 1))?;
+        if until_deadline <= time.lag() {
+            return None;
+        }
+        Some(Duration::from_nanos(until_deadline + UNIT).min(cap))
+    }
+
+    /// Remembers that the key is over its limit until `deadline` (nanoseconds on the
+    /// limiter's clock, `now` being the time of the rejection).
+    pub(crate) fn insert(&self, spread: u64, now: u64, deadline: u64) {
+        let units = deadline >> UNIT_SHIFT;
+        if units.saturating_sub(now >> UNIT_SHIFT) >= MAX_AHEAD {
+            return;
+        }
+        let word = (Self::tag(spread) << DEADLINE_BITS) | (units & DEADLINE_MASK);
+        self.slot(spread).store(word, Ordering::Relaxed);
+    }
+
+    pub(crate) fn memory_bytes(&self) -> usize {
+        std::mem::size_of_val(&*self.slots)
+    }
+}
+
+#[cfg(all(test, not(floodgate_loom)))]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+
+    const CAP: Duration = Duration::from_secs(3600);
+
+    #[test]
+    fn a_key_is_rejected_until_its_deadline_and_not_at_it() {
+        let clock = ManualClock::new();
+        let time = TimeSource::manual(&clock);
+        let cache = OverLimit::new(16);
+        let key = 0xABCD_EF01_2345_6789;
+        assert_eq!(cache.remaining(key, &time, CAP), None);
+        cache.insert(key, 0, 5_000_000);
+        let left = cache.remaining(key, &time, CAP).unwrap();
+        assert!(
+            left >= Duration::from_millis(5),
+            "never reports less than the truth: {left:?}"
+        );
+        assert!(left <= Duration::from_nanos(5_000_000 + UNIT), "{left:?}");
+        assert_eq!(
+            cache.remaining(key, &time, Duration::from_millis(1)),
+            Some(Duration::from_millis(1))
+        );
+        clock.advance(Duration::from_millis(4));
+        assert!(cache.remaining(key, &time, CAP).is_some());
+        clock.advance(Duration::from_millis(1));
+        assert_eq!(
+            cache.remaining(key, &time, CAP),
+            None,
+            "never rejects at the deadline"
+        );
+        clock.advance(Duration::from_secs(1 << 20));
+        assert_eq!(cache.remaining(key, &time, CAP), None, "nor long after it");
+    }
+
+    #[test]
+    fn deadlines_wrap_with_the_clock() {
+        let clock = ManualClock::new();
+        let time = TimeSource::manual(&clock);
+        let cache = OverLimit::new(16);
+        let key = 7;
+        // Past the deadline field's range: 2^56 ns is about 2.3 years.
+        clock.advance(Duration::from_nanos((1 << 56) + 123_456_789));
+        let now = time.coarse();
+        cache.insert(key, now, now + 2_000_000_000);
+        let left = cache.remaining(key, &time, CAP).unwrap();
+        assert!(
+            left >= Duration::from_secs(2) && left <= Duration::from_nanos(2_000_000_000 + UNIT)
+        );
+        clock.advance(Duration::from_secs(2));
+        assert_eq!(cache.remaining(key, &time, CAP), None);
+    }
+
+    #[test]
+    fn another_key_in_the_same_slot_is_not_rejected() {
+        let clock = ManualClock::new();
+        let time = TimeSource::manual(&clock);
+        let cache = OverLimit::new(16);
+        let key = 0x1111_0000_0000_0003;
+        let same_slot = 0x2222_0000_0000_0003;
+        cache.insert(key, 0, 1_000_000_000);
+        assert!(cache.remaining(key, &time, CAP).is_some());
+        assert_eq!(cache.remaining(same_slot, &time, CAP), None);
+        cache.insert(same_slot, 0, 1_000_000_000);
+        assert_eq!(
+            cache.remaining(key, &time, CAP),
+            None,
+            "the newer rejection took the slot"
+        );
+    }
+}

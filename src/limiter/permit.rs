@@ -1,0 +1,65 @@
+//! What an admitted request holds until it is done.
+
+use std::hash::Hash;
+use std::sync::Arc;
+
+use super::Shared;
+
+/// What a permit gives back: the key's hash, and the generation of the exact-stage entry that
+/// counted it.
+pub(super) struct Ticket {
+    pub(super) hash: u64,
+    pub(super) tracked: Option<u64>,
+}
+
+/// An admitted request: holds its key's in-flight slot until dropped.
+///
+/// Dropping it on any thread, during a panic unwind, or with a cancelled future gives the
+/// slot back.
+#[must_use = "dropping the permit gives the in-flight slot back at once"]
+pub struct Permit<'a, K>
+where
+    K: Hash + Eq,
+{
+    pub(super) shared: &'a Shared<K>,
+    pub(super) ticket: Ticket,
+}
+
+impl<K: Hash + Eq> Drop for Permit<'_, K> {
+    fn drop(&mut self) {
+        self.shared.release(&self.ticket);
+    }
+}
+
+impl<K: Hash + Eq> std::fmt::Debug for Permit<'_, K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Permit")
+            .field("exact", &self.ticket.tracked.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// An admitted request that owns a reference to its [`Limiter`](super::Limiter); see
+/// [`Limiter::try_acquire_owned`](super::Limiter::try_acquire_owned).
+#[must_use = "dropping the permit gives the in-flight slot back at once"]
+pub struct OwnedPermit<K>
+where
+    K: Hash + Eq,
+{
+    pub(super) shared: Arc<Shared<K>>,
+    pub(super) ticket: Ticket,
+}
+
+impl<K: Hash + Eq> Drop for OwnedPermit<K> {
+    fn drop(&mut self) {
+        self.shared.release(&self.ticket);
+    }
+}
+
+impl<K: Hash + Eq> std::fmt::Debug for OwnedPermit<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnedPermit")
+            .field("exact", &self.ticket.tracked.is_some())
+            .finish_non_exhaustive()
+    }
+}

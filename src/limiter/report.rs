@@ -1,0 +1,165 @@
+//! What the limiter tells its caller: why a request was rejected, a key's counts, the keys
+//! near their limits, and whether the configuration still tells keys apart.
+
+use std::time::Duration;
+
+use crate::rate::WindowView;
+
+/// Why a request was rejected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Reason {
+    /// The key has `max_inflight` requests in flight already.
+    Inflight,
+    /// The key's sliding-window rate would exceed `max_rate`.
+    Rate,
+}
+
+/// A rejected request: which limit, the estimate it was judged by, and when to retry.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use floodgate::{clock::ManualClock, Limiter, Reason};
+///
+/// let clock = ManualClock::new();
+/// let limiter: Limiter<String> = Limiter::builder()
+///     .max_rate(2, Duration::from_secs(1))
+///     .clock(&clock)
+///     .build()
+///     .unwrap();
+/// let _a = limiter.try_acquire("origin").unwrap();
+/// let _b = limiter.try_acquire("origin").unwrap();
+/// let rejected = limiter.try_acquire("origin").unwrap_err();
+/// assert_eq!(rejected.reason, Reason::Rate);
+/// assert_eq!((rejected.estimate, rejected.limit), (3, 2));
+/// // 2 requests in this window: one more fits once 1/2 of the next window has passed.
+/// assert_eq!(rejected.retry_after, Some(Duration::from_millis(1500)));
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Rejected {
+    /// The limit that was hit.
+    pub reason: Reason,
+    /// The key's count as judged, this request included (rounded up for rates). A key still
+    /// within the `retry_after` of an earlier rate rejection is rejected without being counted
+    /// again, and reports `limit + 1`: over the limit, by at least this request.
+    pub estimate: isize,
+    /// The limit.
+    pub limit: isize,
+    /// For rate rejections, how long until the same request would fit, if nothing else
+    /// arrives meanwhile; `None` for in-flight rejections (that depends on other requests
+    /// finishing).
+    pub retry_after: Option<Duration>,
+}
+
+impl Rejected {
+    pub(crate) fn inflight(estimate: isize, limit: isize) -> Self {
+        Rejected {
+            reason: Reason::Inflight,
+            estimate,
+            limit,
+            retry_after: None,
+        }
+    }
+
+    /// A rate rejection judged on `view`; `counted` is what the current window will count at
+    /// a retry (see [`WindowView::retry_after`]).
+    pub(crate) fn rate(view: &WindowView, limit: isize, counted: isize) -> Self {
+        Rejected {
+            reason: Reason::Rate,
+            estimate: view.sliding().ceil() as isize,
+            limit,
+            retry_after: Some(view.retry_after(limit, counted)),
+        }
+    }
+
+    /// A key still within the `retry_after` of an earlier rate rejection.
+    pub(crate) fn still_over(limit: isize, remaining: Duration) -> Self {
+        Rejected {
+            reason: Reason::Rate,
+            estimate: limit.saturating_add(1),
+            limit,
+            retry_after: Some(remaining),
+        }
+    }
+}
+
+impl std::fmt::Display for Rejected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = match self.reason {
+            Reason::Inflight => "requests in flight",
+            Reason::Rate => "requests per interval",
+        };
+        write!(
+            f,
+            "{} {what} would exceed the limit of {}",
+            self.estimate, self.limit
+        )?;
+        if let Some(retry) = self.retry_after {
+            write!(f, "; retry after {retry:?}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Rejected {}
+
+/// A key the exact stage is counting: one of the origins currently near or over its limit.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct HeavyHitter<K> {
+    /// The key.
+    pub key: K,
+    /// An upper bound on its requests in flight (if an in-flight limit is configured).
+    pub inflight: Option<isize>,
+    /// Its sliding-window count per interval (if a rate limit is configured).
+    pub rate: Option<f64>,
+    /// Requests the exact stage rejected since the key was promoted. A key rejected for its
+    /// rate is then rejected by the over-limit cache until its `retry_after` has passed, and
+    /// those rejections are not counted anywhere (that is what keeps a flood cheap).
+    pub rejected: u64,
+}
+
+/// A key's counts as the limiter judges them; see [`Limiter::estimate`](super::Limiter::estimate).
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct Estimate {
+    /// An upper bound on its requests in flight (if an in-flight limit is configured).
+    pub inflight: Option<isize>,
+    /// Its sliding-window count per interval (if a rate limit is configured).
+    pub rate: Option<f64>,
+}
+
+/// Counters about the limiter's decisions, and whether its sketches can still tell keys apart.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct LimiterStats {
+    /// Keys in the exact stage now.
+    pub promoted: usize,
+    /// The exact stage's capacity.
+    pub exact_capacity: usize,
+    /// Promotions so far.
+    pub promotions: u64,
+    /// Promotions that took the place of a promoted key with less evidence (fewer requests in
+    /// the exact stage's current or last epoch than the newcomer showed at its set's door).
+    pub replaced: u64,
+    /// Decisions the sketch made alone because the key found no place in the exact stage: its
+    /// set was full of keys with more evidence.
+    pub exact_full: u64,
+    /// The rate sketch's noise now: the mean sliding-window count a counter carries, which
+    /// every key's rate estimate starts from (`None` without a rate limit).
+    pub rate_noise: Option<f64>,
+    /// The rate estimate at which a key is promoted to the exact stage.
+    pub rate_promote_at: Option<f64>,
+    /// The in-flight sketch's noise now: the mean count a counter carries.
+    pub inflight_noise: Option<f64>,
+    /// The in-flight estimate at which a key is promoted to the exact stage.
+    pub inflight_promote_at: Option<f64>,
+    /// Traffic exceeds what the configuration can tell apart: a sketch's noise has reached
+    /// half its promotion threshold, so keys far under their limits start to look hot, fill
+    /// the exact stage, and are then decided by the sketch alone, which refuses more (never
+    /// admits more). Size the limiter for a higher [`peak_rate`](super::LimiterBuilder::peak_rate).
+    pub saturated: bool,
+}
