@@ -304,7 +304,7 @@ fn run(options: &Options) -> Result<(), Box<dyn std::error::Error>> {
     }
     println!();
     println!("every request the server answered, by the class of its Host (errors: statuses other than 200 and 503):");
-    print_classes(&stats);
+    print_classes(&stats, None);
     println!();
     println!(
         "over-rejections of healthy origins: {} (expected 0: the busiest healthy origin got {} requests in its busiest second, {} in the whole run, and had at most {} in flight at once)",
@@ -384,11 +384,12 @@ fn run(options: &Options) -> Result<(), Box<dyn std::error::Error>> {
         )
     };
     println!(
-        "summary layer={} secs={secs:.1} requests={total} {} {} {} {} over_rejections={} busiest_healthy_second={} healthy_peak_inflight={} rss_start_kib={} rss_end_kib={} heap_start_kib={} heap_end_kib={} mem_start_s={:.0} mem_end_s={:.0}",
+        "summary layer={} secs={secs:.1} requests={total} {} {} {} {} {} over_rejections={} busiest_healthy_second={} healthy_peak_inflight={} rss_start_kib={} rss_end_kib={} heap_start_kib={} heap_end_kib={} mem_start_s={:.0} mem_end_s={:.0}",
         limiter.is_some(),
         field(&stats.healthy, "healthy"),
         field(&stats.slow, "slow"),
         field(&stats.flooded, "flooded"),
+        field(&stats.rotating, "rotating"),
         field(&stats.other, "other"),
         stats.healthy.rejected(),
         watched.busiest_second,

@@ -30,6 +30,8 @@ static GLOBAL: counting::CountingAlloc = counting::CountingAlloc;
 pub const HEALTHY_ORIGINS: usize = 10_000;
 pub const SLOW_HOST: &str = "slow.example";
 pub const FLOODED_HOST: &str = "flooded.example";
+/// Where the demo's key-rotating attacker invents its hosts.
+const ROTATING_SUFFIX: &str = ".rotating.example";
 const SLOW_RESPONSE: Duration = Duration::from_millis(100);
 
 pub const MAX_INFLIGHT: isize = 16;
@@ -47,6 +49,8 @@ pub enum Class {
     Healthy,
     Slow,
     Flooded,
+    /// Invented hosts, each sent a request or two: an attacker rotating keys.
+    Rotating,
     /// A Host that is none of the above (seen only by the soak server, from a misconfigured
     /// client).
     Other,
@@ -98,6 +102,7 @@ pub struct Stats {
     pub healthy: Tally,
     pub slow: Tally,
     pub flooded: Tally,
+    pub rotating: Tally,
     pub other: Tally,
     /// Per healthy origin: requests sent, and in flight now / at most, to show that each
     /// stayed far under both limits.
@@ -112,6 +117,7 @@ impl Stats {
             healthy: Tally::default(),
             slow: Tally::default(),
             flooded: Tally::default(),
+            rotating: Tally::default(),
             other: Tally::default(),
             healthy_requests: (0..HEALTHY_ORIGINS).map(|_| AtomicU32::new(0)).collect(),
             healthy_inflight: (0..HEALTHY_ORIGINS).map(|_| AtomicI64::new(0)).collect(),
@@ -124,12 +130,22 @@ impl Stats {
             Class::Healthy => &self.healthy,
             Class::Slow => &self.slow,
             Class::Flooded => &self.flooded,
+            Class::Rotating => &self.rotating,
             Class::Other => &self.other,
         }
     }
 
     pub fn total(&self, f: impl Fn(&Tally) -> u64) -> u64 {
-        f(&self.healthy) + f(&self.slow) + f(&self.flooded) + f(&self.other)
+        [
+            &self.healthy,
+            &self.slow,
+            &self.flooded,
+            &self.rotating,
+            &self.other,
+        ]
+        .into_iter()
+        .map(f)
+        .sum()
     }
 
     /// A request for healthy origin `i` starts.
@@ -155,6 +171,11 @@ pub fn healthy_host(i: usize) -> String {
     format!("site-{i:05}.example")
 }
 
+/// The `n`th host of the rotating attacker (n: any number; the demo draws them at random).
+pub fn rotating_host(n: u64) -> String {
+    format!("{n:016x}{ROTATING_SUFFIX}")
+}
+
 /// The class of a Host header value, and for a healthy origin its number.
 pub fn classify(host: &[u8]) -> (Class, Option<usize>) {
     if host == SLOW_HOST.as_bytes() {
@@ -162,6 +183,9 @@ pub fn classify(host: &[u8]) -> (Class, Option<usize>) {
     }
     if host == FLOODED_HOST.as_bytes() {
         return (Class::Flooded, None);
+    }
+    if host.ends_with(ROTATING_SUFFIX.as_bytes()) {
+        return (Class::Rotating, None);
     }
     let healthy = std::str::from_utf8(host)
         .ok()
@@ -269,8 +293,9 @@ pub fn print_limits(limiter_stats: &LimiterStats) {
     );
 }
 
-/// Requests and their outcomes per origin class.
-pub fn print_classes(stats: &Stats) {
+/// Requests and their outcomes per origin class; `rotating_hosts`: how many hosts the rotating
+/// attacker invented, where known.
+pub fn print_classes(stats: &Stats, rotating_hosts: Option<u64>) {
     let row = |name: &str, origins: &str, counts: [u64; 5]| {
         let [requests, ok, rate, inflight, errors] = counts.map(thousands);
         println!(
@@ -287,6 +312,10 @@ pub fn print_classes(stats: &Stats) {
         ("slow (100 ms)", "1".into(), &stats.slow),
         ("flooded", "1".into(), &stats.flooded),
     ];
+    if stats.rotating.requests.load(Relaxed) > 0 {
+        let hosts = rotating_hosts.map_or("-".into(), thousands);
+        rows.push(("rotating (invented)", hosts, &stats.rotating));
+    }
     if stats.other.requests.load(Relaxed) > 0 {
         rows.push(("other hosts", "-".into(), &stats.other));
     }
@@ -297,7 +326,8 @@ pub fn print_classes(stats: &Stats) {
             *sum += n;
         }
     }
-    row("total", &thousands(HEALTHY_ORIGINS as u64 + 2), total);
+    let origins = HEALTHY_ORIGINS as u64 + 2 + rotating_hosts.unwrap_or(0);
+    row("total", &thousands(origins), total);
 }
 
 pub fn print_heavy_hitters(hitters: &[HeavyHitter<String>], limiter_stats: &LimiterStats) {
