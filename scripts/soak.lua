@@ -1,4 +1,4 @@
--- wrk script for scripts/soak: the demo server's origins, chosen per request by Host header.
+-- wrk script for scripts/soak: the soak server's origins, chosen per request by Host header.
 --
 --   wrk -t2 -c32 -d60s --latency -s scripts/soak.lua http://127.0.0.1:PORT/ -- [flood_share]
 --

@@ -4,8 +4,8 @@
 //! than assumed. Per thread, because the test harness's other threads allocate at any time.
 //!
 //! The one copy, shared by the integration tests (through tests/common/mod.rs), the benches
-//! (benches/limiter.rs through tests/common/mod.rs, benches/memory.rs directly) and
-//! examples/demo.rs (directly). A crate installs it with
+//! (benches/limiter.rs through tests/common/mod.rs, benches/memory.rs directly) and the
+//! examples demo and soak_server (through examples/common/mod.rs). A crate installs it with
 //! `#[global_allocator] static GLOBAL: CountingAlloc = CountingAlloc;`.
 // Each crate that includes it uses the part it needs.
 #![allow(dead_code)]
