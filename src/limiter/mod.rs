@@ -409,14 +409,12 @@ where
         };
         match decision {
             Ok(tracked) => Ok(Ticket { hash, tracked }),
-            Err(Refusal { rejected, exact }) => {
+            Err(Refusal {
+                rejected,
+                over_until,
+            }) => {
                 self.sketches.release(hash);
-                // Only a rejection on exact counts: the sketch's alone would remember requests
-                // that a promotion before the deadline no longer counts.
-                if let (true, Some(retry), Some(window)) =
-                    (exact, rejected.retry_after, sketched.window)
-                {
-                    let deadline = window.at.saturating_add(nanos(retry));
+                if let (Some(deadline), Some(window)) = (over_until, sketched.window) {
                     self.over_limit.insert(spread(hash), window.at, deadline);
                 }
                 Err(rejected)
@@ -444,9 +442,4 @@ where
             None => self.sketches.release(ticket.hash),
         }
     }
-}
-
-/// A duration in nanoseconds, saturating.
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }

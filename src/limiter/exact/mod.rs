@@ -25,14 +25,17 @@
 //!
 //! # Who gets a place: by evidence, not by arrival
 //!
-//! When a key's set is full, the key knocks at the set's door: a few slots counting, per
-//! epoch, the requests of keys that wanted in (TinyLFU's admission idea, exact and per set).
-//! It takes the place of the set's entry with the least evidence (requests decided here in
-//! this epoch or the last, whichever is more, plus permits in flight) only once it has knocked
-//! more often than that entry was used. A steady origin therefore keeps its place against any
-//! stream of keys seen once or twice, and a key that keeps coming gets in within an epoch.
-//! A key that finds no place is decided by the sketch alone, which can reject more, never
-//! admit more.
+//! When a key's set is full, the key knocks at the set's door, which counts per epoch the
+//! requests of keys that wanted in (TinyLFU's admission idea; the door is a small Misra–Gries
+//! summary, whose counts never exceed the truth). The key takes the place of the set's entry
+//! with the least evidence (requests decided here in this epoch or the last, whichever is
+//! more, plus permits in flight) only once it has knocked more often than that entry was used.
+//! An entry whose key is over its rate limit keeps its place until its `retry_after` (its
+//! requests are rejected by the over-limit cache meanwhile, uncounted). A steady origin
+//! therefore keeps its place against any stream of keys seen once or twice, and a key that
+//! keeps coming gets in within an epoch unless the set's door is flooded by more than
+//! `DOOR + 1` times its traffic. A key that finds no place is decided by the sketch alone,
+//! which can reject more, never admit more.
 //!
 //! # Off the request path
 //!
@@ -106,12 +109,13 @@ impl InflightCount {
     }
 }
 
-/// A request the stage refused, and whether on exact counts (a `retry_after` then holds
-/// for as long as nothing else is admitted) or on the sketch's alone (which also counts the
-/// key's rejected requests, so a later promotion may admit it sooner).
+/// A request the stage refused, and for a rate rejection on exact counts, until when
+/// (nanoseconds on the limiter's clock) the key stays over its limit if nothing else is
+/// admitted. Not for a rejection on the sketch's counts alone: those also count the key's
+/// rejected requests, so a promotion before then may admit it sooner.
 pub(crate) struct Refusal {
     pub(crate) rejected: Rejected,
-    pub(crate) exact: bool,
+    pub(crate) over_until: Option<u64>,
 }
 
 /// The sketch's decision alone, for a key the stage cannot count.
@@ -120,7 +124,7 @@ fn alone(sketches: &Sketches, s: &Sketched) -> Result<Option<u64>, Refusal> {
         Ok(()) => Ok(None),
         Err(rejected) => Err(Refusal {
             rejected,
-            exact: false,
+            over_until: None,
         }),
     }
 }
@@ -237,7 +241,7 @@ impl<K> ExactStage<K> {
             Some((way, true, false)) => way,
             // Flagged by another key in the same filter cell, and not hot: the sketch admits.
             None if !hot => return Ok(None),
-            None => match self.place_for(&mut set, s.hash, epoch) {
+            None => match self.place_for(&mut set, s, epoch) {
                 Some((way, knocks)) => {
                     // The promotion's half of the handshake: flag, then read the sketches.
                     self.flag(s.hash);
@@ -260,9 +264,14 @@ impl<K> ExactStage<K> {
             Ok(tracked) => Ok(tracked.then_some(entry.generation)),
             Err(rejected) => {
                 entry.rejected += 1;
+                let over_until = rejected.retry_after.zip(s.window).map(|(retry, w)| {
+                    let retry = u64::try_from(retry.as_nanos()).unwrap_or(u64::MAX);
+                    w.at.saturating_add(retry)
+                });
+                entry.over_until = over_until.unwrap_or(0);
                 Err(Refusal {
                     rejected,
-                    exact: true,
+                    over_until,
                 })
             }
         }
@@ -271,12 +280,13 @@ impl<K> ExactStage<K> {
     /// A place in the key's set: a free way, or the way of the entry with the least evidence
     /// once the key has knocked more often than that entry was used (the entry is demoted).
     /// Returns the way and the knocks the key brings in; `None` if the key must wait.
-    fn place_for(&self, set: &mut Set<K>, hash: u64, epoch: u64) -> Option<(usize, u32)> {
+    fn place_for(&self, set: &mut Set<K>, s: &Sketched, epoch: u64) -> Option<(usize, u32)> {
         if let Some(way) = set.free_way() {
             return Some((way, 0));
         }
-        let knocks = set.knock(spread(hash), epoch);
-        let (way, evidence) = set.weakest(epoch)?;
+        let knocks = set.knock(spread(s.hash), epoch);
+        let now = s.window.map_or(0, |w| w.at);
+        let (way, evidence) = set.weakest(epoch, now)?;
         if u64::from(knocks) <= evidence {
             return None;
         }

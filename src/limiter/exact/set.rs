@@ -8,8 +8,10 @@ use super::Counts;
 /// Places per set: the most entries a request ever looks at, and the unit the stage's
 /// capacity is rounded up to.
 pub(crate) const WAYS: usize = 16;
-/// Keys a set's door remembers at once. A key that keeps coming stays (the door forgets the
-/// key with the fewest knocks first); keys seen once or twice take turns in the other slots.
+/// Keys a set's door counts at once. The door is a Misra–Gries summary: a key that knocks
+/// more than 1/(DOOR + 1) of all knocks at the set in an epoch is sure to be counted, and a
+/// count is never above the key's true knocks, so a stream of one-shot keys can never look
+/// like a key that keeps coming.
 const DOOR: usize = 4;
 
 /// The exact counts of one promoted key.
@@ -25,6 +27,9 @@ pub(crate) struct Entry<K> {
     pub(crate) rejected: u64,
     /// Requests decided here, per epoch: the entry's evidence for keeping its place.
     pub(crate) hits: Hits,
+    /// Until when (nanoseconds on the limiter's clock) the key's requests are rejected by the
+    /// over-limit cache, which counts no hits: the entry keeps its place until then.
+    pub(crate) over_until: u64,
 }
 
 impl<K> Entry<K> {
@@ -137,41 +142,45 @@ impl<K> Set<K> {
         self.ways.iter().position(|w| w.entry.is_none())
     }
 
-    /// The entry with the least evidence in `epoch`, and that evidence.
-    pub(crate) fn weakest(&self, epoch: u64) -> Option<(usize, u64)> {
+    /// The entry with the least evidence in `epoch`, and that evidence, among those not
+    /// over their limit at `now`.
+    pub(crate) fn weakest(&self, epoch: u64, now: u64) -> Option<(usize, u64)> {
         (0..WAYS)
-            .filter_map(|way| Some((way, self.get(way)?.evidence(epoch))))
+            .filter_map(|way| {
+                let entry = self.get(way)?;
+                (entry.over_until <= now).then(|| (way, entry.evidence(epoch)))
+            })
             .min_by_key(|&(_, evidence)| evidence)
     }
 
-    /// Counts a knock of the key with spread hash `spread` in `epoch`, and returns its knocks
-    /// in that epoch so far. A key the door does not know takes the slot with the fewest
-    /// knocks.
+    /// Counts a knock of the key with spread hash `spread` in `epoch`, and returns its
+    /// knocks in that epoch as the door counts them (at most its true knocks). A key the door
+    /// does not count takes a free slot, or else every count drops by one (Misra–Gries) and
+    /// the key counts 0.
     pub(crate) fn knock(&mut self, spread: u64, epoch: u64) -> u32 {
         let slot = match self
             .door
             .iter()
-            .position(|k| k.spread == spread && k.count > 0)
+            .position(|k| k.count > 0 && k.epoch == epoch && k.spread == spread)
         {
             Some(known) => known,
-            None => {
-                let (fewest, _) = self
-                    .door
-                    .iter()
-                    .enumerate()
-                    .min_by_key(|(_, k)| k.in_epoch(epoch))
-                    .unwrap_or((0, &Knock::default()));
-                self.door[fewest] = Knock {
-                    spread,
-                    epoch,
-                    count: 0,
-                };
-                fewest
-            }
+            None => match self.door.iter().position(|k| k.in_epoch(epoch) == 0) {
+                Some(free) => {
+                    self.door[free] = Knock {
+                        spread,
+                        epoch,
+                        count: 0,
+                    };
+                    free
+                }
+                None => {
+                    self.door.iter_mut().for_each(|k| k.count -= 1);
+                    return 0;
+                }
+            },
         };
         let knock = &mut self.door[slot];
-        knock.count = knock.in_epoch(epoch).saturating_add(1);
-        knock.epoch = epoch;
+        knock.count = knock.count.saturating_add(1);
         knock.count
     }
 
@@ -219,6 +228,7 @@ impl<K> Set<K> {
                 current: knocks,
                 previous: 0,
             },
+            over_until: 0,
         });
     }
 

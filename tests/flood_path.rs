@@ -1,0 +1,117 @@
+//! The flood path: a key already over its rate limit is rejected without a lock and without
+//! counting, from any number of threads, until the moment one more request fits.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use floodgate::clock::ManualClock;
+use floodgate::{Limiter, Reason};
+
+const LIMIT: isize = 10;
+const INTERVAL: Duration = Duration::from_secs(1);
+
+fn limiter(clock: &ManualClock) -> Limiter<String> {
+    Limiter::builder()
+        .max_rate(LIMIT, INTERVAL)
+        .clock(clock)
+        .build()
+        .unwrap()
+}
+
+/// Takes the key to its limit and past it: `LIMIT` admitted, then one rejection decided on
+/// the exact counts. Returns that rejection's `retry_after`.
+fn take_over_the_limit(limiter: &Limiter<String>, key: &str) -> Duration {
+    for i in 0..LIMIT {
+        drop(
+            limiter
+                .try_acquire(key)
+                .unwrap_or_else(|r| panic!("request {i}: {r}")),
+        );
+    }
+    let rejected = limiter.try_acquire(key).unwrap_err();
+    assert_eq!(rejected.reason, Reason::Rate);
+    rejected.retry_after.unwrap()
+}
+
+#[test]
+fn a_flooding_key_is_rejected_without_a_lock_and_without_counting() {
+    let clock = ManualClock::new();
+    let limiter = limiter(&clock);
+    let retry = take_over_the_limit(&limiter, "flooded");
+    let noise = limiter.stats().rate_noise;
+    let locks = limiter.exact_locks_taken();
+    for _ in 0..10_000 {
+        let rejected = limiter.try_acquire("flooded").unwrap_err();
+        assert_eq!(rejected.reason, Reason::Rate);
+        assert!(rejected.estimate > rejected.limit, "{rejected}");
+        let left = rejected.retry_after.unwrap();
+        assert!(left >= retry, "{left:?} is earlier than {retry:?}");
+    }
+    assert_eq!(limiter.exact_locks_taken(), locks, "the flood took a lock");
+    assert_eq!(
+        limiter.stats().rate_noise,
+        noise,
+        "the flood was counted in the rate sketch"
+    );
+}
+
+#[test]
+fn a_flooding_key_is_admitted_again_the_moment_one_more_request_fits() {
+    let clock = ManualClock::new();
+    let limiter = limiter(&clock);
+    let retry = take_over_the_limit(&limiter, "flooded");
+    clock.advance(retry - Duration::from_nanos(1));
+    assert!(limiter.try_acquire("flooded").is_err(), "admitted early");
+    clock.advance(Duration::from_nanos(1));
+    assert!(
+        limiter.try_acquire("flooded").is_ok(),
+        "rejected at its retry_after ({retry:?})"
+    );
+}
+
+#[test]
+fn other_keys_are_decided_as_usual_while_one_floods() {
+    let clock = ManualClock::new();
+    let limiter = limiter(&clock);
+    take_over_the_limit(&limiter, "flooded");
+    for i in 0..1_000 {
+        let key = format!("healthy-{i}");
+        for _ in 0..LIMIT {
+            drop(limiter.try_acquire(&key).unwrap());
+        }
+        assert!(
+            limiter.try_acquire(&key).is_err(),
+            "{key} got over its limit"
+        );
+    }
+}
+
+#[test]
+fn threads_flooding_one_key_never_get_more_than_its_limit_and_take_no_locks_once_it_is_over() {
+    let clock = ManualClock::new();
+    let limiter = limiter(&clock);
+    let admitted = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| {
+                for _ in 0..20_000 {
+                    if limiter.try_acquire("flooded").is_ok() {
+                        admitted.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    let admitted = admitted.load(Ordering::Relaxed);
+    // Requests that raced the promotion may be counted in its base as well as here, which
+    // only rejects more.
+    assert!(
+        admitted <= LIMIT as usize,
+        "{admitted} admitted over a limit of {LIMIT}"
+    );
+    assert!(admitted > 0);
+    let locks = limiter.exact_locks_taken();
+    // Promoted at half the limit: the requests from there to the first rejection, plus the
+    // few that raced it, took the lock; the rest of the 80,000 none.
+    assert!(locks < 100, "{locks} locks for 80,000 requests");
+}
