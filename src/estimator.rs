@@ -126,7 +126,7 @@ impl Estimator {
             counters: counters.into_boxed_slice(),
             rows,
             column_bits: width.trailing_zeros(),
-            hasher: ahash::RandomState::new(),
+            hasher: new_hasher(),
         })
     }
 
@@ -414,6 +414,15 @@ pub(crate) fn checked_size(
         .filter(|&n| n.saturating_mul(copies) <= Estimator::MAX_COUNTERS)
         .ok_or_else(too_large)?;
     Ok((width, total))
+}
+
+/// A hasher with random keys of its own (property 4 of docs/architecture.md), except under
+/// loom: its models need every iteration to touch the same atomics, so they get fixed keys.
+pub(crate) fn new_hasher() -> ahash::RandomState {
+    #[cfg(floodgate_loom)]
+    return ahash::RandomState::with_seeds(1, 2, 3, 4);
+    #[cfg(not(floodgate_loom))]
+    ahash::RandomState::new()
 }
 
 /// The keyed 64-bit hash of `key`, through `Hash::hash` on a fresh hasher.

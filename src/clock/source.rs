@@ -31,9 +31,8 @@ impl TimeSource {
     }
 
     /// How far the coarse time may trail the exact time: two ticks on the shared clock (a
-    /// tick, and a late one), none on a manual clock. Reads that must not act on a stale time
-    /// (a window about to end, a cached rejection about to expire) take the exact time within
-    /// this margin.
+    /// tick, and a late one), none on a manual clock. A `Rate` reads the exact time within this
+    /// margin of a window's end.
     pub(crate) fn lag(&self) -> u64 {
         match self {
             TimeSource::Shared => 2 * super::TICK_NANOS,

@@ -337,7 +337,7 @@ impl<K> LimiterBuilder<K> {
             .as_ref()
             .map_or(SWEEP_PERIOD, |l| l.rate.interval().min(SWEEP_PERIOD));
         let sketches = Sketches {
-            hasher: ahash::RandomState::new(),
+            hasher: crate::estimator::new_hasher(),
             inflight,
             rate,
         };

@@ -145,7 +145,8 @@ struct Shared<K> {
     _sweeper: Arc<Sweeper<K>>,
 }
 
-/// The limiter's periodic work on its clock's thread: the exact stage's sweep.
+/// The limiter's periodic work on its clock's thread: the exact stage's sweep, and clearing
+/// the over-limit deadlines that have passed.
 struct Sweeper<K> {
     shared: Weak<Shared<K>>,
     /// Nanoseconds between sweeps: an epoch of the exact stage.
@@ -157,6 +158,7 @@ impl<K: Send + Sync> Tick for Sweeper<K> {
         // Not yet built (registered from inside `Arc::new_cyclic`), or being dropped.
         if let Some(shared) = self.shared.upgrade() {
             shared.exact.sweep(&shared.sketches);
+            shared.over_limit.forget_expired(now);
         }
         now.saturating_add(self.period)
     }
@@ -426,9 +428,12 @@ where
     #[inline]
     fn over_limit_now(&self, hash: u64) -> Option<Rejected> {
         let rate = self.sketches.rate.as_ref()?;
+        // The time the usual path would decide on; near a window's end that is the exact time,
+        // and the request goes the usual way.
+        let now = rate.rate.settled_now()?;
         // No rate rejection waits more than two windows.
         let cap = rate.rate.interval().saturating_mul(2);
-        let remaining = self.over_limit.remaining(spread(hash), &self.time, cap)?;
+        let remaining = self.over_limit.remaining(spread(hash), now, cap)?;
         Some(Rejected::still_over(rate.limit, remaining))
     }
 

@@ -8,7 +8,9 @@
 //! ratelimit keeps a local cache of over-limit keys for the same reason.)
 //!
 //! Requests rejected here are not counted in the sketches, and that is what makes the
-//! deadline exact: `retry_after` assumed that nothing else arrives.
+//! deadline exact: `retry_after` assumed that nothing else arrives. The deadline is checked
+//! against the time the usual path would decide on: the rate's coarse time, except within
+//! its lag of a window's end, where the request goes the usual way on the exact time.
 //!
 //! # Layout
 //!
@@ -20,7 +22,8 @@
 //! its deadline. The `retry_after` it reports is rounded up to the next unit (never early,
 //! at most 65.5 µs late) and never beyond the two windows a rate rejection can wait at most.
 //!
-//! A newer rejection overwrites the slot whatever it held, so the table never fills; a key
+//! The limiter's sweep clears the deadlines that have passed, so none is left to be read
+//! again when the field wraps. A newer rejection overwrites the slot whatever it held, so the table never fills; a key
 //! whose slot was taken over is simply decided by the sketches again. A key that shares
 //! another's slot and tag (probability 2^-24 per lookup of a slot held by another key) is
 //! rejected at most until the other's deadline.
@@ -32,7 +35,6 @@
 
 use std::time::Duration;
 
-use crate::clock::TimeSource;
 use crate::sync::{AtomicU64, Ordering};
 
 /// Bits of a slot's deadline; the rest is the tag.
@@ -71,30 +73,22 @@ impl OverLimit {
         spread >> DEADLINE_BITS
     }
 
-    /// How long the key with spread hash `spread` is still over its limit (rounded up to a
-    /// unit, at most `cap`), if it is known to be: checked against the coarse time, and `None`
-    /// once the coarse time comes within its lag of the deadline (the request then goes the
-    /// usual way, on the exact time near a window boundary).
+    /// How long the key with spread hash `spread` is still over its limit at time `now`
+    /// (rounded up to a unit, at most `cap`), if it is known to be.
     #[inline]
-    pub(crate) fn remaining(
-        &self,
-        spread: u64,
-        time: &TimeSource,
-        cap: Duration,
-    ) -> Option<Duration> {
+    pub(crate) fn remaining(&self, spread: u64, now: u64, cap: Duration) -> Option<Duration> {
         let word = self.slot(spread).load(Ordering::Relaxed);
         if word == 0 || word >> DEADLINE_BITS != Self::tag(spread) {
             return None;
         }
-        let now = time.coarse();
         // Units from now's unit to the deadline's, modulo the deadline's range.
         let ahead = (word.wrapping_sub(now >> UNIT_SHIFT)) & DEADLINE_MASK;
         if ahead >= MAX_AHEAD {
             return None; // passed
         }
-        // The deadline (rounded down) minus now, exactly: it must be beyond the lag.
+        // The deadline (rounded down) minus now, exactly.
         let until_deadline = (ahead << UNIT_SHIFT).checked_sub(now & (UNIT - 1))?;
-        if until_deadline <= time.lag() {
+        if until_deadline == 0 {
             return None;
         }
         Some(Duration::from_nanos(until_deadline + UNIT).min(cap))
@@ -111,6 +105,19 @@ impl OverLimit {
         self.slot(spread).store(word, Ordering::Relaxed);
     }
 
+    /// Clears the slots whose deadline has passed at `now`, so that no deadline outlives the
+    /// range it is read in (the clock's deadline field wraps every 2^56 ns, 2.3 years). Run by
+    /// the limiter's sweep, off the request path; a slot rewritten meanwhile is left alone.
+    pub(crate) fn forget_expired(&self, now: u64) {
+        for slot in self.slots.iter() {
+            let word = slot.load(Ordering::Relaxed);
+            let ahead = (word.wrapping_sub(now >> UNIT_SHIFT)) & DEADLINE_MASK;
+            if word != 0 && (ahead == 0 || ahead >= MAX_AHEAD) {
+                let _ = slot.compare_exchange(word, 0, Ordering::Relaxed, Ordering::Relaxed);
+            }
+        }
+    }
+
     pub(crate) fn memory_bytes(&self) -> usize {
         std::mem::size_of_val(&*self.slots)
     }
@@ -119,71 +126,63 @@ impl OverLimit {
 #[cfg(all(test, not(floodgate_loom)))]
 mod tests {
     use super::*;
-    use crate::clock::ManualClock;
 
     const CAP: Duration = Duration::from_secs(3600);
 
     #[test]
     fn a_key_is_rejected_until_its_deadline_and_not_at_it() {
-        let clock = ManualClock::new();
-        let time = TimeSource::manual(&clock);
         let cache = OverLimit::new(16);
         let key = 0xABCD_EF01_2345_6789;
-        assert_eq!(cache.remaining(key, &time, CAP), None);
+        assert_eq!(cache.remaining(key, 0, CAP), None);
         cache.insert(key, 0, 5_000_000);
-        let left = cache.remaining(key, &time, CAP).unwrap();
-        assert!(
-            left >= Duration::from_millis(5),
-            "never reports less than the truth: {left:?}"
-        );
+        let left = cache.remaining(key, 0, CAP).unwrap();
+        assert!(left >= Duration::from_millis(5), "reported early: {left:?}");
         assert!(left <= Duration::from_nanos(5_000_000 + UNIT), "{left:?}");
+        let short = Duration::from_millis(1);
+        assert_eq!(cache.remaining(key, 0, short), Some(short));
+        assert!(cache.remaining(key, 4_000_000, CAP).is_some());
         assert_eq!(
-            cache.remaining(key, &time, Duration::from_millis(1)),
-            Some(Duration::from_millis(1))
-        );
-        clock.advance(Duration::from_millis(4));
-        assert!(cache.remaining(key, &time, CAP).is_some());
-        clock.advance(Duration::from_millis(1));
-        assert_eq!(
-            cache.remaining(key, &time, CAP),
+            cache.remaining(key, 5_000_000, CAP),
             None,
-            "never rejects at the deadline"
+            "rejects at the deadline"
         );
-        clock.advance(Duration::from_secs(1 << 20));
-        assert_eq!(cache.remaining(key, &time, CAP), None, "nor long after it");
+        // Forgotten by the sweep once passed, so the wrapped deadline field never reads as
+        // ahead again (at 2^60 ns it would, being a multiple of 2^56).
+        cache.forget_expired(5_000_000);
+        assert_eq!(
+            cache.remaining(key, 1 << 60, CAP),
+            None,
+            "rejects long after it"
+        );
     }
 
     #[test]
     fn deadlines_wrap_with_the_clock() {
-        let clock = ManualClock::new();
-        let time = TimeSource::manual(&clock);
         let cache = OverLimit::new(16);
         let key = 7;
         // Past the deadline field's range: 2^56 ns is about 2.3 years.
-        clock.advance(Duration::from_nanos((1 << 56) + 123_456_789));
-        let now = time.coarse();
+        let now = (1 << 56) + 123_456_789;
         cache.insert(key, now, now + 2_000_000_000);
-        let left = cache.remaining(key, &time, CAP).unwrap();
+        let left = cache.remaining(key, now, CAP).unwrap();
+        assert!(left >= Duration::from_secs(2), "{left:?}");
         assert!(
-            left >= Duration::from_secs(2) && left <= Duration::from_nanos(2_000_000_000 + UNIT)
+            left <= Duration::from_nanos(2_000_000_000 + UNIT),
+            "{left:?}"
         );
-        clock.advance(Duration::from_secs(2));
-        assert_eq!(cache.remaining(key, &time, CAP), None);
+        assert_eq!(cache.remaining(key, now + 2_000_000_000, CAP), None);
     }
 
     #[test]
     fn another_key_in_the_same_slot_is_not_rejected() {
-        let clock = ManualClock::new();
-        let time = TimeSource::manual(&clock);
         let cache = OverLimit::new(16);
         let key = 0x1111_0000_0000_0003;
         let same_slot = 0x2222_0000_0000_0003;
         cache.insert(key, 0, 1_000_000_000);
-        assert!(cache.remaining(key, &time, CAP).is_some());
-        assert_eq!(cache.remaining(same_slot, &time, CAP), None);
+        assert!(cache.remaining(key, 0, CAP).is_some());
+        assert_eq!(cache.remaining(same_slot, 0, CAP), None);
         cache.insert(same_slot, 0, 1_000_000_000);
         assert_eq!(
-            cache.remaining(key, &time, CAP),
+            cache.remaining(key, 0, CAP),
             None,
             "the newer rejection took the slot"
         );

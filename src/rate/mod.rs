@@ -500,14 +500,22 @@ impl RateCore {
     /// The current bucket and the time since `start`, in nanoseconds.
     #[inline]
     fn now(&self) -> (u64, u64) {
+        match self.settled() {
+            Some((bucket, elapsed)) => (bucket, elapsed),
+            None => self.now_precise(),
+        }
+    }
+
+    /// The current bucket and the time since `start` by the coarse time, when that is as good
+    /// as the exact time: in the bucket the ticker last saw, and not within the coarse time's
+    /// lag of its end (where an event may already belong to the next bucket).
+    #[inline]
+    fn settled(&self) -> Option<(u64, u64)> {
         let elapsed = self.time.coarse().saturating_sub(self.start);
         let hint = self.current_hint.load(Ordering::Relaxed);
         let begin = hint.saturating_mul(self.bucket_nanos);
         let end = begin.saturating_add(self.bucket_nanos);
-        if elapsed >= begin && elapsed.saturating_add(self.margin) < end {
-            return (hint, elapsed);
-        }
-        self.now_precise()
+        (elapsed >= begin && elapsed.saturating_add(self.margin) < end).then_some((hint, elapsed))
     }
 
     /// Near a boundary (or before the ticker has caught up): the exact bucket.

@@ -167,6 +167,15 @@ impl Rate {
         self.core.count(hash, bucket)
     }
 
+    /// The time now on the Rate's clock by the coarse time, if the windows read it as they
+    /// would the exact time (not near a window's end); `None` near a boundary.
+    #[inline]
+    pub(crate) fn settled_now(&self) -> Option<u64> {
+        let core = &*self.core;
+        core.settled()
+            .map(|(_, elapsed)| core.start.saturating_add(elapsed))
+    }
+
     /// The current window as `observe_hashed` would see it, without counting anything.
     pub(crate) fn view(&self, hash: u64) -> WindowView {
         let (bucket, elapsed) = self.core.now();

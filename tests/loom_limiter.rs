@@ -1,0 +1,95 @@
+//! loom models of the limiter's exact stage: requests racing a promotion (the handshake
+//! between the sketch increment and the filter, see `src/limiter/exact/mod.rs`) never hold
+//! more than the limit, and a release racing the clock's sweep leaves the counts balanced.
+//!
+//! Run with (a separate target dir keeps the normal build cache intact):
+//!
+//! ```sh
+//! RUSTFLAGS="--cfg floodgate_loom" CARGO_TARGET_DIR=target/loom \
+//!     cargo test --release --test loom_limiter
+//! ```
+//!
+//! In-flight limits only (the rate path's windows have models of their own in
+//! `tests/loom_rate.rs`), a one-counter sketch and one set of 16 places, and hashers with
+//! fixed keys under loom, so every iteration touches the same atomics. Each model builds its
+//! clock and limiter inside `loom::model`, as loom requires of the crate's atomics and locks.
+
+#![cfg(floodgate_loom)]
+
+use std::time::Duration;
+
+use loom::model::Builder;
+use loom::sync::Arc;
+use loom::thread;
+
+use floodgate::clock::ManualClock;
+use floodgate::Limiter;
+
+fn check(model: impl Fn() + Sync + Send + 'static) {
+    let mut builder = Builder::new();
+    builder.preemption_bound = Some(3);
+    builder.check(model);
+}
+
+/// At most `limit` in flight per key; a key is promoted once `promote_at` are in flight.
+fn limiter(clock: &ManualClock, limit: isize, promote_at: isize) -> Arc<Limiter<u64>> {
+    let limiter = Limiter::builder()
+        .max_inflight(limit)
+        .promotion_threshold(promote_at as f64 / limit as f64)
+        .sketch(1, 1)
+        .exact_capacity(16)
+        .clock(clock)
+        .build()
+        .unwrap();
+    Arc::new(limiter)
+}
+
+/// Limit 2, promoted at 2 in flight: the first request is admitted by the sketch alone, the
+/// second promotes the key (flag, then read the sketch for its base), the third is decided by
+/// the exact stage. Whatever the interleaving, at most two hold a permit, and once all are
+/// dropped the key's count is back to 0.
+#[test]
+fn requests_racing_a_promotion_never_hold_more_than_the_limit() {
+    check(|| {
+        let clock = ManualClock::new();
+        let limiter = limiter(&clock, 2, 2);
+        let others: Vec<_> = (0..2)
+            .map(|_| {
+                let limiter = Arc::clone(&limiter);
+                thread::spawn(move || limiter.try_acquire_owned(&7).ok())
+            })
+            .collect();
+        let mine = limiter.try_acquire_owned(&7).ok();
+        let mut permits: Vec<_> = others.into_iter().map(|t| t.join().unwrap()).collect();
+        permits.push(mine);
+        let held = permits.iter().flatten().count();
+        assert!(held <= 2, "{held} permits held over a limit of 2");
+        assert!(held >= 1, "no request admitted");
+        drop(permits);
+        assert_eq!(limiter.estimate(&7).inflight, Some(0));
+    });
+}
+
+/// A promoted key's last permit is dropped on one thread while the clock's sweep runs on
+/// another: the key ends demoted or still promoted, but its counts balance and its full
+/// limit is available again.
+#[test]
+fn a_release_racing_the_sweep_leaves_the_counts_balanced() {
+    check(|| {
+        let clock = ManualClock::new();
+        let limiter = limiter(&clock, 2, 1);
+        let permit = limiter.try_acquire_owned(&7).unwrap();
+        assert_eq!(limiter.stats().promoted, 1);
+        let sweeper = {
+            let clock = clock.clone();
+            thread::spawn(move || clock.advance(Duration::from_secs(1)))
+        };
+        drop(permit);
+        sweeper.join().unwrap();
+        assert_eq!(limiter.estimate(&7).inflight, Some(0));
+        let again: Vec<_> = (0..3)
+            .filter_map(|_| limiter.try_acquire(&7).ok())
+            .collect();
+        assert_eq!(again.len(), 2, "the key's full limit is available again");
+    });
+}
