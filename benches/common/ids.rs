@@ -8,7 +8,7 @@
 #![allow(dead_code, unused_imports)] // each bench uses a part of it
 
 /// A structure timed in a part: its bench id and its name in the report.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Structure {
     pub id: &'static str,
     pub label: &'static str,
