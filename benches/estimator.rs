@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Mutex;
 
+use common::ids::{estimator as ids, THREADS};
 use common::{Floor, Workload};
 use criterion::{criterion_group, criterion_main, Criterion};
 use dashmap::DashMap;
@@ -30,32 +31,32 @@ fn estimators(c: &mut Criterion) {
             mutex_hashmap_incr(&mutex_hashmap, key);
         }
 
-        let mut group = common::group(c, "estimator", workload);
-        for threads in [1, 2] {
+        let mut group = common::group(c, ids::PART, workload);
+        for threads in THREADS {
             let (floor, floor_keys) = &floor_3x1024;
-            common::bench(&mut group, "floor_3x1024", threads, floor_keys, |k| {
+            common::bench(&mut group, ids::FLOOR_3X1024.id, threads, floor_keys, |k| {
                 floor.incr(k, 1)
             });
-            common::bench(&mut group, "floodgate_3x1024", threads, &keys, |k| {
+            common::bench(&mut group, ids::FLOODGATE_3X1024.id, threads, &keys, |k| {
                 floodgate_3x1024.incr(k, 1)
             });
-            common::bench(&mut group, "pingora_3x1024", threads, &keys, |k| {
+            common::bench(&mut group, ids::PINGORA_3X1024.id, threads, &keys, |k| {
                 pingora_3x1024.incr(k, 1)
             });
             let (floor, floor_keys) = &floor_4x8192;
-            common::bench(&mut group, "floor_4x8192", threads, floor_keys, |k| {
+            common::bench(&mut group, ids::FLOOR_4X8192.id, threads, floor_keys, |k| {
                 floor.incr(k, 1)
             });
-            common::bench(&mut group, "floodgate_4x8192", threads, &keys, |k| {
+            common::bench(&mut group, ids::FLOODGATE_4X8192.id, threads, &keys, |k| {
                 floodgate_4x8192.incr(k, 1)
             });
-            common::bench(&mut group, "pingora_4x8192", threads, &keys, |k| {
+            common::bench(&mut group, ids::PINGORA_4X8192.id, threads, &keys, |k| {
                 pingora_4x8192.incr(k, 1)
             });
-            common::bench(&mut group, "dashmap", threads, &keys, |k| {
+            common::bench(&mut group, ids::DASHMAP.id, threads, &keys, |k| {
                 dashmap_incr(&dashmap, k)
             });
-            common::bench(&mut group, "mutex_hashmap", threads, &keys, |k| {
+            common::bench(&mut group, ids::MUTEX_HASHMAP.id, threads, &keys, |k| {
                 mutex_hashmap_incr(&mutex_hashmap, k)
             });
         }

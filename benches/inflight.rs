@@ -6,6 +6,7 @@
 
 mod common;
 
+use common::ids::{inflight as ids, THREADS};
 use common::{Floor, Workload};
 use criterion::{criterion_group, criterion_main, Criterion};
 
@@ -17,21 +18,27 @@ fn inflight(c: &mut Criterion) {
         let floodgate = floodgate::Inflight::new();
         let pingora = pingora_limits::inflight::Inflight::new();
 
-        let mut group = common::group(c, "inflight", workload);
-        for threads in [1, 2] {
-            common::bench(&mut group, "floor_4x8192", threads, &floor_keys, |k| {
-                let estimate = floor.incr(k, 1);
-                floor.decr(k, 1);
-                estimate
-            });
-            common::bench(&mut group, "floodgate_guard", threads, &keys, |k| {
+        let mut group = common::group(c, ids::PART, workload);
+        for threads in THREADS {
+            common::bench(
+                &mut group,
+                ids::FLOOR_4X8192.id,
+                threads,
+                &floor_keys,
+                |k| {
+                    let estimate = floor.incr(k, 1);
+                    floor.decr(k, 1);
+                    estimate
+                },
+            );
+            common::bench(&mut group, ids::FLOODGATE_GUARD.id, threads, &keys, |k| {
                 let (guard, estimate) = floodgate.incr(k, 1);
                 drop(guard);
                 estimate
             });
             common::bench(
                 &mut group,
-                "floodgate_borrowed_guard",
+                ids::FLOODGATE_BORROWED_GUARD.id,
                 threads,
                 &keys,
                 |k| {
@@ -40,7 +47,7 @@ fn inflight(c: &mut Criterion) {
                     estimate
                 },
             );
-            common::bench(&mut group, "pingora", threads, &keys, |k| {
+            common::bench(&mut group, ids::PINGORA.id, threads, &keys, |k| {
                 let (guard, estimate) = pingora.incr(k, 1);
                 drop(guard);
                 estimate

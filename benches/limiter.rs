@@ -93,6 +93,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
+use common::ids::{limiter as ids, limiter_sim as sim_ids, THREADS};
 use common::{bench, config, Keys, Workload, HOT_KEY, KEY_ARRAY, KEY_SPACE};
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion, Throughput};
@@ -124,8 +125,6 @@ const TRACE_SECS: u64 = 4;
 /// The accuracy table also counts the requests from this simulated time on: the steady
 /// state, past the first windows' warm-up.
 const STEADY_NANOS: u64 = 2 * INTERVAL_NANOS;
-/// Simulated request rates, per second, and their names in the group ids.
-const RATES: [(u64, &str); 3] = [(10_000, "10k"), (100_000, "100k"), (1_000_000, "1m")];
 
 /// Zipf exponent of the `zipf` workloads (simulated and real clock).
 const ZIPF_S: f64 = 1.1;
@@ -303,11 +302,11 @@ impl Mix {
 
     fn name(self) -> &'static str {
         match self {
-            Mix::Uniform => "uniform",
-            Mix::Zipf => "zipf",
-            Mix::SingleKey => "single_key",
-            Mix::Rotating => "rotating",
-            Mix::Mixed => "mixed",
+            Mix::Uniform => sim_ids::UNIFORM,
+            Mix::Zipf => sim_ids::ZIPF,
+            Mix::SingleKey => sim_ids::SINGLE_KEY,
+            Mix::Rotating => sim_ids::ROTATING,
+            Mix::Mixed => sim_ids::MIXED,
         }
     }
 }
@@ -645,10 +644,7 @@ fn judge_trace(mix: Mix, rate: u64, rate_name: &'static str) -> Vec<Quality> {
     });
     exact.model = "fixed 1 s window";
     let mut rows = vec![ours, governor, exact];
-    for (row, name) in rows
-        .iter_mut()
-        .zip(["floodgate", "governor_keyed", "dashmap_exact"])
-    {
+    for (row, name) in rows.iter_mut().zip(sim_ids::STRUCTURES.map(|s| s.id)) {
         row.mix = mix;
         row.rate = rate_name;
         row.limiter = name;
@@ -689,7 +685,7 @@ fn accuracy() {
     let started = Instant::now();
     let mut rows = Vec::new();
     for mix in Mix::ALL {
-        for (rate, rate_name) in RATES {
+        for (rate, rate_name) in sim_ids::RATES {
             rows.extend(judge_trace(mix, rate, rate_name));
         }
     }
@@ -704,12 +700,8 @@ fn accuracy() {
          refused (after 2 s) | peak heap | notes |"
     );
     println!("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|");
-    let mut csv = String::from(
-        "workload,rate,limiter,requests,admitted,healthy,wrong_refusals,\
-         wrong_refusals_after_2s,over_admissions,origin_requests,origin_refused,\
-         origin_requests_after_2s,origin_refused_after_2s,peak_heap_bytes,live_heap_bytes,\
-         notes\n",
-    );
+    // The columns in `sim_ids::ACCURACY_COLUMNS`' order, which the report reads by name.
+    let mut csv = sim_ids::ACCURACY_COLUMNS.join(",") + "\n";
     for q in &rows {
         println!(
             "| {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} ({}) | {} ({}) | {} | {} |",
@@ -751,7 +743,7 @@ fn accuracy() {
         );
     }
     println!();
-    let path = target_dir().join("limiter-accuracy.csv");
+    let path = target_dir().join(sim_ids::ACCURACY_FILE);
     match std::fs::write(&path, csv) {
         Ok(()) => println!("(also written to {})\n", path.display()),
         Err(e) => eprintln!("limiter bench: could not write {}: {e}", path.display()),
@@ -791,13 +783,18 @@ fn replay<L: Simulated>(
 
 fn simulated(c: &mut Criterion) {
     for mix in Mix::ALL {
-        for (rate, rate_name) in RATES {
+        for (rate, rate_name) in sim_ids::RATES {
             let trace = trace(mix, rate);
-            let mut g = c.benchmark_group(format!("limiter_sim_{}_{rate_name}", mix.name()));
+            let mut g = c.benchmark_group(sim_ids::group(mix.name(), rate_name));
             g.throughput(Throughput::Elements(1));
-            replay(&mut g, "floodgate", &trace, SimFloodgate::new());
-            replay(&mut g, "governor_keyed", &trace, SimGovernor::new());
-            replay(&mut g, "dashmap_exact", &trace, SimDashMap::new());
+            replay(&mut g, sim_ids::FLOODGATE.id, &trace, SimFloodgate::new());
+            replay(
+                &mut g,
+                sim_ids::GOVERNOR_KEYED.id,
+                &trace,
+                SimGovernor::new(),
+            );
+            replay(&mut g, sim_ids::DASHMAP_EXACT.id, &trace, SimDashMap::new());
             g.finish();
         }
     }
@@ -832,20 +829,20 @@ fn keys(seed: u64, mut draw: impl FnMut(&mut StdRng) -> u64) -> Keys {
 }
 
 fn run_workload(c: &mut Criterion, name: &str, keys: &Keys, key_of: fn(u64) -> u64) {
-    let mut g = c.benchmark_group(format!("limiter_{name}"));
+    let mut g = c.benchmark_group(common::ids::group(ids::PART, name));
     g.throughput(Throughput::Elements(1));
-    for threads in [1, 2] {
+    for threads in THREADS {
         let ours = floodgate_builder().build().expect("valid limiter");
-        bench(&mut g, "floodgate", threads, keys, |k| {
+        bench(&mut g, ids::FLOODGATE.id, threads, keys, |k| {
             ours.try_acquire(&key_of(k)).is_ok()
         });
         let governor = governor::DefaultKeyedRateLimiter::<u64>::keyed(quota());
-        bench(&mut g, "governor_keyed", threads, keys, |k| {
+        bench(&mut g, ids::GOVERNOR_KEYED.id, threads, keys, |k| {
             governor.check_key(&key_of(k)).is_ok()
         });
         let exact = DashMapLimiter::new();
         let start = Instant::now();
-        bench(&mut g, "dashmap_exact", threads, keys, |k| {
+        bench(&mut g, ids::DASHMAP_EXACT.id, threads, keys, |k| {
             exact.check(key_of(k), start.elapsed().as_secs())
         });
     }
@@ -854,12 +851,12 @@ fn run_workload(c: &mut Criterion, name: &str, keys: &Keys, key_of: fn(u64) -> u
 
 fn real_clock(c: &mut Criterion) {
     let uniform = Workload::Uniform.keys();
-    run_workload(c, "uniform", &uniform, |k| k);
+    run_workload(c, ids::UNIFORM, &uniform, |k| k);
     let zipf = Zipf::new(KEY_SPACE, ZIPF_S).expect("valid Zipf parameters");
     let zipf_keys = keys(0x21FF, |rng| zipf.sample(rng) as u64);
-    run_workload(c, "zipf", &zipf_keys, |k| k);
+    run_workload(c, ids::ZIPF, &zipf_keys, |k| k);
     drop(zipf_keys);
-    run_workload(c, "flood_10m", &uniform, flood_key);
+    run_workload(c, ids::FLOOD_10M, &uniform, flood_key);
     let flood_1key = keys(0xF1, |rng| {
         if rng.gen_bool(0.9) {
             HOT_KEY
@@ -867,10 +864,16 @@ fn real_clock(c: &mut Criterion) {
             rng.gen_range(0..KEY_SPACE)
         }
     });
-    run_workload(c, "flood_1key", &flood_1key, |k| k);
+    run_workload(c, ids::FLOOD_1KEY, &flood_1key, |k| k);
 }
 
 fn main() {
+    // The report looks for these workloads' groups and accuracy rows by their ids.
+    assert_eq!(
+        Mix::ALL.map(Mix::name),
+        sim_ids::WORKLOADS,
+        "Mix::ALL and ids disagree"
+    );
     let setting = std::env::var("LIMITER_ACCURACY").unwrap_or_default();
     let listing = std::env::args().any(|a| a == "--list");
     if setting != "0" && !listing {

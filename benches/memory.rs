@@ -98,7 +98,10 @@ fn main() {
     drop(floodgate::Estimator::new(1, 1));
     drop(pingora_limits::estimator::Estimator::new(1, 1));
 
-    println!("Peak heap bytes above the baseline, each cell a fresh structure.\n");
+    println!(
+        "{} above the baseline, each cell a fresh structure.\n",
+        common::ids::memory::HEADING
+    );
     let header: Vec<&str> = LOADS.iter().map(|&(_, name)| name).collect();
     println!("| structure | {} |", header.join(" | "));
     println!("|---|{}", "---|".repeat(LOADS.len()));

@@ -13,6 +13,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::ids::{rate as ids, THREADS};
 use common::{bench, config, group, Workload};
 use criterion::Criterion;
 
@@ -22,17 +23,19 @@ const COLUMNS: usize = 1024;
 fn observe(c: &mut Criterion) {
     for workload in [Workload::Uniform, Workload::Zipf] {
         let keys = workload.keys();
-        let mut g = group(c, "rate_observe", workload);
-        for threads in [1, 2] {
+        let mut g = group(c, ids::OBSERVE, workload);
+        for threads in THREADS {
             let ours =
                 floodgate::Rate::new_with_estimator_config(Duration::from_secs(1), ROWS, COLUMNS);
-            bench(&mut g, "floodgate", threads, &keys, |k| ours.observe(&k, 1));
+            bench(&mut g, ids::FLOODGATE.id, threads, &keys, |k| {
+                ours.observe(&k, 1)
+            });
             let pingora = pingora_limits::rate::Rate::new_with_estimator_config(
                 Duration::from_secs(1),
                 ROWS,
                 COLUMNS,
             );
-            bench(&mut g, "pingora", threads, &keys, |k| {
+            bench(&mut g, ids::PINGORA.id, threads, &keys, |k| {
                 pingora.observe(&k, 1)
             });
         }
@@ -43,11 +46,11 @@ fn observe(c: &mut Criterion) {
 fn rate_with(c: &mut Criterion) {
     for workload in [Workload::Uniform, Workload::Zipf] {
         let keys = workload.keys();
-        let mut g = group(c, "rate_with", workload);
-        for threads in [1, 2] {
+        let mut g = group(c, ids::WITH, workload);
+        for threads in THREADS {
             let ours =
                 floodgate::Rate::new_with_estimator_config(Duration::from_secs(1), ROWS, COLUMNS);
-            bench(&mut g, "floodgate", threads, &keys, |k| {
+            bench(&mut g, ids::FLOODGATE.id, threads, &keys, |k| {
                 ours.rate_with(&k, floodgate::PROPORTIONAL_RATE_ESTIMATE_CALC_FN)
             });
             let pingora = pingora_limits::rate::Rate::new_with_estimator_config(
@@ -55,7 +58,7 @@ fn rate_with(c: &mut Criterion) {
                 ROWS,
                 COLUMNS,
             );
-            bench(&mut g, "pingora", threads, &keys, |k| {
+            bench(&mut g, ids::PINGORA.id, threads, &keys, |k| {
                 pingora.rate_with(&k, pingora_limits::rate::PROPORTIONAL_RATE_ESTIMATE_CALC_FN)
             });
         }
@@ -148,8 +151,9 @@ fn latency_across_windows() {
     let run = INTERVAL * WINDOWS;
     println!();
     println!(
-        "rate observe latency across {WINDOWS} windows of {INTERVAL:?}, {ROWS}x{COLUMNS}, \
-         uniform keys, one thread (each call timed with a pair of Instant::now())"
+        "{} {WINDOWS} windows of {INTERVAL:?}, {ROWS}x{COLUMNS}, uniform keys, one thread \
+         (each call timed with a pair of Instant::now())",
+        ids::LATENCY_HEADING
     );
     println!(
         "| crate | calls | p50 ns | p99 ns | p99.99 ns | median of per-window max ns | max ns |"

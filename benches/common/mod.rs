@@ -1,7 +1,10 @@
 //! Workloads, the floor sketch and the one/two-thread timing loop shared by the benches.
 //!
 //! Included with `mod common;` from each bench; each bench uses a different part of it.
+//! Group and bench names come from [`ids`], which the comparison report shares.
 #![allow(dead_code)]
+
+pub mod ids;
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicIsize, Ordering::Relaxed};
@@ -42,9 +45,9 @@ impl Workload {
 
     pub fn name(self) -> &'static str {
         match self {
-            Workload::Uniform => "uniform",
-            Workload::Zipf => "zipf",
-            Workload::HotKey => "hot_key",
+            Workload::Uniform => ids::UNIFORM,
+            Workload::Zipf => ids::ZIPF,
+            Workload::HotKey => ids::HOT_KEY,
         }
     }
 
@@ -103,7 +106,7 @@ pub fn group<'a>(
     part: &str,
     workload: Workload,
 ) -> BenchmarkGroup<'a, WallTime> {
-    let mut group = c.benchmark_group(format!("{part}_{}", workload.name()));
+    let mut group = c.benchmark_group(ids::group(part, workload.name()));
     group.throughput(Throughput::Elements(1));
     group
 }
@@ -124,7 +127,7 @@ pub fn bench<F, R>(
     F: Fn(u64) -> R + Sync,
 {
     assert!(threads == 1 || threads == 2, "one or two threads");
-    group.bench_function(BenchmarkId::new(name, format!("{threads}t")), |b| {
+    group.bench_function(BenchmarkId::new(name, ids::threads(threads)), |b| {
         b.iter_custom(|iters| match threads {
             1 => {
                 let start = Instant::now();

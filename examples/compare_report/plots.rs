@@ -1,29 +1,21 @@
-//! The figures of the comparison report, drawn with plotters' SVG backend.
-//!
-//! Run with `cargo run --release --example plots -- [--csv PATH] [--out DIR]`;
-//! `scripts/compare` runs it at the end of its run. It writes two files to DIR (default
-//! `docs`):
+//! The report's figures, drawn with plotters' SVG backend.
 //!
 //! - `overestimate.svg`: how far a count-min sketch's estimates are above the true counts,
 //!   against the sketch's width, next to the count-min bound. A fixed stream of 1,000,000
 //!   keys drawn from a Zipf distribution (s = 1.0 over 1,000,000 keys, seeded, so every run
 //!   sees the same stream) is fed into a floodgate [`Estimator`] of H rows × N columns for
 //!   N = 2^8 … 2^16 and H = 4 and 2; for every distinct key of the stream the over-estimate is
-//!   `estimate − true count` (never negative: the example checks it). The chart shows their
-//!   mean and 99th percentile on log-log axes, with the bound ε·total = (e/N)·total: with
-//!   probability at least 1 − δ = 1 − e^−H a key's over-estimate is at most that
-//!   (Cormode & Muthukrishnan, 2005). The same figures are printed as a Markdown table.
-//!   The hash keys are random per instance (by design), so the figures vary a little from
-//!   run to run.
-//! - `ns_per_op.svg`: median ns per operation of each structure, by part, workload and
-//!   thread count, one panel per part, from the CSV that `scripts/compare` writes (default
-//!   `target/compare/results.csv`; columns `part,part_title,workload,threads,structure,
-//!   label,median_ns`, and more that are ignored). Skipped, with a note, when the default
-//!   CSV does not exist; an error when a `--csv` given on the command line does not.
+//!   `estimate − true count` (never negative: checked). The chart shows their mean and 99th
+//!   percentile on log-log axes, with the bound ε·total = (e/N)·total: with probability at
+//!   least 1 − δ = 1 − e^−H a key's over-estimate is at most that (Cormode & Muthukrishnan,
+//!   2005). The same figures go to the report as a Markdown table. The hash keys are random
+//!   per instance (by design), so the figures vary a little from run to run.
+//! - `ns_per_op.svg`: median ns per operation of each structure, one panel per part (and per
+//!   simulated rate), from the results the report read.
 
 use std::collections::HashMap;
 use std::error::Error;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use floodgate::Estimator;
 use plotters::element::DashedPathElement;
@@ -42,53 +34,13 @@ const WIDTH_BITS: std::ops::RangeInclusive<u32> = 8..=16;
 /// Sketch depths, each drawn as its own pair of series.
 const DEPTHS: [usize; 2] = [4, 2];
 const SEED: u64 = 0x0f10_0d6a_7e01;
-const DEFAULT_CSV: &str = "target/compare/results.csv";
 
 type Result<T> = std::result::Result<T, Box<dyn Error>>;
-
-fn main() -> Result<()> {
-    let mut csv: Option<PathBuf> = None;
-    let mut out = PathBuf::from("docs");
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--csv" => csv = Some(args.next().ok_or("--csv needs a path")?.into()),
-            "--out" => out = args.next().ok_or("--out needs a directory")?.into(),
-            _ => return Err(format!("unknown argument {arg:?}; use --csv PATH, --out DIR").into()),
-        }
-    }
-    std::fs::create_dir_all(&out)?;
-
-    let rows = overestimates();
-    print_overestimates(&rows);
-    let path = out.join("overestimate.svg");
-    draw_overestimates(&rows, &path)?;
-    eprintln!("plots: wrote {}", path.display());
-
-    let (csv, explicit) = match csv {
-        Some(csv) => (csv, true),
-        None => (PathBuf::from(DEFAULT_CSV), false),
-    };
-    if !explicit && !csv.exists() {
-        eprintln!(
-            "plots: {} not found (scripts/compare writes it); ns_per_op.svg skipped",
-            csv.display()
-        );
-        return Ok(());
-    }
-    let text =
-        std::fs::read_to_string(&csv).map_err(|e| format!("cannot read {}: {e}", csv.display()))?;
-    let parts = parse_results(&text).map_err(|e| format!("{}: {e}", csv.display()))?;
-    let path = out.join("ns_per_op.svg");
-    draw_ns_per_op(&parts, &path)?;
-    eprintln!("plots: wrote {}", path.display());
-    Ok(())
-}
 
 // ---- over-estimation ----
 
 /// The over-estimates of one sketch size, over the distinct keys of the stream.
-struct Overestimate {
+pub struct Overestimate {
     rows: usize,
     columns: usize,
     mean: f64,
@@ -113,7 +65,7 @@ impl Overestimate {
     }
 }
 
-fn overestimates() -> Vec<Overestimate> {
+pub fn overestimates() -> Vec<Overestimate> {
     let zipf = Zipf::new(KEYS, 1.0).expect("valid Zipf parameters");
     let mut rng = StdRng::seed_from_u64(SEED);
     let stream: Vec<u64> = (0..STREAM).map(|_| zipf.sample(&mut rng) as u64).collect();
@@ -158,21 +110,22 @@ fn overestimates() -> Vec<Overestimate> {
     results
 }
 
-fn print_overestimates(rows: &[Overestimate]) {
-    println!(
+/// The over-estimation table: its heading line and its Markdown rows.
+pub fn overestimate_table(rows: &[Overestimate]) -> (String, Vec<String>) {
+    let heading = format!(
         "Over-estimation: Zipf s=1.0 over {} keys, {} increments (seeded), {} distinct \
          keys; per key, estimate − true count.",
         thousands(KEYS),
         thousands(STREAM as u64),
         thousands(rows.first().map_or(0, |r| r.keys as u64))
     );
-    println!();
-    println!(
+    let mut table = vec![
         "| H × N | ε = e/N | bound ε·total | mean | p99 | max | keys over the bound | δ = e^−H |"
-    );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+            .to_string(),
+        "|---|---:|---:|---:|---:|---:|---:|---:|".to_string(),
+    ];
     for r in rows {
-        println!(
+        table.push(format!(
             "| {}×{} | {:.2e} | {:.1} | {:.2} | {} | {} | {:.3}% | {:.2}% |",
             r.rows,
             r.columns,
@@ -183,14 +136,15 @@ fn print_overestimates(rows: &[Overestimate]) {
             r.max,
             100.0 * r.over_bound as f64 / r.keys as f64,
             100.0 * r.delta(),
-        );
+        ));
     }
+    (heading, table)
 }
 
 const BLUE_DARK: RGBColor = RGBColor(31, 119, 180);
 const ORANGE: RGBColor = RGBColor(230, 85, 13);
 
-fn draw_overestimates(rows: &[Overestimate], path: &Path) -> Result<()> {
+pub fn draw_overestimates(rows: &[Overestimate], path: &Path) -> Result<()> {
     let root = SVGBackend::new(path, (1000, 680)).into_drawing_area();
     root.fill(&WHITE)?;
     let widths: Vec<f64> = WIDTH_BITS.map(|b| f64::from(1u32 << b)).collect();
@@ -310,89 +264,15 @@ fn thousands(n: u64) -> String {
 
 // ---- ns per operation ----
 
-/// One part's results: categories are (workload, threads) in the CSV's order.
-struct Part {
-    title: String,
-    categories: Vec<(String, String)>,
-    /// (structure, label) in the CSV's order.
-    structures: Vec<(String, String)>,
-    median_ns: HashMap<(usize, usize), f64>,
-}
-
-fn parse_results(text: &str) -> std::result::Result<Vec<Part>, String> {
-    let mut lines = text.lines();
-    let header: Vec<&str> = lines.next().ok_or("empty file")?.split(',').collect();
-    let column = |name: &str| {
-        header
-            .iter()
-            .position(|&h| h == name)
-            .ok_or(format!("no column {name:?}"))
-    };
-    let [part, title, workload, threads, structure, label, median] = [
-        "part",
-        "part_title",
-        "workload",
-        "threads",
-        "structure",
-        "label",
-        "median_ns",
-    ]
-    .map(column);
-    let (part, title, workload, threads) = (part?, title?, workload?, threads?);
-    let (structure, label, median) = (structure?, label?, median?);
-
-    let mut parts: Vec<(String, Part)> = Vec::new();
-    for (n, line) in lines.enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let fields: Vec<&str> = line.split(',').collect();
-        if fields.len() != header.len() {
-            return Err(format!(
-                "line {}: {} fields, expected {}",
-                n + 2,
-                fields.len(),
-                header.len()
-            ));
-        }
-        let value: f64 = fields[median]
-            .parse()
-            .map_err(|e| format!("line {}: median_ns {:?}: {e}", n + 2, fields[median]))?;
-        let i = match parts.iter().position(|(name, _)| name == fields[part]) {
-            Some(i) => i,
-            None => {
-                parts.push((
-                    fields[part].to_string(),
-                    Part {
-                        title: fields[title].to_string(),
-                        categories: Vec::new(),
-                        structures: Vec::new(),
-                        median_ns: HashMap::new(),
-                    },
-                ));
-                parts.len() - 1
-            }
-        };
-        let p = &mut parts[i].1;
-        let category = (fields[workload].to_string(), fields[threads].to_string());
-        let c = index_of(&mut p.categories, category);
-        let s = index_of(
-            &mut p.structures,
-            (fields[structure].to_string(), fields[label].to_string()),
-        );
-        p.median_ns.insert((c, s), value);
-    }
-    if parts.is_empty() {
-        return Err("no results".into());
-    }
-    Ok(parts.into_iter().map(|(_, p)| p).collect())
-}
-
-fn index_of<T: PartialEq>(items: &mut Vec<T>, item: T) -> usize {
-    match items.iter().position(|i| *i == item) {
-        Some(i) => i,
-        None => {
-            items.push(item);
-            items.len() - 1
-        }
-    }
+/// One panel of `ns_per_op.svg`: bars for each structure in each category.
+pub struct Panel {
+    pub title: String,
+    /// (workload, label): a separator is drawn where the workload changes.
+    pub categories: Vec<(String, String)>,
+    /// (bench id, label); the id picks the colour.
+    pub structures: Vec<(String, String)>,
+    /// By (category, structure) index.
+    pub median_ns: HashMap<(usize, usize), f64>,
 }
 
 /// One colour per library, a lighter shade for a variant (the small sketch, the borrowed
@@ -418,14 +298,6 @@ fn color_of(structure: &str) -> RGBColor {
         pale
     } else {
         dark
-    }
-}
-
-fn threads_label(threads: &str) -> String {
-    match threads.strip_suffix('t') {
-        Some("1") => "1 thread".to_string(),
-        Some(n) => format!("{n} threads"),
-        None => threads.to_string(),
     }
 }
 
@@ -462,7 +334,7 @@ const LEGEND_WIDTH: u32 = 250;
 /// x units per category in the ns/op panels.
 const UNIT: i32 = 1000;
 
-fn draw_ns_per_op(parts: &[Part], path: &Path) -> Result<()> {
+pub fn draw_ns_per_op(parts: &[Panel], path: &Path) -> Result<()> {
     let height = PANEL_HEIGHT * parts.len() as u32 + 60;
     let root = SVGBackend::new(path, (WIDTH, height)).into_drawing_area();
     root.fill(&WHITE)?;
@@ -486,11 +358,7 @@ fn draw_ns_per_op(parts: &[Part], path: &Path) -> Result<()> {
         let centers: Vec<i32> = (0..categories as i32)
             .map(|c| c * UNIT + UNIT / 2)
             .collect();
-        let names: Vec<String> = part
-            .categories
-            .iter()
-            .map(|(w, t)| format!("{w}, {}", threads_label(t)))
-            .collect();
+        let names: Vec<String> = part.categories.iter().map(|(_, l)| l.clone()).collect();
         let mut chart = ChartBuilder::on(&plot)
             .caption(&part.title, ("sans-serif", 20))
             .margin(10)

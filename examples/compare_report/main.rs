@@ -1,0 +1,96 @@
+//! The comparison report of `scripts/compare`, from one run of the benches.
+//!
+//! ```text
+//! cargo run --release --example compare_report -- RUN_DIR [--docs DIR] [--readme README.md]
+//! ```
+//!
+//! RUN_DIR is what `scripts/compare` left in `target/compare`: `criterion/` (the run's
+//! `CRITERION_HOME`), `bench.log` (the criterion benches' output, with the rate bench's latency
+//! table), `memory.txt` (the memory bench's table), `limiter-accuracy.csv` (the limiter
+//! bench's untimed accuracy pass) and `run.env` (command, date, timings, load). Writes
+//! `RUN_DIR/results.csv` (one row per result), `RUN_DIR/summary.md` (the README's tables),
+//! `DIR/comparison.md`, `DIR/ns_per_op.svg` and `DIR/overestimate.svg` (DIR: `docs`), and with
+//! `--readme`, the summary between the README's markers.
+//!
+//! Which results to expect comes from `benches/common/ids.rs`, the module the benches take
+//! their ids from. Every input is read and every expected result checked before anything is
+//! written: a missing one fails the report, naming the file or the row.
+
+#[path = "../../benches/common/ids.rs"]
+mod ids;
+mod inputs;
+mod parts;
+mod plots;
+mod report;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("compare_report: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<(), String> {
+    let mut run_dir: Option<PathBuf> = None;
+    let mut docs = PathBuf::from("docs");
+    let mut readme: Option<PathBuf> = None;
+    let mut args = std::env::args().skip(1);
+    let usage = "usage: compare_report RUN_DIR [--docs DIR] [--readme README.md]";
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--docs" => docs = args.next().ok_or(usage)?.into(),
+            "--readme" => readme = Some(args.next().ok_or(usage)?.into()),
+            _ if run_dir.is_none() && !arg.starts_with('-') => run_dir = Some(arg.into()),
+            _ => return Err(format!("unknown argument {arg:?}\n{usage}")),
+        }
+    }
+    let run_dir = run_dir.ok_or(usage)?;
+
+    let inputs = inputs::Inputs::read(&run_dir)?;
+    eprintln!(
+        "compare_report: {} results and {} accuracy rows read from {}",
+        inputs.results.len(),
+        inputs.accuracy.len(),
+        run_dir.display()
+    );
+
+    let csv = run_dir.join("results.csv");
+    write(&csv, &inputs.results.to_csv())?;
+
+    std::fs::create_dir_all(&docs).map_err(|e| format!("{}: {e}", docs.display()))?;
+    let overestimates = plots::overestimates();
+    let figure = docs.join("overestimate.svg");
+    plots::draw_overestimates(&overestimates, &figure)
+        .map_err(|e| format!("{}: {e}", figure.display()))?;
+    eprintln!("compare_report: wrote {}", figure.display());
+    let figure = docs.join("ns_per_op.svg");
+    plots::draw_ns_per_op(&report::panels(&inputs.results), &figure)
+        .map_err(|e| format!("{}: {e}", figure.display()))?;
+    eprintln!("compare_report: wrote {}", figure.display());
+
+    let report = report::Report::new(&inputs, plots::overestimate_table(&overestimates));
+    let doc = docs.join("comparison.md");
+    write(&doc, &report.document())?;
+    let summary = run_dir.join("summary.md");
+    write(&summary, &report.summary(false))?;
+    if let Some(readme) = readme {
+        let text =
+            std::fs::read_to_string(&readme).map_err(|e| format!("{}: {e}", readme.display()))?;
+        let text = report::replace_readme_block(&text, &report.summary(true))
+            .map_err(|e| format!("{}: {e}", readme.display()))?;
+        write(&readme, &text)?;
+    }
+    Ok(())
+}
+
+fn write(path: &std::path::Path, text: &str) -> Result<(), String> {
+    std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    eprintln!("compare_report: wrote {}", path.display());
+    Ok(())
+}
