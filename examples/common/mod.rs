@@ -349,7 +349,7 @@ pub fn print_heavy_hitters(hitters: &[HeavyHitter<String>], limiter_stats: &Limi
         println!("  … and {} more", hitters.len() - 10);
     }
     println!(
-        "  (promotions so far {}, keys in the exact stage now {}, decisions by the sketch alone because the exact stage was full {})",
+        "  (promotions so far {}, keys in the exact stage now {}, decisions by the sketch alone because the key found no place in the exact stage {})",
         thousands(limiter_stats.promotions),
         limiter_stats.promoted,
         thousands(limiter_stats.exact_full),
