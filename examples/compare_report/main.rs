@@ -8,7 +8,7 @@
 //! `CRITERION_HOME`), `bench.log` (the criterion benches' output, with the rate bench's latency
 //! table), `memory.txt` (the memory bench's table), `limiter-accuracy.csv` (the limiter
 //! bench's untimed accuracy pass) and `run.env` (command, date, timings, load). Writes
-//! `RUN_DIR/results.csv` (one row per result), `RUN_DIR/summary.md` (the README's tables),
+//! `RUN_DIR/results.csv` (one row per result), `RUN_DIR/summary.md` (the README's tables, written here),
 //! `DIR/comparison.md`, `DIR/ns_per_op.svg` and `DIR/overestimate.svg` (DIR: `docs`), and with
 //! `--readme`, the summary between the README's markers.
 //!

@@ -398,13 +398,15 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let hash = self.sketches.hash(key);
-        if let Some(rejected) = self.over_limit_now(hash) {
+        // One remix for the over-limit cache and the filter.
+        let spread = spread(hash);
+        if let Some(rejected) = self.over_limit_now(spread) {
             return Err(rejected);
         }
         let sketched = self.sketches.observe(hash);
         let hot = self.sketches.is_hot(&sketched);
         // The request's half of the promotion handshake: after the sketch increments.
-        let decision = if !hot && !self.exact.flagged(hash) {
+        let decision = if !hot && !self.exact.flagged(spread) {
             Ok(None)
         } else {
             self.exact.decide(key, &sketched, hot, &self.sketches)
@@ -417,7 +419,7 @@ where
             }) => {
                 self.sketches.release(hash);
                 if let (Some(deadline), Some(window)) = (over_until, sketched.window) {
-                    self.over_limit.insert(spread(hash), window.at, deadline);
+                    self.over_limit.insert(spread, window.at, deadline);
                 }
                 Err(rejected)
             }
@@ -426,14 +428,14 @@ where
 
     /// The rejection of a key still over its rate limit from an earlier rejection.
     #[inline]
-    fn over_limit_now(&self, hash: u64) -> Option<Rejected> {
+    fn over_limit_now(&self, spread: u64) -> Option<Rejected> {
         let rate = self.sketches.rate.as_ref()?;
         // The time the usual path would decide on; near a window's end that is the exact time,
         // and the request goes the usual way.
         let now = rate.rate.settled_now()?;
         // No rate rejection waits more than two windows.
         let cap = rate.rate.interval().saturating_mul(2);
-        let remaining = self.over_limit.remaining(spread(hash), now, cap)?;
+        let remaining = self.over_limit.remaining(spread, now, cap)?;
         Some(Rejected::still_over(rate.limit, remaining))
     }
 

@@ -182,8 +182,8 @@ impl<K> ExactStage<K> {
     /// Whether the key may be promoted (false: certainly not). The request's half of the
     /// handshake, after its sketch increments.
     #[inline]
-    pub(crate) fn flagged(&self, hash: u64) -> bool {
-        self.cell(spread(hash)).load(Ordering::SeqCst) != 0
+    pub(crate) fn flagged(&self, spread: u64) -> bool {
+        self.cell(spread).load(Ordering::SeqCst) != 0
     }
 
     /// Marks the key promoted. The promotion's half of the handshake: read the sketch after.
@@ -349,7 +349,7 @@ impl<K> ExactStage<K> {
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        if !self.flagged(hash) {
+        if !self.flagged(spread(hash)) {
             return f(None);
         }
         let set = self.set(hash);
