@@ -1441,8 +1441,14 @@ fn construct_limiter(input: &mut Bytes<'_>) {
     if max_inflight.is_some_and(|l| l < 1) || max_rate.is_some_and(|(l, _)| l < 1) {
         errors.push(invalid.clone());
     }
-    if !(promotion > 0.0 && promotion <= 1.0) || capacity == 0 {
+    if !(promotion > 0.0 && promotion <= 1.0) {
         errors.push(invalid);
+    }
+    if capacity == 0 {
+        errors.push(ConfigError::ExactCapacity {
+            asked: 0,
+            max: floodgate::limiter::MAX_EXACT_CAPACITY,
+        });
     }
     if let Some((_, interval)) = max_rate {
         errors.extend(rate_errors(interval, 1));

@@ -95,6 +95,14 @@ pub enum ConfigError {
         /// Sub-windows asked for.
         sub_windows: usize,
     },
+    /// A limiter's exact stage asked for with no place, or with more than allowed
+    /// ([`MAX_EXACT_CAPACITY`](crate::limiter::MAX_EXACT_CAPACITY)).
+    ExactCapacity {
+        /// Keys asked for.
+        asked: usize,
+        /// The most allowed.
+        max: usize,
+    },
     /// A limit or threshold outside what is allowed; the message names it.
     InvalidLimit(&'static str),
 }
@@ -154,7 +162,8 @@ impl fmt::Display for ConfigError {
             ConfigError::IntervalTooShort { interval, min } => write!(
                 f,
                 "a rate interval of {interval:?} is shorter than the minimum of {min:?} \
-                 (one 10 ms tick of the coarse clock per sub-window)"
+                 (one tick of the coarse clock, {tick:?}, per sub-window)",
+                tick = crate::clock::TICK
             ),
             ConfigError::IntervalTooLong { interval, max } => {
                 write!(f, "a rate interval of {interval:?} exceeds the maximum of {max:?}")
@@ -170,6 +179,10 @@ impl fmt::Display for ConfigError {
                 f,
                 "a rate interval of {interval:?} does not divide into {sub_windows} sub-windows \
                  of whole nanoseconds; choose an interval that is a multiple of {sub_windows} ns"
+            ),
+            ConfigError::ExactCapacity { asked, max } => write!(
+                f,
+                "the exact stage needs a capacity between 1 and {max} keys, got {asked}"
             ),
             ConfigError::InvalidLimit(what) => f.write_str(what),
         }

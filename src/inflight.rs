@@ -126,7 +126,7 @@ impl Inflight {
     #[inline]
     pub fn incr<T: Hash>(&self, key: T, value: isize) -> (Guard, isize) {
         let hash = self.estimator.hash(&key);
-        let estimate = self.estimator.incr_hashed(hash, value);
+        let estimate = self.estimator.counts().incr(hash, value);
         let guard = Guard {
             estimator: Arc::clone(&self.estimator),
             held: Held::new(hash, value),
@@ -156,7 +156,7 @@ impl Inflight {
     #[inline]
     pub fn incr_borrowed<T: Hash>(&self, key: T, value: isize) -> (BorrowedGuard<'_>, isize) {
         let hash = self.estimator.hash(&key);
-        let estimate = self.estimator.incr_hashed(hash, value);
+        let estimate = self.estimator.counts().incr(hash, value);
         let guard = BorrowedGuard {
             estimator: &self.estimator,
             held: Held::new(hash, value),
@@ -234,7 +234,7 @@ impl Held {
     }
 
     fn incr(&self, estimator: &Estimator) -> isize {
-        let estimate = estimator.incr_hashed(self.hash, self.unit);
+        let estimate = estimator.counts().incr(self.hash, self.unit);
         let unit = self.unit;
         // Saturating, like the counters: a guard never gives back less than it added unless
         // the count itself has saturated (then the counter stays saturated anyway).
@@ -245,7 +245,7 @@ impl Held {
     }
 
     fn give_back(&self, estimator: &Estimator) {
-        estimator.decr_hashed(self.hash, self.total.load(Relaxed));
+        estimator.counts().decr(self.hash, self.total.load(Relaxed));
     }
 }
 
@@ -309,7 +309,7 @@ impl Guard {
     /// assert_eq!(guard.get(), 3);
     /// ```
     pub fn get(&self) -> isize {
-        self.estimator.get_hashed(self.held.hash)
+        self.estimator.counts().get(self.held.hash)
     }
 }
 
@@ -378,7 +378,7 @@ impl BorrowedGuard<'_> {
     /// assert_eq!(guard.get(), 3);
     /// ```
     pub fn get(&self) -> isize {
-        self.estimator.get_hashed(self.held.hash)
+        self.estimator.counts().get(self.held.hash)
     }
 }
 

@@ -23,6 +23,7 @@ mod common;
 
 use common::permits::AnyPermit;
 use floodgate::clock::{ManualClock, TICK};
+use floodgate::limiter::MAX_EXACT_CAPACITY;
 use floodgate::{ConfigError, Limiter, OwnedPermit, Permit, Reason, Rejected};
 use proptest::prelude::*;
 use rand::rngs::StdRng;
@@ -1103,8 +1104,11 @@ fn builder_rejects_bad_configs_with_the_right_error_and_a_helpful_message() {
         (
             "exact capacity 0",
             base().max_inflight(1).exact_capacity(0),
-            ConfigError::InvalidLimit("the exact stage needs a capacity of at least 1 key"),
-            &["capacity", "at least 1"],
+            ConfigError::ExactCapacity {
+                asked: 0,
+                max: MAX_EXACT_CAPACITY,
+            },
+            &["capacity", "between 1 and"],
         ),
         (
             "zero sketch rows (in flight)",
@@ -1327,21 +1331,20 @@ fn retry_after_holds_when_the_sketch_decides_alone() {
 /// returning an error.
 #[test]
 fn an_exact_capacity_above_the_maximum_is_an_error_not_an_abort() {
-    for capacity in [
-        floodgate::limiter::MAX_EXACT_CAPACITY + 1,
-        1 << 40,
-        usize::MAX,
-    ] {
+    for capacity in [MAX_EXACT_CAPACITY + 1, 1 << 40, usize::MAX] {
         let err = Limiter::<u64>::builder()
             .max_inflight(1)
             .exact_capacity(capacity)
             .build()
             .unwrap_err();
         assert!(
-            matches!(err, ConfigError::InvalidLimit(_)),
+            err == ConfigError::ExactCapacity {
+                asked: capacity,
+                max: MAX_EXACT_CAPACITY
+            },
             "{capacity}: {err:?}"
         );
-        assert!(err.to_string().contains("at most"), "{err}");
+        assert!(err.to_string().contains("between 1 and"), "{err}");
     }
 }
 

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use crate::clock::{ManualClock, Tick, TimeSource};
 use crate::error::ConfigError;
-use crate::{Estimator, Rate};
+use crate::estimator::{CountMin, KeyHasher};
+use crate::Rate;
 
 use super::exact::ExactStage;
 use super::overlimit::{OverLimit, SLOTS_PER_EXACT_KEY};
@@ -162,7 +163,7 @@ impl<K> LimiterBuilder<K> {
     ///
     /// Checked by [`build`](Self::build): zero rows or columns give
     /// [`ConfigError::ZeroRows`] or [`ConfigError::ZeroColumns`], and more than
-    /// [`Estimator::MAX_COUNTERS`] counters (for the rate, across its window slots)
+    /// [`Estimator::MAX_COUNTERS`](crate::Estimator::MAX_COUNTERS) counters (for the rate, across its window slots)
     /// [`ConfigError::TooLarge`], each naming the rows and columns asked for.
     ///
     /// # Examples
@@ -243,10 +244,10 @@ impl<K> LimiterBuilder<K> {
     /// # Errors
     ///
     /// [`ConfigError::InvalidLimit`] when no limit is set, a limit is below 1, the promotion
-    /// threshold is outside (0, 1] or the exact capacity is 0 or above
-    /// [`MAX_EXACT_CAPACITY`]; the errors of
-    /// [`Estimator::try_new`] and [`RateBuilder::build`](crate::RateBuilder::build) for the
-    /// sketch size and the interval.
+    /// threshold is outside (0, 1] or the peak rate is 0; [`ConfigError::ExactCapacity`] when
+    /// the exact capacity is 0 or above [`MAX_EXACT_CAPACITY`]; the errors of
+    /// [`Estimator::try_new`](crate::Estimator::try_new) and
+    /// [`RateBuilder::build`](crate::RateBuilder::build) for the sketch size and the interval.
     ///
     /// # Examples
     ///
@@ -256,6 +257,11 @@ impl<K> LimiterBuilder<K> {
     /// let no_limit = Limiter::<String>::builder().build();
     /// assert!(matches!(no_limit, Err(ConfigError::InvalidLimit(_))));
     /// assert!(Limiter::<String>::builder().max_inflight(5).build().is_ok());
+    ///
+    /// let huge = Limiter::<String>::builder().max_inflight(5).exact_capacity(1 << 30).build();
+    /// let err = huge.unwrap_err();
+    /// assert!(matches!(err, ConfigError::ExactCapacity { .. }));
+    /// assert!(err.to_string().contains("between 1 and 1048576 keys"));
     /// ```
     pub fn build(self) -> Result<Limiter<K>, ConfigError>
     where
@@ -277,15 +283,11 @@ impl<K> LimiterBuilder<K> {
                 "the promotion threshold must be in (0, 1]",
             ));
         }
-        if self.exact_capacity == 0 {
-            return Err(ConfigError::InvalidLimit(
-                "the exact stage needs a capacity of at least 1 key",
-            ));
-        }
-        if self.exact_capacity > MAX_EXACT_CAPACITY {
-            return Err(ConfigError::InvalidLimit(
-                "the exact stage's capacity may be at most 1,048,576 keys (MAX_EXACT_CAPACITY)",
-            ));
+        if self.exact_capacity == 0 || self.exact_capacity > MAX_EXACT_CAPACITY {
+            return Err(ConfigError::ExactCapacity {
+                asked: self.exact_capacity,
+                max: MAX_EXACT_CAPACITY,
+            });
         }
         if self.peak_rate == 0 {
             return Err(ConfigError::InvalidLimit(
@@ -293,6 +295,8 @@ impl<K> LimiterBuilder<K> {
             ));
         }
         let peak = self.peak_rate as f64;
+        // One hasher for every table of the limiter, its Rate's included.
+        let hasher = KeyHasher::new();
         let inflight = match self.max_inflight {
             Some(limit) => {
                 let promote_at = ((limit as f64 * self.promotion).ceil() as isize).clamp(1, limit);
@@ -301,7 +305,7 @@ impl<K> LimiterBuilder<K> {
                     .columns
                     .unwrap_or_else(|| sized_columns(in_flight, promote_at as f64));
                 Some(InflightLimit {
-                    sketch: Estimator::try_new(self.rows, columns)?,
+                    sketch: CountMin::try_new(self.rows, columns)?,
                     limit,
                     promote_at,
                 })
@@ -320,7 +324,7 @@ impl<K> LimiterBuilder<K> {
                     builder = builder.clock(clock);
                 }
                 Some(RateLimit {
-                    rate: builder.build()?,
+                    rate: builder.build_with_hasher(hasher.clone())?,
                     limit,
                     promote_at,
                 })
@@ -337,7 +341,7 @@ impl<K> LimiterBuilder<K> {
             .as_ref()
             .map_or(SWEEP_PERIOD, |l| l.rate.interval().min(SWEEP_PERIOD));
         let sketches = Sketches {
-            hasher: crate::estimator::new_hasher(),
+            hasher,
             inflight,
             rate,
         };

@@ -6,16 +6,16 @@
 
 use std::hash::Hash;
 
-use crate::estimator::keyed_hash;
+use crate::estimator::{CountMin, KeyHasher};
 use crate::rate::{ExactWindows, WindowView};
-use crate::{Estimator, Rate};
+use crate::Rate;
 
 use super::exact::{Counts, InflightCount};
 use super::{Estimate, Rejected};
 
 /// The in-flight sketch and its limit.
 pub(crate) struct InflightLimit {
-    pub(crate) sketch: Estimator,
+    pub(crate) sketch: CountMin,
     pub(crate) limit: isize,
     pub(crate) promote_at: isize,
 }
@@ -29,7 +29,7 @@ pub(crate) struct RateLimit {
 
 /// The sketches of one limiter, and the one hasher all of them are read with.
 pub(crate) struct Sketches {
-    pub(crate) hasher: ahash::RandomState,
+    pub(crate) hasher: KeyHasher,
     pub(crate) inflight: Option<InflightLimit>,
     pub(crate) rate: Option<RateLimit>,
 }
@@ -48,7 +48,7 @@ impl Sketches {
     /// The key's hash, the one every sketch and the exact stage are indexed by.
     #[inline]
     pub(crate) fn hash<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
-        keyed_hash(&self.hasher, key)
+        self.hasher.hash(key)
     }
 
     /// Counts a request in every sketch and returns what they say, this request included.
@@ -56,10 +56,7 @@ impl Sketches {
     pub(crate) fn observe(&self, hash: u64) -> Sketched {
         Sketched {
             hash,
-            inflight: self
-                .inflight
-                .as_ref()
-                .map(|l| l.sketch.incr_hashed(hash, 1)),
+            inflight: self.inflight.as_ref().map(|l| l.sketch.incr(hash, 1)),
             window: self.rate.as_ref().map(|l| l.rate.observe_hashed(hash)),
         }
     }
@@ -69,7 +66,7 @@ impl Sketches {
     #[inline]
     pub(crate) fn release(&self, hash: u64) {
         if let Some(l) = &self.inflight {
-            l.sketch.decr_hashed(hash, 1);
+            l.sketch.decr(hash, 1);
         }
     }
 
@@ -107,7 +104,7 @@ impl Sketches {
             base: self
                 .inflight
                 .as_ref()
-                .map_or(0, |l| (l.sketch.get_hashed(s.hash) - 1).max(0)),
+                .map_or(0, |l| (l.sketch.get(s.hash) - 1).max(0)),
             tracked: 0,
         };
         let rate = match (&self.rate, s.window) {
@@ -129,7 +126,7 @@ impl Sketches {
             // entry admitted before us (each counted itself in the sketch before taking the
             // lock we now hold): the estimate read before the lock may miss one admitted in
             // between, and the bound would then be one short.
-            let estimate = l.sketch.get_hashed(s.hash);
+            let estimate = l.sketch.get(s.hash);
             counts.inflight.rebase(estimate - 1);
             let bound = estimate.min(counts.inflight.bound() + 1);
             if bound > l.limit {
@@ -165,7 +162,7 @@ impl Sketches {
     pub(crate) fn is_cool(&self, hash: u64, counts: &Counts, request: Option<&Sketched>) -> bool {
         let own = isize::from(request.is_some());
         let inflight_cool = self.inflight.as_ref().map_or(true, |l| {
-            counts.inflight.tracked == 0 && (l.sketch.get_hashed(hash) - own) * 2 < l.promote_at
+            counts.inflight.tracked == 0 && (l.sketch.get(hash) - own) * 2 < l.promote_at
         });
         let rate_cool = self.rate.as_ref().map_or(true, |l| {
             let w = request
@@ -188,7 +185,7 @@ impl Sketches {
     pub(crate) fn estimate(&self, hash: u64, counts: Option<&Counts>) -> Estimate {
         Estimate {
             inflight: self.inflight.as_ref().map(|l| {
-                let estimate = l.sketch.get_hashed(hash);
+                let estimate = l.sketch.get(hash);
                 counts.map_or(estimate, |c| estimate.min(c.inflight.bound()))
             }),
             rate: self.rate.as_ref().map(|l| {

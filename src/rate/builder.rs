@@ -6,8 +6,8 @@ use std::time::Duration;
 use super::{Rate, RateCore, Slot, MAX_INTERVAL, MAX_SUB_WINDOWS};
 use crate::clock::{ManualClock, Tick, TimeSource, TICK, TICK_NANOS};
 use crate::error::ConfigError;
+use crate::estimator::{checked_size, CountMin, KeyHasher};
 use crate::sync::AtomicU64;
-use crate::Estimator;
 
 /// Configures a [`Rate`]: interval, sketch size, sub-windows and clock.
 ///
@@ -35,7 +35,7 @@ pub struct RateBuilder {
 
 impl RateBuilder {
     /// The sketch size of each window slot: `rows` × `columns` (columns rounded up to a power
-    /// of two), as for [`Estimator::try_new`].
+    /// of two), as for [`Estimator::try_new`](crate::Estimator::try_new).
     ///
     /// # Examples
     ///
@@ -100,7 +100,7 @@ impl RateBuilder {
     /// (10 ms), [`ConfigError::IntervalTooLong`] beyond [`MAX_INTERVAL`],
     /// [`ConfigError::SubWindows`] for zero or more than [`MAX_SUB_WINDOWS`] sub-windows,
     /// [`ConfigError::SubWindowsDoNotDivide`] for an interval they do not divide into whole
-    /// nanoseconds, and the errors of [`Estimator::try_new`] — where the limit on counters
+    /// nanoseconds, and the errors of [`Estimator::try_new`](crate::Estimator::try_new) — where the limit on counters
     /// applies to all k + 4 window slots together.
     ///
     /// # Examples
@@ -114,6 +114,12 @@ impl RateBuilder {
     /// assert!(Rate::builder(Duration::from_secs(1)).build().is_ok());
     /// ```
     pub fn build(self) -> Result<Rate, ConfigError> {
+        self.build_with_hasher(KeyHasher::new())
+    }
+
+    /// [`build`](Self::build) with the hasher of the structure the `Rate` is part of (a
+    /// `Limiter` indexes its Rate, its in-flight table and its exact stage by one hash).
+    pub(crate) fn build_with_hasher(self, hasher: KeyHasher) -> Result<Rate, ConfigError> {
         let k = self.sub_windows;
         if k == 0 || k > MAX_SUB_WINDOWS {
             return Err(ConfigError::SubWindows {
@@ -142,13 +148,13 @@ impl RateBuilder {
             });
         }
         // The k + 4 slots together stay within the counters one sketch may have.
-        crate::estimator::checked_size(self.rows, self.columns, k + 4)?;
+        checked_size(self.rows, self.columns, k + 4)?;
         let slots = (0..k + 4)
             .map(|bucket| {
                 Ok(Slot {
                     // Slot s starts out cleared for bucket s.
                     bucket: AtomicU64::new(bucket as u64),
-                    counts: Estimator::try_new(self.rows, self.columns)?,
+                    counts: CountMin::try_new(self.rows, self.columns)?,
                 })
             })
             .collect::<Result<Box<[Slot]>, ConfigError>>()?;
@@ -159,6 +165,7 @@ impl RateBuilder {
         let margin = time.lag();
         let core = Arc::new(RateCore {
             slots,
+            hasher,
             start: time.precise(),
             time,
             bucket_nanos: interval_nanos / k64,

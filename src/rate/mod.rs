@@ -8,13 +8,14 @@
 //! the traffic. Optionally a window is made of k equal sub-windows ("buckets"); a plain `Rate`
 //! has k = 1 and its buckets are its windows.
 //!
-//! Each bucket's counts live in their own [`Estimator`] slot, in a ring of k + 4 slots; bucket
-//! `b` uses slot `b mod (k+4)`. Readers need buckets `b−k ..= b`; the shared ticker
-//! ([`clock`](crate::clock)) clears the slots of buckets `b+1` and `b+2` as bucket `b` begins
-//! (the `Rate` is scheduled on the ticker's timing wheel for the start of each bucket, so a
-//! ticker does nothing for it in between), so a slot is always zeroed at least one whole
-//! bucket before it is used, and the request path never flips, clears or rotates anything: it
-//! derives the slot from the time.
+//! Each bucket's counts live in a count-min table of their own (an
+//! [`Estimator`](crate::Estimator)'s counters; the `Rate` owns the one hasher of all its
+//! slots), in a ring of k + 4 slots; bucket `b` uses slot `b mod (k+4)`. Readers need
+//! buckets `b−k ..= b`; the shared ticker ([`clock`](crate::clock)) clears the slots of
+//! buckets `b+1` and `b+2` as bucket `b` begins (the `Rate` is scheduled on the ticker's
+//! timing wheel for the start of each bucket, so a ticker does nothing for it in between), so
+//! a slot is always zeroed at least one whole bucket before it is used, and the request path
+//! never flips, clears or rotates anything: it derives the slot from the time.
 //! The fourth spare slot is for readers: one that read the time in bucket `b−1` and reads
 //! the counts after the ticker has moved on to `b` still finds buckets `b−1−k ..= b−1` intact
 //! (the clearing for `b+2` reuses the slot of `b−k−2`).
@@ -32,7 +33,7 @@
 //! Within a window, estimates never fall below the true count of events observed in it, from
 //! any number of threads and across window changes (each slot is cleared only while it is at
 //! least one bucket away from current). A count may be over-estimated by collisions in the
-//! sketch, bounded as for [`Estimator`].
+//! sketch, bounded as for [`Estimator`](crate::Estimator).
 //!
 //! # Orderings
 //!
@@ -40,7 +41,7 @@
 //! counters and then stores the new bucket with `Release`; `observe` loads it with `Acquire`
 //! before incrementing, so the zeroing happens-before any increment that sees the slot as
 //! prepared, and can never be ordered after it and wipe it. The counters themselves are
-//! `SeqCst`, for [`Estimator::incr`]'s re-read, not for this protocol.
+//! `SeqCst`, for [`Estimator::incr`](crate::Estimator::incr)'s re-read, not for this protocol.
 
 use std::hash::Hash;
 use std::sync::Arc;
@@ -48,8 +49,8 @@ use std::time::Duration;
 
 use crate::clock::{Registration, Tick, TimeSource, TICK_NANOS};
 use crate::error::ConfigError;
+use crate::estimator::{CountMin, KeyHasher};
 use crate::sync::{AtomicU64, Ordering};
-use crate::Estimator;
 
 /// Rows of the default `Rate` sketch (pingora-limits' value).
 pub const DEFAULT_ROWS: usize = 4;
@@ -167,11 +168,13 @@ struct Slot {
     /// The bucket this slot was last cleared for. Stored with `Release` after the clearing,
     /// loaded with `Acquire` before counting into the slot (see the module docs).
     bucket: AtomicU64,
-    counts: Estimator,
+    counts: CountMin,
 }
 
 struct RateCore {
     slots: Box<[Slot]>,
+    /// The one hasher of every slot's table.
+    hasher: KeyHasher,
     time: TimeSource,
     /// The time the Rate was created, on `time`: the anchor of every window.
     start: u64,
@@ -302,7 +305,7 @@ impl Rate {
         let hash = core.hash(key);
         let (bucket, _) = core.now();
         let slot = core.slot_to_count_in(bucket);
-        let current = slot.counts.incr_hashed(hash, events);
+        let current = slot.counts.incr(hash, events);
         if core.sub_windows == 1 {
             current
         } else {
@@ -478,7 +481,7 @@ impl std::fmt::Debug for Rate {
 impl RateCore {
     #[inline]
     fn hash<T: Hash + ?Sized>(&self, key: &T) -> u64 {
-        self.slots[0].counts.hash(key)
+        self.hasher.hash(key)
     }
 
     #[inline]
@@ -534,7 +537,7 @@ impl RateCore {
     /// The key's count in one bucket.
     #[inline]
     fn count(&self, hash: u64, bucket: u64) -> isize {
-        self.slot(bucket).counts.get_hashed(hash)
+        self.slot(bucket).counts.get(hash)
     }
 
     /// The key's total over buckets `first..end`.

@@ -143,7 +143,7 @@ impl Rate {
         let core = &*self.core;
         debug_assert_eq!(core.sub_windows, 1, "the limiter uses plain windows");
         let (bucket, elapsed) = core.now();
-        let curr = core.slot_to_count_in(bucket).counts.incr_hashed(hash, 1);
+        let curr = core.slot_to_count_in(bucket).counts.incr(hash, 1);
         self.window_view(hash, bucket, elapsed, curr)
     }
 

@@ -30,9 +30,13 @@
 
 use std::hash::Hash;
 
-use crate::counter;
 use crate::error::ConfigError;
-use crate::sync::{AtomicIsize, Ordering::Relaxed};
+
+mod count_min;
+mod key_hash;
+
+pub(crate) use count_min::{checked_size, dimensions_for_error, CountMin};
+pub(crate) use key_hash::{remix, KeyHasher};
 
 /// An atomic H×N count-min sketch: approximate per-key counts in fixed memory, without locks.
 ///
@@ -52,19 +56,14 @@ use crate::sync::{AtomicIsize, Ordering::Relaxed};
 /// assert_eq!(sketch.get("never-seen"), 0);
 /// ```
 pub struct Estimator {
-    /// `rows × columns` counters, row-major. Each counter is an independent saturating
-    /// counter; see the `counter` module for its orderings.
-    counters: Box<[AtomicIsize]>,
-    rows: usize,
-    /// log2(columns).
-    column_bits: u32,
-    hasher: ahash::RandomState,
+    counts: CountMin,
+    hasher: KeyHasher,
 }
 
 impl Estimator {
     /// The largest number of counters (rows × columns after rounding) one sketch may have:
     /// 2^28, or 2 GiB of counters on a 64-bit target — already enough for ε below 10^-7.
-    pub const MAX_COUNTERS: usize = 1 << 28;
+    pub const MAX_COUNTERS: usize = count_min::MAX_COUNTERS;
 
     /// Creates a sketch with `hashes` rows and `slots` columns (rounded up to a power of two).
     ///
@@ -114,19 +113,9 @@ impl Estimator {
     /// assert!(matches!(Estimator::try_new(1 << 20, 1 << 20), Err(ConfigError::TooLarge { .. })));
     /// ```
     pub fn try_new(rows: usize, columns: usize) -> Result<Self, ConfigError> {
-        let (width, total) = checked_size(rows, columns, 1)?;
-        let mut counters = Vec::new();
-        counters
-            .try_reserve_exact(total)
-            .map_err(|_| ConfigError::AllocationFailed {
-                bytes: total * std::mem::size_of::<AtomicIsize>(),
-            })?;
-        counters.extend((0..total).map(|_| AtomicIsize::new(0)));
         Ok(Estimator {
-            counters: counters.into_boxed_slice(),
-            rows,
-            column_bits: width.trailing_zeros(),
-            hasher: new_hasher(),
+            counts: CountMin::try_new(rows, columns)?,
+            hasher: KeyHasher::new(),
         })
     }
 
@@ -178,7 +167,7 @@ impl Estimator {
     /// ```
     #[inline]
     pub fn incr<T: Hash>(&self, key: T, value: isize) -> isize {
-        self.incr_hashed(self.hash(&key), value)
+        self.counts.incr(self.hash(&key), value)
     }
 
     /// Subtracts `value` from `key`'s count.
@@ -193,7 +182,7 @@ impl Estimator {
     /// ```
     #[inline]
     pub fn decr<T: Hash>(&self, key: T, value: isize) {
-        self.decr_hashed(self.hash(&key), value)
+        self.counts.decr(self.hash(&key), value)
     }
 
     /// Returns `key`'s estimate: never below its true count (for non-negative updates).
@@ -208,7 +197,7 @@ impl Estimator {
     /// ```
     #[inline]
     pub fn get<T: Hash>(&self, key: T) -> isize {
-        self.get_hashed(self.hash(&key))
+        self.counts.get(self.hash(&key))
     }
 
     /// Sets every counter to zero.
@@ -224,10 +213,7 @@ impl Estimator {
     /// assert_eq!(sketch.get("k"), 0);
     /// ```
     pub fn reset(&self) {
-        // Relaxed: a `Rate` publishes a cleared slot with a Release store of its own.
-        for c in self.counters.iter() {
-            c.store(0, Relaxed);
-        }
+        self.counts.reset();
     }
 
     /// Number of rows (hash functions), H.
@@ -239,7 +225,7 @@ impl Estimator {
     /// assert_eq!(sketch.rows(), 4);
     /// ```
     pub fn rows(&self) -> usize {
-        self.rows
+        self.counts.rows()
     }
 
     /// Number of columns per row, N (a power of two).
@@ -251,7 +237,7 @@ impl Estimator {
     /// assert_eq!(sketch.columns(), 1024);
     /// ```
     pub fn columns(&self) -> usize {
-        1 << self.column_bits
+        self.counts.columns()
     }
 
     /// The ε of the count-min bound for this size: e / N. An estimate exceeds the true count
@@ -276,7 +262,7 @@ impl Estimator {
     /// assert_eq!(sketch.delta(), (-4.0f64).exp());
     /// ```
     pub fn delta(&self) -> f64 {
-        (-(self.rows as f64)).exp()
+        (-(self.rows() as f64)).exp()
     }
 
     /// Heap and inline bytes this sketch occupies. Fixed at construction: it does not grow
@@ -289,273 +275,28 @@ impl Estimator {
     /// assert!(sketch.memory_bytes() >= 3 * 1024 * std::mem::size_of::<isize>());
     /// ```
     pub fn memory_bytes(&self) -> usize {
-        std::mem::size_of::<Self>() + std::mem::size_of_val(&*self.counters)
+        std::mem::size_of::<KeyHasher>() + self.counts.memory_bytes()
     }
 
-    /// The one keyed hash of a key that every operation starts from.
+    /// The key's hash, the one every table of this sketch is indexed by.
     #[inline]
-    /// The mean count of the first row's counters: every update adds to exactly one counter
-    /// of each row, so this is the total count ÷ columns, the noise a key's estimate starts
-    /// from. Reads every counter of one row: for reports, not the request path.
-    pub(crate) fn mean_count(&self) -> f64 {
-        let total: i128 = self.counters[..self.columns()]
-            .iter()
-            .map(|c| i128::from(c.load(Relaxed).max(0) as i64))
-            .sum();
-        total as f64 / self.columns() as f64
-    }
-
     pub(crate) fn hash<T: Hash + ?Sized>(&self, key: &T) -> u64 {
-        keyed_hash(&self.hasher, key)
+        self.hasher.hash(key)
     }
 
-    /// `incr` for a key already hashed with [`Estimator::hash`].
+    /// The counters, for callers that hashed the key once already.
     #[inline]
-    pub(crate) fn incr_hashed(&self, hash: u64, value: isize) -> isize {
-        let mut added = isize::MAX;
-        let mut lowest = None;
-        self.for_each_row(hash, |_, c| {
-            let now = counter::add(c, value);
-            if now < added {
-                added = now;
-                lowest = Some(c);
-            }
-        });
-        // Not just the min of the values the adds returned: rows are updated one at a time, so
-        // two concurrent increments of one key can each come first in a different row, and
-        // each would see a count of 1 that way although both are counted. So read the row
-        // that gave the min once more, after all our adds. Every counter access is `SeqCst`
-        // (see `counter`): of m concurrent increments, the one whose read comes last in that
-        // total order sees all m adds in whichever row it reads, and in general the j-th
-        // reader sees at least j — the property a limiter's admission rests on. One row is
-        // enough for that, and the row with the lowest count keeps the estimate tight (it is
-        // the plain min when nothing runs concurrently). The max with what the adds returned
-        // keeps the increment's own value if the counters were cleared in between (a `Rate`
-        // slot reused under a reader that fell far behind).
-        crate::sync::seqcst_fence_for_loom();
-        lowest.map_or(added, |c| counter::load(c).max(added))
-    }
-
-    /// `decr` for a key already hashed with [`Estimator::hash`].
-    #[inline]
-    pub(crate) fn decr_hashed(&self, hash: u64, value: isize) {
-        self.for_each_counter(hash, |c| counter::sub(c, value));
-    }
-
-    /// `get` for a key already hashed with [`Estimator::hash`].
-    #[inline]
-    pub(crate) fn get_hashed(&self, hash: u64) -> isize {
-        let mut estimate = isize::MAX;
-        self.for_each_counter(hash, |c| estimate = estimate.min(counter::load(c)));
-        estimate
-    }
-
-    /// Calls `f` on the key's counter in every row, row 0 first.
-    #[inline]
-    fn for_each_counter(&self, hash: u64, mut f: impl FnMut(&AtomicIsize)) {
-        self.for_each_row(hash, |_, c| f(c));
-    }
-
-    /// Calls `f(row, counter)` on the key's counter in every row, row 0 first.
-    #[inline]
-    fn for_each_row<'s>(&'s self, hash: u64, mut f: impl FnMut(usize, &'s AtomicIsize)) {
-        let bits = self.column_bits;
-        let mask = (1usize << bits) - 1;
-        let mut word = hash;
-        let mut left = u64::BITS;
-        for (row, start) in (0..self.rows).map(|r| (r, r << bits)) {
-            if left < bits {
-                word = remix(hash, row as u64);
-                left = u64::BITS;
-            }
-            let column = word as usize & mask;
-            // `bits` < 64 because the sketch has at most 2^28 counters.
-            word >>= bits;
-            left -= bits;
-            let index = start | column;
-            debug_assert!(
-                index < self.counters.len(),
-                "row {row} column {column} out of range"
-            );
-            if let Some(c) = self.counters.get(index) {
-                f(row, c);
-            }
-        }
+    pub(crate) fn counts(&self) -> &CountMin {
+        &self.counts
     }
 }
 
 impl std::fmt::Debug for Estimator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Estimator")
-            .field("rows", &self.rows)
+            .field("rows", &self.rows())
             .field("columns", &self.columns())
             .finish_non_exhaustive()
-    }
-}
-
-/// The column count (rounded up to a power of two) and the total number of counters of
-/// `copies` sketches of `rows` × `columns`, or why they are not allowed: the total may not
-/// exceed [`Estimator::MAX_COUNTERS`]. Checked before anything is allocated.
-pub(crate) fn checked_size(
-    rows: usize,
-    columns: usize,
-    copies: usize,
-) -> Result<(usize, usize), ConfigError> {
-    if rows == 0 {
-        return Err(ConfigError::ZeroRows);
-    }
-    if columns == 0 {
-        return Err(ConfigError::ZeroColumns);
-    }
-    let too_large = || ConfigError::TooLarge { rows, columns };
-    let width = columns.checked_next_power_of_two().ok_or_else(too_large)?;
-    let total = rows
-        .checked_mul(width)
-        .filter(|&n| n.saturating_mul(copies) <= Estimator::MAX_COUNTERS)
-        .ok_or_else(too_large)?;
-    Ok((width, total))
-}
-
-/// A hasher with random keys of its own (property 4 of docs/architecture.md), except under
-/// loom: its models need every iteration to touch the same atomics, so they get fixed keys.
-pub(crate) fn new_hasher() -> ahash::RandomState {
-    #[cfg(floodgate_loom)]
-    return ahash::RandomState::with_seeds(1, 2, 3, 4);
-    #[cfg(not(floodgate_loom))]
-    ahash::RandomState::new()
-}
-
-/// The keyed 64-bit hash of `key`, through `Hash::hash` on a fresh hasher.
-///
-/// Not `RandomState::hash_one`: on a nightly compiler ahash specialises `hash_one` by type, so
-/// `hash_one(&5u64)` and `hash_one(&&5u64)` would differ, and `get(&key)` would read other
-/// counters than `incr(key)` counted in. `Hash` for a reference hashes what it points to, so
-/// this path gives one hash per key value however many references it is passed through.
-#[inline]
-#[allow(clippy::manual_hash_one)] // deliberately not `hash_one`: see above
-pub(crate) fn keyed_hash<T: Hash + ?Sized>(hasher: &ahash::RandomState, key: &T) -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut state = hasher.build_hasher();
-    key.hash(&mut state);
-    state.finish()
-}
-
-/// Rows and columns for a count-min sketch with error ε and failure probability δ.
-pub(crate) fn dimensions_for_error(
-    epsilon: f64,
-    delta: f64,
-) -> Result<(usize, usize), ConfigError> {
-    // `!(x > 0 && x < 1)` also rejects NaN.
-    if !(epsilon > 0.0 && epsilon < 1.0) {
-        return Err(ConfigError::Epsilon(epsilon));
-    }
-    if !(delta > 0.0 && delta < 1.0) {
-        return Err(ConfigError::Delta(delta));
-    }
-    let columns = (std::f64::consts::E / epsilon).ceil();
-    // ln(1/δ) as −ln δ: 1/δ overflows for a subnormal δ, while −ln δ < 745 for every δ > 0,
-    // so the cast is exact.
-    let rows = (-delta.ln()).ceil().max(1.0) as usize;
-    let too_precise = || ConfigError::TooPrecise {
-        epsilon,
-        delta,
-        rows,
-        columns,
-        max_counters: Estimator::MAX_COUNTERS,
-    };
-    if columns > Estimator::MAX_COUNTERS as f64 {
-        return Err(too_precise());
-    }
-    // Both now fit in usize; the rows × columns check is `try_new`'s, reported in ε and δ.
-    let columns_usize = columns as usize;
-    match checked_size(rows, columns_usize, 1) {
-        Err(ConfigError::TooLarge { .. }) => Err(too_precise()),
-        Err(other) => Err(other),
-        Ok(_) => Ok((rows, columns_usize)),
-    }
-}
-
-/// A fresh 64-bit word derived from `hash` and a `row` (or any other seed), independent of
-/// the bits the sketch rows take from `hash` itself: for rows beyond what the first hash's bits
-/// cover, and for the limiter's exact stage (SplitMix64 finaliser).
-#[inline]
-pub(crate) fn remix(hash: u64, row: u64) -> u64 {
-    let mut z = hash ^ row.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-#[cfg(all(test, not(floodgate_loom)))]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn columns_are_rounded_up_to_a_power_of_two() {
-        assert_eq!(Estimator::new(1, 1).columns(), 1);
-        assert_eq!(Estimator::new(1, 3).columns(), 4);
-        assert_eq!(Estimator::new(1, 1024).columns(), 1024);
-        assert_eq!(Estimator::new(1, 1025).columns(), 2048);
-    }
-
-    #[test]
-    fn every_row_is_touched_once_and_within_its_own_row() {
-        for (rows, columns) in [(1, 1), (4, 8192), (3, 1024), (9, 1 << 20), (20, 4)] {
-            let e = Estimator::new(rows, columns);
-            for key in 0..200u64 {
-                let mut seen = Vec::new();
-                e.for_each_counter(e.hash(&key), |c| {
-                    let base = e.counters.as_ptr() as usize;
-                    let index = (c as *const AtomicIsize as usize - base)
-                        / std::mem::size_of::<AtomicIsize>();
-                    seen.push(index);
-                });
-                assert_eq!(seen.len(), rows);
-                for (row, index) in seen.into_iter().enumerate() {
-                    assert_eq!(index / e.columns(), row, "{rows}x{columns} key {key}");
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn rows_beyond_the_first_hash_word_use_different_columns() {
-        // 9 rows x 2^20 columns needs 180 bits: rows past the third use re-mixed words, which
-        // must not repeat the columns of the first rows.
-        let e = Estimator::new(9, 1 << 20);
-        let mut columns = Vec::new();
-        let mut row = 0;
-        e.for_each_counter(e.hash(&"key"), |c| {
-            let base = e.counters.as_ptr() as usize;
-            let index = (c as *const AtomicIsize as usize - base) / 8;
-            columns.push(index - row * e.columns());
-            row += 1;
-        });
-        columns.sort_unstable();
-        columns.dedup();
-        assert!(
-            columns.len() >= 8,
-            "columns repeat across rows: {columns:?}"
-        );
-    }
-
-    #[test]
-    fn error_sizing_follows_the_count_min_formulas() {
-        assert_eq!(dimensions_for_error(0.01, 0.05), Ok((3, 272)));
-        assert_eq!(dimensions_for_error(0.5, 0.5), Ok((1, 6)));
-        for bad in [0.0, 1.0, -0.1, 2.0, f64::NAN] {
-            assert!(dimensions_for_error(bad, 0.1).is_err(), "epsilon {bad}");
-            assert!(dimensions_for_error(0.1, bad).is_err(), "delta {bad}");
-        }
-        assert!(matches!(
-            dimensions_for_error(1e-12, 0.1),
-            Err(ConfigError::TooPrecise { .. })
-        ));
-        // Columns within the limit, but not at this many rows: still reported in ε and δ.
-        assert!(matches!(
-            dimensions_for_error(1e-7, 1e-12),
-            Err(ConfigError::TooPrecise { rows: 28, .. })
-        ));
     }
 }
 
@@ -585,14 +326,8 @@ mod proptests {
         ]
     }
 
-    /// The index into `counters` of the key's counter in each row, row 0 first.
     fn counter_indexes(sketch: &Estimator, key: u64) -> Vec<usize> {
-        let base = sketch.counters.as_ptr() as usize;
-        let mut indexes = Vec::with_capacity(sketch.rows);
-        sketch.for_each_counter(sketch.hash(&key), |c| {
-            indexes.push((c as *const AtomicIsize as usize - base) / std::mem::size_of_val(c));
-        });
-        indexes
+        sketch.counts.counter_indexes(sketch.hash(&key))
     }
 
     proptest! {
