@@ -2,8 +2,9 @@
 //! and an exact per-key DashMap limiter, with limits that keys reach.
 //!
 //! Every limiter limits each key to **100 requests per second** ([`LIMIT`] per [`INTERVAL`]):
-//! floodgate with `max_rate(100, 1 s)` and otherwise its default configuration (sketch 4 × 4096,
-//! exact stage of 1,024 keys, promotion at half the limit); governor keyed with
+//! floodgate with `max_rate(100, 1 s)` and otherwise its default configuration (sized for a
+//! peak of a million requests a second: sketches of 4 × 2^17, an exact stage of 16,384 keys,
+//! promotion at half the limit); governor keyed with
 //! `Quota::per_second(100)` (GCRA: a burst of 100, one more every 10 ms); the DashMap limiter
 //! with a fixed one-second window per key.
 //!

@@ -15,8 +15,8 @@
 //!   stage cannot help — a [`Rate`] of the same size counts every request (rejected ones too,
 //!   as the limiter's rate sketch does), and a request is rejected when its sliding-window
 //!   estimate, this request included, exceeds the limit;
-//! - **two-stage**: by a default [`Limiter`] (promotion at 1/2 of the limit, exact stage of
-//!   1,024 keys) with that sketch size.
+//! - **two-stage**: by a default [`Limiter`] (promotion at 1/2 of the limit, exact stage
+//!   sized from the default peak rate) with that sketch size.
 //!
 //! Each is compared with its own exact model: a map of the requests it admitted per origin in
 //! the current and the previous window. An *over-rejection* is a rejected request that the

@@ -134,3 +134,40 @@ fn an_in_flight_limiter_sweeps_a_key_that_cooled_down_through_an_untracked_relea
     clock.advance(Duration::from_secs(1));
     assert_eq!(limiter.stats().promoted, 0, "still promoted after a sweep");
 }
+
+/// Sized from the peak rate, the stage has a place for every key that can be at its promotion
+/// threshold at that rate: here 100,000 requests a second, a limit of 100 (promotion at 50)
+/// allow 2,000 such keys, and the stage gets twice that. 1,500 keys at 60 requests a second (90,000 a second, under
+/// the peak) are each promoted, none is decided by the sketch alone for want of a place, and
+/// none is refused. (A fixed stage of 1,024 places could not hold them.)
+#[test]
+fn a_stage_sized_from_the_peak_rate_holds_every_key_that_can_be_hot_at_it() {
+    const KEYS: u64 = 1_500;
+    const PER_KEY: u32 = 60;
+    let clock = ManualClock::new();
+    let limiter: Limiter<u64> = Limiter::builder()
+        .max_rate(LIMIT, INTERVAL)
+        .peak_rate(100_000)
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let capacity = limiter.stats().exact_capacity;
+    assert!(
+        capacity >= 4_000,
+        "sized for 100,000 requests a second at a threshold of 50: {capacity} places"
+    );
+    // Three windows, each key's requests spread evenly over each.
+    let per_window = KEYS * u64::from(PER_KEY);
+    let step = INTERVAL / per_window as u32;
+    let mut refused = 0;
+    for i in 0..3 * per_window {
+        if limiter.try_acquire(&(i % KEYS)).is_err() {
+            refused += 1;
+        }
+        clock.advance(step);
+    }
+    let stats = limiter.stats();
+    assert_eq!(refused, 0, "healthy keys refused: {stats:?}");
+    assert_eq!(stats.exact_full, 0, "keys decided alone: {stats:?}");
+    assert_eq!(stats.promoted as u64, KEYS, "{stats:?}");
+}

@@ -39,7 +39,8 @@ pub struct LimiterBuilder<K> {
     max_inflight: Option<isize>,
     max_rate: Option<(isize, Duration)>,
     promotion: f64,
-    exact_capacity: usize,
+    /// `None`: sized from the peak rate.
+    exact_capacity: Option<usize>,
     rows: usize,
     /// Given by [`LimiterBuilder::sketch`]; otherwise sized from `peak_rate` at build.
     columns: Option<usize>,
@@ -76,7 +77,7 @@ impl<K> LimiterBuilder<K> {
             max_inflight: None,
             max_rate: None,
             promotion: DEFAULT_PROMOTION,
-            exact_capacity: DEFAULT_EXACT_CAPACITY,
+            exact_capacity: None,
             rows: DEFAULT_ROWS,
             columns: None,
             peak_rate: DEFAULT_PEAK_RATE,
@@ -140,7 +141,20 @@ impl<K> LimiterBuilder<K> {
     }
 
     /// How many keys the exact stage holds at most (rounded up to a multiple of 16), from 1 to
-    /// [`MAX_EXACT_CAPACITY`].
+    /// [`MAX_EXACT_CAPACITY`], instead of the capacity that follows from
+    /// [`peak_rate`](Self::peak_rate).
+    ///
+    /// Sized from the peak rate, the stage has room for every key that can truly be at its
+    /// promotion threshold at once: at most `peak × interval ÷ threshold` keys can each send
+    /// a threshold's worth of requests in one rate window, and `peak ×`
+    /// [`ASSUMED_TIME_IN_FLIGHT`] `÷ threshold` can each hold a threshold's worth in flight.
+    /// The stage gets twice their sum (a key's hash picks its set of 16 places, and a stage
+    /// half full rarely has a full set), from [`MIN_SIZED_EXACT_CAPACITY`] to
+    /// [`MAX_SIZED_EXACT_CAPACITY`]: the most, 16,384, at a million requests a second and a
+    /// limit of 100 per second, where up to 20,000 keys could be at their threshold at once.
+    /// Beyond it, keys that find no place are decided by their estimates alone, never over
+    /// their limits ([`LimiterStats::exact_full`](crate::LimiterStats::exact_full) counts
+    /// them).
     ///
     /// # Examples
     ///
@@ -153,7 +167,7 @@ impl<K> LimiterBuilder<K> {
     /// assert_eq!(limiter.stats().exact_capacity, 112);
     /// ```
     pub fn exact_capacity(mut self, keys: usize) -> Self {
-        self.exact_capacity = keys;
+        self.exact_capacity = Some(keys);
         self
     }
 
@@ -283,9 +297,12 @@ impl<K> LimiterBuilder<K> {
                 "the promotion threshold must be in (0, 1]",
             ));
         }
-        if self.exact_capacity == 0 || self.exact_capacity > MAX_EXACT_CAPACITY {
+        if let Some(asked) = self
+            .exact_capacity
+            .filter(|&keys| keys == 0 || keys > MAX_EXACT_CAPACITY)
+        {
             return Err(ConfigError::ExactCapacity {
-                asked: self.exact_capacity,
+                asked,
                 max: MAX_EXACT_CAPACITY,
             });
         }
@@ -340,6 +357,19 @@ impl<K> LimiterBuilder<K> {
         let period = rate
             .as_ref()
             .map_or(SWEEP_PERIOD, |l| l.rate.interval().min(SWEEP_PERIOD));
+        let capacity = self.exact_capacity.unwrap_or_else(|| {
+            let hot_inflight = inflight.as_ref().map_or(0.0, |l| {
+                peak * ASSUMED_TIME_IN_FLIGHT.as_secs_f64() / l.promote_at as f64
+            });
+            let hot_rate = rate.as_ref().map_or(0.0, |l| {
+                peak * l.rate.interval().as_secs_f64() / l.promote_at
+            });
+            // Twice the keys: places come in sets of 16 that a key's hash picks, so a stage
+            // half full rarely has a full set (Poisson(8) exceeds 16 in 0.4% of sets).
+            // `as` saturates (a NaN is 0).
+            ((2.0 * (hot_inflight + hot_rate)).ceil() as usize)
+                .clamp(MIN_SIZED_EXACT_CAPACITY, MAX_SIZED_EXACT_CAPACITY)
+        });
         let sketches = Sketches {
             hasher,
             inflight,
@@ -356,8 +386,8 @@ impl<K> LimiterBuilder<K> {
             let registration = time.register(user);
             Shared {
                 sketches,
-                exact: ExactStage::new(self.exact_capacity),
-                over_limit: OverLimit::new(self.exact_capacity * SLOTS_PER_EXACT_KEY),
+                exact: ExactStage::new(capacity),
+                over_limit: OverLimit::new(capacity * SLOTS_PER_EXACT_KEY),
                 time,
                 registration,
                 _sweeper: sweeper,

@@ -93,8 +93,12 @@ const NOISE_MARGIN: f64 = 4.0;
 /// `stats().saturated` turns on when the noise reaches this fraction of a promotion
 /// threshold: from there on, light keys start to look hot.
 const SATURATED_AT: f64 = 0.5;
-/// Default capacity of the exact stage, in keys.
-pub const DEFAULT_EXACT_CAPACITY: usize = 1024;
+/// The fewest and the most keys that sizing the exact stage from the peak rate gives it (see
+/// [`LimiterBuilder::exact_capacity`]). The most keeps a default limiter within 32 MiB: a
+/// place costs about 210 bytes (a `u64` or short `String` key), 3.3 MiB for 2^14 places.
+pub const MIN_SIZED_EXACT_CAPACITY: usize = 1 << 10;
+/// See [`MIN_SIZED_EXACT_CAPACITY`].
+pub const MAX_SIZED_EXACT_CAPACITY: usize = 1 << 14;
 /// The largest exact-stage capacity a limiter accepts, in keys.
 pub const MAX_EXACT_CAPACITY: usize = 1 << 20;
 /// Default promotion threshold, as a fraction of each limit.
