@@ -25,8 +25,8 @@
 //! updates and reads: a read that follows a thread's own updates of a key's H counters sees,
 //! in every row, every update that came before it in that order. `Estimator::incr` relies on
 //! that for its re-read (two concurrent increments of one key cannot both miss each other),
-//! and the limiter's promotion handshake relies on it (see `exact.rs`). Counters publish no
-//! other data.
+//! and the limiter's promotion handshake relies on it (see `limiter/exact/mod.rs`). Counters
+//! publish no other data.
 
 use crate::sync::{AtomicIsize, Ordering};
 
