@@ -2,7 +2,6 @@
 //! exact model, saturation instead of wrapping, construction errors, fixed memory, concurrent
 //! updates, and pingora-limits call-site compatibility.
 
-
 use floodgate::{ConfigError, Estimator};
 use proptest::prelude::*;
 

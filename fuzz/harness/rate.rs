@@ -349,7 +349,7 @@ pub fn seeds() -> Vec<(&'static str, RateInput)> {
                 2,
                 0,
                 vec![
-                    saturate.clone(),
+                    saturate,
                     saturate,
                     Observe {
                         key: 1,
