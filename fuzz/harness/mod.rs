@@ -9,7 +9,7 @@
 //! - `tests/fuzz_corpus.rs` on stable, replaying the committed corpus `fuzz/corpus/<target>/`
 //!   with the same decoding ([`decode`]) and the named seeds of each file;
 //! - the proptests in `tests/{estimator,inflight,rate,limiter}.rs`, which build the same
-//!   operation types from proptest bytes, one op at a time (`tests/common/arbitrary.rs`).
+//!   operation types from proptest bytes, one op at a time (`tests/common/ops.rs`).
 //!
 //! Parameters are raw integers in the types and bounded in one place, the accessor that reads
 //! them (`Amount::get`, `LimiterConfig::settings`, ...), so every input is valid.
