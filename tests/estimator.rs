@@ -2,14 +2,16 @@
 //! exact model, saturation instead of wrapping, construction errors, fixed memory, concurrent
 //! updates, and pingora-limits call-site compatibility.
 
-use std::collections::HashMap;
-
 use floodgate::{ConfigError, Estimator};
 use proptest::prelude::*;
 
 mod common;
+#[path = "../fuzz/harness/mod.rs"]
+mod harness;
 
 use common::bytes_allocated_by;
+use common::ops::arb_vec;
+use harness::estimator::{EstimatorInput, EstimatorOp};
 
 #[global_allocator]
 static GLOBAL: common::CountingAlloc = common::CountingAlloc;
@@ -18,81 +20,23 @@ static GLOBAL: common::CountingAlloc = common::CountingAlloc;
 const SATURATED: isize = isize::MAX / 2;
 
 // ---------------------------------------------------------------------------------------------
-// Property 1 (docs/architecture.md) against an exact model.
-
-const KEYS: u64 = 12;
-
-#[derive(Debug, Clone)]
-enum Op {
-    Incr(u64, isize),
-    /// Decrement `key` by `pick % (true count + 1)`: never below what was incremented.
-    Decr(u64, u32),
-    Get(u64),
-    Reset,
-}
-
-fn op() -> impl Strategy<Value = Op> {
-    prop_oneof![
-        4 => (0..KEYS, 0isize..=50).prop_map(|(k, v)| Op::Incr(k, v)),
-        3 => (0..KEYS, any::<u32>()).prop_map(|(k, p)| Op::Decr(k, p)),
-        2 => (0..KEYS).prop_map(Op::Get),
-        1 => Just(Op::Reset),
-    ]
-}
+// Property 1 (docs/architecture.md) against an exact model: the estimator fuzz harness's
+// (`fuzz/harness/estimator.rs`), on operations proptest builds (`tests/common/ops.rs`).
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(96))]
 
-    /// For non-negative net counts every counter of a key holds the key's count plus other
-    /// keys' non-negative counts, so the estimate is between the true count and the total.
+    /// Every counter of a key holds the key's count plus other keys' counts, so the estimate
+    /// is between the true count and the total (for non-negative counts, and given the
+    /// others' negative counts otherwise), and saturates instead of wrapping.
     #[test]
     fn estimate_is_never_below_true_count_nor_above_total(
-        rows in 1usize..=4,
-        columns in 1usize..=16,
-        ops in prop::collection::vec(op(), 1..80),
+        rows in any::<u8>(),
+        columns in any::<u8>(),
+        extremes in any::<bool>(),
+        ops in arb_vec::<EstimatorOp>(1..80),
     ) {
-        let sketch = Estimator::new(rows, columns);
-        let mut model: HashMap<u64, isize> = HashMap::new();
-        for op in ops {
-            match op {
-                Op::Incr(key, value) => {
-                    let truth = model.entry(key).or_insert(0);
-                    *truth += value;
-                    let estimate = sketch.incr(key, value);
-                    prop_assert!(
-                        estimate >= *truth,
-                        "incr({key}, {value}) returned {estimate} < true count {truth}"
-                    );
-                }
-                Op::Decr(key, pick) => {
-                    let truth = model.entry(key).or_insert(0);
-                    let value = pick as isize % (*truth + 1);
-                    *truth -= value;
-                    sketch.decr(key, value);
-                }
-                Op::Get(key) => {
-                    let truth = model.get(&key).copied().unwrap_or(0);
-                    prop_assert!(sketch.get(key) >= truth);
-                }
-                Op::Reset => {
-                    sketch.reset();
-                    model.clear();
-                }
-            }
-            let total: isize = model.values().sum();
-            for key in 0..KEYS {
-                let truth = model.get(&key).copied().unwrap_or(0);
-                let estimate = sketch.get(key);
-                prop_assert!(
-                    estimate >= truth,
-                    "{rows}x{columns}: key {key} reads {estimate} < true count {truth}"
-                );
-                prop_assert!(
-                    estimate <= total,
-                    "{rows}x{columns}: key {key} reads {estimate} > total of all counts {total}"
-                );
-            }
-        }
+        harness::estimator::run(&EstimatorInput { rows, columns, extremes, ops });
     }
 }
 

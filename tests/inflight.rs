@@ -16,8 +16,12 @@ use floodgate::{BorrowedGuard, Guard, Inflight};
 use proptest::prelude::*;
 
 mod common;
+#[path = "../fuzz/harness/mod.rs"]
+mod harness;
 
+use common::ops::arb_vec;
 use common::{bytes_allocated_by, bytes_held};
+use harness::inflight::{AnyGuard, InflightInput, InflightOp};
 
 #[global_allocator]
 static GLOBAL: common::CountingAlloc = common::CountingAlloc;
@@ -26,118 +30,20 @@ fn assert_send<T: Send>(_: &T) {}
 
 // ---------------------------------------------------------------------------------------------
 // Properties 1 and 2 (docs/architecture.md) against an exact model, for any interleaving of
-// acquires and drops.
-
-const KEYS: u64 = 8;
-
-#[derive(Debug, Clone)]
-enum Op {
-    /// Acquire `key` with `value`; a `Guard` (which owns its handle) when `owned`, a
-    /// `BorrowedGuard` otherwise.
-    Acquire { key: u64, value: isize, owned: bool },
-    /// Drop the live guard at `pick % live.len()`.
-    Drop(usize),
-    /// `incr()` the live guard at `pick % live.len()`.
-    Incr(usize),
-}
-
-fn op() -> impl Strategy<Value = Op> {
-    prop_oneof![
-        4 => (0..KEYS, 0isize..=5, any::<bool>())
-            .prop_map(|(key, value, owned)| Op::Acquire { key, value, owned }),
-        3 => any::<usize>().prop_map(Op::Drop),
-        2 => any::<usize>().prop_map(Op::Incr),
-    ]
-}
-
-enum AnyGuard<'a> {
-    Borrowed(BorrowedGuard<'a>),
-    Owned(Guard),
-}
-
-impl AnyGuard<'_> {
-    fn incr(&self) -> isize {
-        match self {
-            AnyGuard::Borrowed(g) => g.incr(),
-            AnyGuard::Owned(g) => g.incr(),
-        }
-    }
-
-    fn get(&self) -> isize {
-        match self {
-            AnyGuard::Borrowed(g) => g.get(),
-            AnyGuard::Owned(g) => g.get(),
-        }
-    }
-}
-
-/// A live guard and what the model says it holds.
-struct Live<'a> {
-    guard: AnyGuard<'a>,
-    key: u64,
-    unit: isize,
-    total: isize,
-}
-
-fn in_flight(live: &[Live<'_>], key: u64) -> isize {
-    live.iter().filter(|l| l.key == key).map(|l| l.total).sum()
-}
+// acquires and drops: the inflight fuzz harness's (`fuzz/harness/inflight.rs`), on operations
+// proptest builds (`tests/common/ops.rs`).
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(96))]
 
     #[test]
     fn estimate_never_below_in_flight_and_zero_when_all_guards_dropped(
-        rows in 1usize..=3,
-        columns in 1usize..=8,
-        ops in prop::collection::vec(op(), 1..80),
+        rows in any::<u8>(),
+        columns in any::<u8>(),
+        large in any::<bool>(),
+        ops in arb_vec::<InflightOp>(1..80),
     ) {
-        // Small sketches, so that keys collide.
-        let inflight = Inflight::with_size(rows, columns).unwrap();
-        let mut live: Vec<Live<'_>> = Vec::new();
-        for op in ops {
-            match op {
-                Op::Acquire { key, value, owned } => {
-                    let (guard, estimate) = if owned {
-                        let (g, n) = inflight.incr(key, value);
-                        (AnyGuard::Owned(g), n)
-                    } else {
-                        let (g, n) = inflight.incr_borrowed(key, value);
-                        (AnyGuard::Borrowed(g), n)
-                    };
-                    live.push(Live { guard, key, unit: value, total: value });
-                    let truth = in_flight(&live, key);
-                    prop_assert!(estimate >= truth, "incr returned {} < {}", estimate, truth);
-                }
-                Op::Drop(pick) => {
-                    if !live.is_empty() {
-                        drop(live.swap_remove(pick % live.len()));
-                    }
-                }
-                Op::Incr(pick) => {
-                    if !live.is_empty() {
-                        let i = pick % live.len();
-                        live[i].total += live[i].unit;
-                        let estimate = live[i].guard.incr();
-                        let truth = in_flight(&live, live[i].key);
-                        prop_assert!(estimate >= truth, "Guard::incr returned {} < {}", estimate, truth);
-                    }
-                }
-            }
-            let total: isize = live.iter().map(|l| l.total).sum();
-            for key in 0..KEYS {
-                let (estimate, truth) = (inflight.get(key), in_flight(&live, key));
-                prop_assert!(estimate >= truth, "key {} reads {} < {} in flight", key, estimate, truth);
-                prop_assert!(estimate <= total, "key {} reads {} > {} in flight in all", key, estimate, total);
-            }
-            for l in &live {
-                prop_assert!(l.guard.get() >= in_flight(&live, l.key));
-            }
-        }
-        drop(live);
-        for key in 0..KEYS {
-            prop_assert_eq!(inflight.get(key), 0, "key {} after every guard dropped", key);
-        }
+        harness::inflight::run(&InflightInput { rows, columns, large, ops });
     }
 }
 

@@ -20,23 +20,28 @@ use std::thread;
 use std::time::Duration;
 
 mod common;
+#[path = "../fuzz/harness/mod.rs"]
+mod harness;
 
+use common::ops::{arb, arb_vec};
 use common::permits::AnyPermit;
 use floodgate::clock::{ManualClock, TICK};
 use floodgate::limiter::MAX_EXACT_CAPACITY;
 use floodgate::{ConfigError, Limiter, OwnedPermit, Permit, Reason, Rejected};
+use harness::limiter::{LimiterConfig, LimiterInput, LimiterOp, Limits};
 use proptest::prelude::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 // ---------------------------------------------------------------------------------------------
-// Helpers: an exact model of what the limiter should allow.
+// Property: never admit a key at or over its limit, for any interleaving (tiny sketches, tiny
+// exact stages), with the right reason and retry time on every rejection; and permits balance
+// afterwards. The exact model and every check are the limiter fuzz harness's
+// (`fuzz/harness/limiter.rs`); proptest builds its operations (`tests/common/ops.rs`).
 
 const NS: Duration = Duration::from_nanos(1);
-/// The rate interval of the model tests.
+/// The rate interval of the scenario tests.
 const INTERVAL: Duration = Duration::from_millis(100);
-/// Slack for comparing sliding-window counts computed in floating point.
-const EPS: f64 = 1e-9;
 
 fn acquire(limiter: &Limiter<u64>, key: u64, owned: bool) -> Result<AnyPermit<'_, u64>, Rejected> {
     if owned {
@@ -46,375 +51,36 @@ fn acquire(limiter: &Limiter<u64>, key: u64, owned: bool) -> Result<AnyPermit<'_
     }
 }
 
-/// The window of time `now` (nanoseconds since the limiter's creation at clock time 0) and
-/// how far into it `now` is, computed as the limiter computes it.
-fn window_at(now: u64, interval: Duration) -> (u64, f64) {
-    let nanos = interval.as_nanos() as u64;
-    let bucket = now / nanos;
-    (bucket, (now - bucket * nanos) as f64 / nanos as f64)
-}
-
-/// Admitted requests of one key in the current and the previous window.
-#[derive(Debug, Clone, Copy, Default)]
-struct WindowModel {
-    bucket: u64,
-    prev: isize,
-    curr: isize,
-}
-
-impl WindowModel {
-    fn roll_to(&mut self, bucket: u64) {
-        if bucket > self.bucket {
-            self.prev = if bucket == self.bucket + 1 {
-                self.curr
-            } else {
-                0
-            };
-            self.curr = 0;
-            self.bucket = bucket;
-        }
-    }
-
-    /// The sliding-window count `prev·(1−f) + curr` with one more request.
-    fn with_one_more(&self, fraction: f64) -> f64 {
-        self.prev as f64 * (1.0 - fraction) + (self.curr + 1) as f64
-    }
-}
-
-/// What the exact model says about one more request for a key.
-#[derive(Debug, Clone, Copy)]
-struct Verdict {
-    /// Permits held for the key now.
-    held: isize,
-    /// The key's sliding-window count of admitted requests, this request included.
-    sliding: f64,
-    /// Whether one more in flight stays within `max_inflight` (true if none is set).
-    inflight_ok: bool,
-    /// Whether the sliding count stays within `max_rate` (true if none is set).
-    rate_ok: bool,
-}
-
-/// Checks a rejection against the limits and the model: the right reason, limit and
-/// `retry_after`, and an estimate that is over the limit and never below the truth.
-fn check_rejection(
-    r: &Rejected,
-    v: &Verdict,
-    max_inflight: Option<isize>,
-    max_rate: Option<isize>,
-) -> Result<(), TestCaseError> {
-    prop_assert!(
-        r.estimate > r.limit,
-        "rejected at or under the limit: {:?}",
-        r
-    );
-    match r.reason {
-        Reason::Inflight => {
-            let limit = max_inflight.ok_or_else(|| {
-                TestCaseError::fail(format!(
-                    "in-flight rejection without an in-flight limit: {r:?}"
-                ))
-            })?;
-            prop_assert_eq!(r.limit, limit);
-            prop_assert_eq!(
-                r.retry_after,
-                None,
-                "in-flight rejections have no retry time"
-            );
-            prop_assert!(
-                r.estimate > v.held,
-                "in-flight estimate {} below the {} held plus this request",
-                r.estimate,
-                v.held
-            );
-        }
-        Reason::Rate => {
-            let limit = max_rate.ok_or_else(|| {
-                TestCaseError::fail(format!("rate rejection without a rate limit: {r:?}"))
-            })?;
-            prop_assert_eq!(r.limit, limit);
-            prop_assert!(
-                v.inflight_ok,
-                "over the in-flight limit but rejected for rate: {:?}",
-                r
-            );
-            let retry = r.retry_after.ok_or_else(|| {
-                TestCaseError::fail(format!("rate rejection without retry_after: {r:?}"))
-            })?;
-            prop_assert!(
-                retry <= 2 * INTERVAL,
-                "retry_after {:?} beyond two windows",
-                retry
-            );
-            prop_assert!(
-                r.estimate as f64 >= v.sliding - EPS,
-                "rate estimate {} below the true sliding count {}",
-                r.estimate,
-                v.sliding
-            );
-        }
-        other => prop_assert!(false, "unexpected reason {:?}", other),
-    }
-    Ok(())
-}
-
-// ---------------------------------------------------------------------------------------------
-// Property: never admit a key at or over its limit, for any interleaving (tiny sketches, tiny
-// exact stage), with the right reason on every rejection; and permits balance afterwards.
-
-const KEYS: u64 = 6;
-
-#[derive(Debug, Clone)]
-enum Op {
-    /// Try to acquire `key`, as an `OwnedPermit` when `owned`.
-    Acquire { key: u64, owned: bool },
-    /// Drop the held permit at `pick % held.len()`.
-    Drop(usize),
-    /// Advance the test clock by this many nanoseconds.
-    Advance(u64),
-}
-
-fn op(keys: u64) -> impl Strategy<Value = Op> {
-    let advance = prop_oneof![
-        (1u64..=250).prop_map(|ms| ms * 1_000_000),
-        // Whole ticks: lands on window boundaries and simple fractions.
-        (1u64..=25).prop_map(|t| t * TICK.as_nanos() as u64),
-        Just(1u64),
-        1u64..=INTERVAL.as_nanos() as u64,
-    ];
-    prop_oneof![
-        8 => (0..keys, any::<bool>()).prop_map(|(key, owned)| Op::Acquire { key, owned }),
-        4 => any::<usize>().prop_map(Op::Drop),
-        2 => advance.prop_map(Op::Advance),
-    ]
-}
-
-#[derive(Debug, Clone)]
-struct Config {
-    max_inflight: Option<isize>,
-    max_rate: Option<isize>,
-    promotion: f64,
-    rows: usize,
-    columns: usize,
-    capacity: usize,
-}
-
-impl Config {
-    fn build(&self, clock: &ManualClock) -> Limiter<u64> {
-        let mut builder = Limiter::builder()
-            .promotion_threshold(self.promotion)
-            .sketch(self.rows, self.columns)
-            .exact_capacity(self.capacity)
-            .clock(clock);
-        if let Some(limit) = self.max_inflight {
-            builder = builder.max_inflight(limit);
-        }
-        if let Some(limit) = self.max_rate {
-            builder = builder.max_rate(limit, INTERVAL);
-        }
-        builder.build().unwrap()
-    }
-
-    /// How many requests a key alone gets with nothing held and empty windows.
-    fn alone(&self) -> isize {
-        self.max_inflight
-            .unwrap_or(isize::MAX)
-            .min(self.max_rate.unwrap_or(isize::MAX))
-    }
-}
-
-fn config() -> impl Strategy<Value = Config> {
-    let limits = prop_oneof![
-        (1isize..=4).prop_map(|l| (Some(l), None)),
-        (1isize..=6).prop_map(|l| (None, Some(l))),
-        (1isize..=4, 1isize..=6).prop_map(|(i, r)| (Some(i), Some(r))),
-    ];
-    let sketch = prop_oneof![
-        Just((1usize, 1usize)),
-        Just((1, 2)),
-        Just((2, 4)),
-        Just((3, 8)),
-        Just((4, 1024)),
-    ];
-    let capacity = prop_oneof![Just(1usize), Just(16), Just(1024)];
-    (limits, 0.1f64..=1.0, sketch, capacity).prop_map(
-        |((max_inflight, max_rate), promotion, (rows, columns), capacity)| Config {
-            max_inflight,
-            max_rate,
-            promotion,
-            rows,
-            columns,
-            capacity,
-        },
-    )
-}
-
-/// The exact model of every key, and the permits held.
-struct Model<'a> {
-    now: u64,
-    windows: Vec<WindowModel>,
-    held: Vec<(u64, AnyPermit<'a, u64>)>,
-}
-
-impl<'a> Model<'a> {
-    fn new(keys: u64) -> Self {
-        Model {
-            now: 0,
-            windows: vec![WindowModel::default(); keys as usize],
-            held: Vec::new(),
-        }
-    }
-
-    fn held_for(&self, key: u64) -> isize {
-        self.held.iter().filter(|(k, _)| *k == key).count() as isize
-    }
-
-    fn verdict(&mut self, cfg: &Config, key: u64) -> Verdict {
-        let (bucket, fraction) = window_at(self.now, INTERVAL);
-        let w = &mut self.windows[key as usize];
-        w.roll_to(bucket);
-        let sliding = w.with_one_more(fraction);
-        let held = self.held_for(key);
-        Verdict {
-            held,
-            sliding,
-            inflight_ok: cfg.max_inflight.map_or(true, |l| held < l),
-            rate_ok: cfg.max_rate.map_or(true, |l| sliding <= l as f64 + EPS),
-        }
-    }
-
-    fn admitted(&mut self, key: u64, permit: AnyPermit<'a, u64>) {
-        self.windows[key as usize].curr += 1;
-        self.held.push((key, permit));
-    }
-}
-
-/// Runs `ops` against a limiter and the model, checking every decision; `exact` also
-/// requires every request the model admits (by more than float slack) to be admitted.
-fn run_against_model(
-    cfg: &Config,
-    keys: u64,
-    ops: &[Op],
-    exact: bool,
-) -> Result<(), TestCaseError> {
-    let clock = ManualClock::new();
-    let limiter = cfg.build(&clock);
-    let mut model = Model::new(keys);
-    for op in ops {
-        match *op {
-            Op::Acquire { key, owned } => {
-                let v = model.verdict(cfg, key);
-                match acquire(&limiter, key, owned) {
-                    Ok(permit) => {
-                        prop_assert!(
-                            v.inflight_ok,
-                            "admitted key {} with {} already held (limit {:?})",
-                            key,
-                            v.held,
-                            cfg.max_inflight
-                        );
-                        prop_assert!(
-                            v.rate_ok,
-                            "admitted key {} at a sliding count of {} (limit {:?})",
-                            key,
-                            v.sliding,
-                            cfg.max_rate
-                        );
-                        model.admitted(key, permit);
-                    }
-                    Err(r) => {
-                        check_rejection(&r, &v, cfg.max_inflight, cfg.max_rate)?;
-                        let clearly_ok = v.inflight_ok
-                            && cfg.max_rate.map_or(true, |l| v.sliding <= l as f64 - EPS);
-                        prop_assert!(
-                            !(exact && clearly_ok),
-                            "over-rejected key {} ({:?}): {}",
-                            key,
-                            v,
-                            r
-                        );
-                    }
-                }
-            }
-            Op::Drop(pick) => {
-                if !model.held.is_empty() {
-                    let i = pick % model.held.len();
-                    drop(model.held.swap_remove(i));
-                }
-            }
-            Op::Advance(nanos) => {
-                clock.advance(Duration::from_nanos(nanos));
-                model.now += nanos;
-            }
-        }
-    }
-
-    // Every permit dropped: each key alone, with empty windows, gets exactly what its limits
-    // allow, and the next request is rejected for the tighter limit.
-    model.held.clear();
-    for key in 0..keys {
-        clock.advance(3 * INTERVAL);
-        let mut permits = Vec::new();
-        let rejected = loop {
-            match limiter.try_acquire(&key) {
-                Ok(p) => permits.push(p),
-                Err(r) => break r,
-            }
-            prop_assert!(
-                permits.len() as isize <= cfg.alone(),
-                "key {} over its limit",
-                key
-            );
-        };
-        prop_assert_eq!(
-            permits.len() as isize,
-            cfg.alone(),
-            "key {} after every permit dropped: {}",
-            key,
-            rejected
-        );
-        let expected = match cfg.max_inflight {
-            Some(l) if l == cfg.alone() => Reason::Inflight,
-            _ => Reason::Rate,
-        };
-        prop_assert_eq!(rejected.reason, expected);
-    }
-    Ok(())
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
+    /// Up to 24 keys on sketches small enough that every key collides; at the end each key
+    /// alone gets exactly what its limits allow.
     #[test]
     fn never_admits_a_key_at_or_over_its_limit_and_balances_afterwards(
-        cfg in config(),
-        ops in prop::collection::vec(op(KEYS), 1..120),
+        config in arb::<LimiterConfig>(),
+        ops in arb_vec::<LimiterOp>(1..120),
     ) {
-        run_against_model(&cfg, KEYS, &ops, false)?;
+        harness::limiter::run(&LimiterInput { config, ops });
     }
 
-    /// With one key and a sketch it has to itself, the sketch counts it exactly, so every
-    /// request the exact model admits must be admitted — below the promotion threshold
-    /// (sketch only) and above it (exact stage). A rate-only or in-flight-only limiter: with
-    /// both, a demoted and re-promoted key may carry rejected requests in a window the exact
-    /// stage did not see (the sketch counts offered load), which is allowed.
+    /// With one key the sketch counts it exactly, so every request the exact model admits
+    /// must be admitted — below the promotion threshold (sketch only) and above it (exact
+    /// stage) — its `retry_after` is tight, and a retry then is admitted. A rate-only or
+    /// in-flight-only limiter: with both, a demoted and re-promoted key may carry rejected
+    /// requests in a window the exact stage did not see (the sketch counts offered load),
+    /// which is allowed.
     #[test]
     fn a_lone_key_is_never_over_rejected(
-        limits in prop_oneof![
-            (1isize..=6).prop_map(|l| (Some(l), None)),
-            (1isize..=8).prop_map(|l| (None, Some(l))),
-        ],
-        promotion in 0.1f64..=1.0,
-        ops in prop::collection::vec(op(1), 1..150),
+        config in arb::<LimiterConfig>(),
+        ops in arb_vec::<LimiterOp>(1..150),
     ) {
-        let cfg = Config {
-            max_inflight: limits.0,
-            max_rate: limits.1,
-            promotion,
-            rows: 4,
-            columns: 1024,
-            capacity: 16,
+        let limits = match config.limits {
+            Limits::Both(inflight, _) => Limits::Inflight(inflight),
+            limits => limits,
         };
-        run_against_model(&cfg, 1, &ops, true)?;
+        let config = LimiterConfig { keys: 0, limits, ..config };
+        harness::limiter::run(&LimiterInput { config, ops });
     }
 }
 

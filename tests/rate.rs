@@ -8,7 +8,7 @@
 //! compared exactly.
 #![cfg(not(floodgate_loom))]
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -23,8 +23,12 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 mod common;
+#[path = "../fuzz/harness/mod.rs"]
+mod harness;
 
 use common::bytes_allocated_by;
+use common::ops::arb_vec;
+use harness::rate::{RateInput, RateOp};
 
 #[global_allocator]
 static GLOBAL: common::CountingAlloc = common::CountingAlloc;
@@ -849,133 +853,8 @@ fn shared_clock_rate_counts_exactly_within_its_first_window() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Property 1 (docs/architecture.md) against an exact model.
-
-#[derive(Debug, Clone)]
-enum Op {
-    Observe {
-        key: u8,
-        events: isize,
-    },
-    /// Advance by `whole` sub-windows plus `eighths`/8 of one, plus `nudge` nanoseconds
-    /// (clamped at zero): lands on, just before and just after boundaries.
-    Advance {
-        whole: u32,
-        eighths: u32,
-        nudge: i64,
-    },
-}
-
-fn op(keys: u8) -> impl Strategy<Value = Op> {
-    prop_oneof![
-        5 => (0..keys, 0isize..=1000).prop_map(|(key, events)| Op::Observe { key, events }),
-        3 => (0u32..3, 0u32..8, -2i64..=2)
-            .prop_map(|(whole, eighths, nudge)| Op::Advance { whole, eighths, nudge }),
-        1 => (3u32..40).prop_map(|whole| Op::Advance { whole, eighths: 0, nudge: 0 }),
-    ]
-}
-
-/// (interval, sub-windows) pairs that build.
-fn config() -> impl Strategy<Value = (Duration, usize)> {
-    prop_oneof![
-        Just((10 * MS, 1)),
-        Just((20 * MS, 1)),
-        Just((20 * MS, 2)),
-        Just((30 * MS, 3)),
-        Just((35 * MS, 1)),
-        Just((100 * MS, 4)),
-        Just((SEC, 1)),
-        Just((SEC, 5)),
-    ]
-}
-
-/// The exact per-window, per-key counts, checked against the Rate after every operation.
-fn check_against_model(
-    (interval, k): (Duration, usize),
-    offset: u64,
-    (rows, columns): (usize, usize),
-    keys: u8,
-    ops: &[Op],
-) -> Result<(), TestCaseError> {
-    let exact = keys == 1;
-    let clock = ManualClock::new();
-    clock.advance(Duration::from_nanos(offset));
-    let rate = Rate::builder(interval)
-        .sub_windows(k)
-        .estimator(rows, columns)
-        .clock(&clock)
-        .build()
-        .unwrap();
-    let start = clock.now().as_nanos() as u64;
-    let bucket_nanos = interval.as_nanos() as u64 / k as u64;
-    let secs = interval.as_secs_f64();
-    // (key, bucket) -> true count.
-    let mut truth: HashMap<(u8, u64), isize> = HashMap::new();
-    let total = |truth: &HashMap<(u8, u64), isize>, key: u8, first: i64, last: i64| -> isize {
-        (first.max(0)..=last)
-            .map(|b| truth.get(&(key, b as u64)).copied().unwrap_or(0))
-            .sum()
-    };
-    for op in ops {
-        match *op {
-            Op::Observe { key, events } => {
-                let bucket = (clock.now().as_nanos() as u64 - start) / bucket_nanos;
-                let b = bucket as i64;
-                *truth.entry((key, bucket)).or_insert(0) += events;
-                let want = total(&truth, key, b - k as i64 + 1, b);
-                let got = rate.observe(&key, events);
-                prop_assert!(got >= want, "observe({key}) = {got} < true {want}");
-                if exact {
-                    prop_assert_eq!(got, want);
-                }
-            }
-            Op::Advance {
-                whole,
-                eighths,
-                nudge,
-            } => {
-                let by = (whole as u64 * bucket_nanos + eighths as u64 * bucket_nanos / 8)
-                    .saturating_add_signed(nudge);
-                clock.advance(Duration::from_nanos(by));
-            }
-        }
-        let now = clock.now().as_nanos() as u64 - start;
-        let bucket = now / bucket_nanos;
-        let (b, ki) = (bucket as i64, k as i64);
-        for key in 0..keys {
-            let curr = total(&truth, key, b - ki + 1, b);
-            let prev_window = total(&truth, key, b - ki, b - 1);
-            let prev_sub = if b >= ki {
-                total(&truth, key, b - ki, b - ki)
-            } else {
-                0
-            };
-            let peek = rate.peek(&key);
-            let r = rate.rate(&key);
-            let c = rate.rate_with(&key, |c: RateComponents| c);
-            let fraction = (now - bucket * bucket_nanos) as f64 / bucket_nanos as f64;
-            prop_assert!(peek >= curr, "peek({key}) = {peek} < true {curr}");
-            prop_assert!(
-                r >= prev_window as f64 / secs,
-                "rate({key}) = {r} < {prev_window}/{secs}"
-            );
-            prop_assert!(c.curr_samples >= curr, "{c:?} vs curr {curr}");
-            prop_assert!(c.prev_samples >= prev_sub, "{c:?} vs prev {prev_sub}");
-            prop_assert_eq!(c.interval, interval);
-            prop_assert_eq!(c.current_interval_fraction, fraction);
-            prop_assert_eq!(
-                rate.sliding_rate(&key),
-                PROPORTIONAL_RATE_ESTIMATE_CALC_FN(c)
-            );
-            if exact {
-                prop_assert_eq!(peek, curr);
-                prop_assert_eq!(r, prev_window as f64 / secs);
-                prop_assert_eq!((c.prev_samples, c.curr_samples), (prev_sub, curr));
-            }
-        }
-    }
-    Ok(())
-}
+// Property 1 (docs/architecture.md) against an exact model: the rate fuzz harness's
+// (`fuzz/harness/rate.rs`), on operations proptest builds (`tests/common/ops.rs`).
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]
@@ -983,22 +862,22 @@ proptest! {
     /// One key in a full-size sketch: every value is exactly the model's.
     #[test]
     fn single_key_counts_equal_the_exact_model(
-        config in config(),
-        offset in 0u64..50_000_000,
-        ops in prop::collection::vec(op(1), 1..120),
+        (k, bucket, offset) in any::<(u8, u8, u32)>(),
+        ops in arb_vec::<RateOp>(1..120),
     ) {
-        check_against_model(config, offset, (4, 1024), 1, &ops)?;
+        // 4 rows × 1024 columns, 1 key.
+        harness::rate::run(&RateInput { k, bucket, rows: 3, columns: 16, keys: 0, offset, ops });
     }
 
-    /// Several keys in a sketch small enough that they collide: never below the model.
+    /// Five keys in a sketch small enough that they collide: never below the model, never
+    /// above what all keys observed.
     #[test]
     fn colliding_keys_never_read_below_the_exact_model(
-        config in config(),
-        offset in 0u64..50_000_000,
-        sketch in prop_oneof![Just((1usize, 1usize)), Just((1, 2)), Just((2, 4))],
-        ops in prop::collection::vec(op(5), 1..120),
+        (k, bucket, offset) in any::<(u8, u8, u32)>(),
+        (rows, columns) in prop_oneof![Just((0u8, 0u8)), Just((0, 1)), Just((1, 3))],
+        ops in arb_vec::<RateOp>(1..120),
     ) {
-        check_against_model(config, offset, sketch, 5, &ops)?;
+        harness::rate::run(&RateInput { k, bucket, rows, columns, keys: 4, offset, ops });
     }
 }
 

@@ -1,9 +1,9 @@
-//! libFuzzer target: `harness::construction` (see `fuzz/harness.rs` for what it checks).
+//! libFuzzer target: `harness::construction::run` (see `fuzz/harness/construction.rs` for what it checks).
 #![no_main]
 
-// Each target uses one of the harness's functions.
-#[allow(dead_code)]
-#[path = "../harness.rs"]
+#[path = "../harness/mod.rs"]
 mod harness;
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| harness::construction(data));
+use harness::construction::ConstructionInput;
+
+libfuzzer_sys::fuzz_target!(|input: ConstructionInput| harness::construction::run(&input));

@@ -1,9 +1,9 @@
-//! libFuzzer target: `harness::estimator` (see `fuzz/harness.rs` for what it checks).
+//! libFuzzer target: `harness::estimator::run` (see `fuzz/harness/estimator.rs` for what it checks).
 #![no_main]
 
-// Each target uses one of the harness's functions.
-#[allow(dead_code)]
-#[path = "../harness.rs"]
+#[path = "../harness/mod.rs"]
 mod harness;
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| harness::estimator(data));
+use harness::estimator::EstimatorInput;
+
+libfuzzer_sys::fuzz_target!(|input: EstimatorInput| harness::estimator::run(&input));

@@ -1,9 +1,9 @@
-//! libFuzzer target: `harness::inflight` (see `fuzz/harness.rs` for what it checks).
+//! libFuzzer target: `harness::inflight::run` (see `fuzz/harness/inflight.rs` for what it checks).
 #![no_main]
 
-// Each target uses one of the harness's functions.
-#[allow(dead_code)]
-#[path = "../harness.rs"]
+#[path = "../harness/mod.rs"]
 mod harness;
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| harness::inflight(data));
+use harness::inflight::InflightInput;
+
+libfuzzer_sys::fuzz_target!(|input: InflightInput| harness::inflight::run(&input));

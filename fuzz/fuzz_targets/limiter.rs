@@ -1,9 +1,9 @@
-//! libFuzzer target: `harness::limiter` (see `fuzz/harness.rs` for what it checks).
+//! libFuzzer target: `harness::limiter::run` (see `fuzz/harness/limiter.rs` for what it checks).
 #![no_main]
 
-// Each target uses one of the harness's functions.
-#[allow(dead_code)]
-#[path = "../harness.rs"]
+#[path = "../harness/mod.rs"]
 mod harness;
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| harness::limiter(data));
+use harness::limiter::LimiterInput;
+
+libfuzzer_sys::fuzz_target!(|input: LimiterInput| harness::limiter::run(&input));

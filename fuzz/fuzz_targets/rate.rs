@@ -1,9 +1,9 @@
-//! libFuzzer target: `harness::rate` (see `fuzz/harness.rs` for what it checks).
+//! libFuzzer target: `harness::rate::run` (see `fuzz/harness/rate.rs` for what it checks).
 #![no_main]
 
-// Each target uses one of the harness's functions.
-#[allow(dead_code)]
-#[path = "../harness.rs"]
+#[path = "../harness/mod.rs"]
 mod harness;
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| harness::rate(data));
+use harness::rate::RateInput;
+
+libfuzzer_sys::fuzz_target!(|input: RateInput| harness::rate::run(&input));

@@ -5,6 +5,7 @@
 //!   name it `common::CountingAlloc`); a test file installs it with
 //!   `#[global_allocator] static GLOBAL: common::CountingAlloc = common::CountingAlloc;`.
 //! - [`fork`]: forking with a child that reports back, and waiting for it with a deadline.
+//! - [`ops`]: proptest strategies for the operation types of the fuzz harness's exact models.
 //! - [`permits`]: [`permits::AnyPermit`], a permit of either kind.
 //! - [`serial`]: serialising the tests of one binary, and quieting their injected panics.
 //! - [`ticker`]: polling with a deadline, and checks that the shared ticker is alive and single.
@@ -13,6 +14,7 @@
 
 pub mod alloc;
 pub mod fork;
+pub mod ops;
 pub mod permits;
 pub mod serial;
 pub mod ticker;

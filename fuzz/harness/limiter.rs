@@ -1,0 +1,797 @@
+//! `Limiter`: operations, the exact model of admitted and offered requests, and the checks at
+//! every decision.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use arbitrary::Arbitrary;
+use floodgate::{Limiter, OwnedPermit, Permit, Reason, Rejected};
+
+use super::time::{Advance, Time};
+use super::{bounded, key, slack, TICK_NANOS};
+
+/// The over-limit cache's time unit, 2^16 ns (`src/limiter/overlimit.rs`): it reports a
+/// `retry_after` rounded up to it, and does not cache a deadline less than one unit ahead.
+const CACHE_UNIT: u64 = 1 << 16;
+/// The most permits held at once.
+const MAX_PERMITS: usize = 256;
+/// Window lengths: a tick, not a whole number of ticks, and longer.
+const INTERVALS: [u64; 6] = [
+    TICK_NANOS,
+    TICK_NANOS + 1,
+    20_000_000,
+    50_000_000,
+    100_000_000,
+    1_000_000_000,
+];
+
+/// Which limits a limiter has, each `1 + raw % 6` in flight or `1 + raw % 12` per interval.
+#[derive(Arbitrary, Debug, Clone, Copy)]
+pub enum Limits {
+    Inflight(u8),
+    Rate(u8),
+    Both(u8, u8),
+}
+
+/// A limiter's configuration; [`LimiterConfig::settings`] bounds it.
+#[derive(Arbitrary, Debug, Clone)]
+pub struct LimiterConfig {
+    pub limits: Limits,
+    pub interval: u8,
+    pub promotion: u8,
+    pub capacity: u8,
+    pub rows: u8,
+    pub columns: u8,
+    pub keys: u8,
+    pub offset: u32,
+}
+
+/// One operation on the limiter.
+#[derive(Arbitrary, Debug, Clone, Copy)]
+pub enum LimiterOp {
+    /// `try_acquire`, or `try_acquire_owned` when `owned`; the permit is held.
+    Acquire {
+        key: u8,
+        owned: bool,
+    },
+    /// `1 + n % 8` acquires of one key, permits held.
+    Burst {
+        key: u8,
+        n: u8,
+    },
+    /// Drops the held permit `pick % held`.
+    Drop {
+        pick: u16,
+    },
+    /// Drops every permit, oldest or newest first.
+    DropAll {
+        newest_first: bool,
+    },
+    Advance(Advance),
+    /// An acquire and, if rejected for rate, another exactly `retry_after` later.
+    Retry {
+        key: u8,
+    },
+    /// `2 + n % 31` acquires of one key at one instant, each permit dropped at once.
+    Flood {
+        key: u8,
+        n: u8,
+    },
+}
+
+/// A limiter and the operations to run on it.
+#[derive(Arbitrary, Debug, Clone)]
+pub struct LimiterInput {
+    pub config: LimiterConfig,
+    pub ops: Vec<LimiterOp>,
+}
+
+/// A configuration in the ranges the harness runs: in-flight limits 1–6, rate limits 1–12 per
+/// window of 10 ms to 1 s, promotion in (0, 1], exact stages of 1–48 keys (so they fill up)
+/// or 1024, sketches of 1–4 rows × 1–8 columns (so every key collides) or 1024, 1–24 keys.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    pub max_inflight: Option<isize>,
+    pub max_rate: Option<isize>,
+    pub interval_nanos: u64,
+    pub promotion: f64,
+    pub capacity: usize,
+    pub rows: usize,
+    pub columns: usize,
+    pub keys: usize,
+    pub offset: u64,
+}
+
+impl LimiterConfig {
+    pub fn settings(&self) -> Settings {
+        let inflight = |raw: u8| Some(1 + isize::from(raw % 6));
+        let rate = |raw: u8| Some(1 + isize::from(raw % 12));
+        let (max_inflight, max_rate) = match self.limits {
+            Limits::Inflight(i) => (inflight(i), None),
+            Limits::Rate(r) => (None, rate(r)),
+            Limits::Both(i, r) => (inflight(i), rate(r)),
+        };
+        Settings {
+            max_inflight,
+            max_rate,
+            interval_nanos: INTERVALS[usize::from(self.interval) % INTERVALS.len()],
+            promotion: (f64::from(self.promotion) + 1.0) / 256.0,
+            capacity: match self.capacity {
+                240.. => 1024,
+                c => 1 + usize::from(c % 48),
+            },
+            rows: 1 + usize::from(self.rows % 4),
+            columns: match self.columns % 9 {
+                8 => 1024,
+                c => 1 + usize::from(c),
+            },
+            keys: 1 + usize::from(self.keys % 24),
+            offset: u64::from(self.offset) % (4 * TICK_NANOS),
+        }
+    }
+}
+
+impl Settings {
+    /// One key and one kind of limit: the sketch and the exact stage count that key alone,
+    /// so the limiter must decide exactly as the model does. (With both limits, a demoted and
+    /// re-promoted key may carry rejected requests in a window the exact stage did not see,
+    /// since the rate sketch counts offered load; that may reject more, which is allowed.)
+    fn lone(&self) -> bool {
+        self.keys == 1 && (self.max_inflight.is_none() || self.max_rate.is_none())
+    }
+
+    /// How many requests a key alone gets with nothing held and empty windows.
+    fn alone(&self) -> isize {
+        self.max_inflight
+            .unwrap_or(isize::MAX)
+            .min(self.max_rate.unwrap_or(isize::MAX))
+    }
+}
+
+/// A permit of either kind, held only to be dropped.
+enum AnyPermit<'a> {
+    Borrowed(#[allow(dead_code)] Permit<'a, u64>),
+    Owned(#[allow(dead_code)] OwnedPermit<u64>),
+}
+
+/// Requests per window and key: admitted ones, or offered ones (admitted or not).
+type Windows = BTreeMap<u64, Vec<i128>>;
+
+/// The exact model: permits held, and admitted and offered requests per window.
+struct Model {
+    s: Settings,
+    /// Clock time at which the limiter (and its windows) began.
+    start: u64,
+    in_flight: Vec<isize>,
+    admitted: Windows,
+    offered: Windows,
+    rejected: Vec<u64>,
+}
+
+impl Model {
+    /// The window of time `t` and how far into it `t` is, as the limiter computes them.
+    fn window(&self, t: u64) -> (u64, f64) {
+        let elapsed = t - self.start;
+        let bucket = elapsed / self.s.interval_nanos;
+        let into = elapsed - bucket * self.s.interval_nanos;
+        (bucket, into as f64 / self.s.interval_nanos as f64)
+    }
+
+    fn count(map: &Windows, bucket: Option<u64>, key: Option<usize>) -> f64 {
+        let Some(counts) = bucket.and_then(|b| map.get(&b)) else {
+            return 0.0;
+        };
+        match key {
+            Some(key) => counts[key] as f64,
+            None => counts.iter().sum::<i128>() as f64,
+        }
+    }
+
+    /// The sliding-window count `prev·(1−f) + curr` of `map` at time `t` (now or later, with
+    /// nothing recorded in between), for one key or all.
+    fn sliding(&self, map: &Windows, t: u64, key: Option<usize>) -> f64 {
+        let (bucket, f) = self.window(t);
+        Self::count(map, bucket.checked_sub(1), key) * (1.0 - f)
+            + Self::count(map, Some(bucket), key)
+    }
+
+    fn record(map: &mut Windows, bucket: u64, key: usize, keys: usize) {
+        map.entry(bucket).or_insert_with(|| vec![0; keys])[key] += 1;
+        // Windows no sliding count reads any more.
+        *map = map.split_off(&bucket.saturating_sub(2));
+    }
+
+    /// Whether the clock's tick has run since the key's current window began, so that the
+    /// limiter reads the window from its coarse time and consults the over-limit cache. Just
+    /// after a window begins and before the next tick (always, for windows not a whole
+    /// number of ticks), it reads the exact time and decides the usual way.
+    fn settled(&self, now: u64) -> bool {
+        let (bucket, _) = self.window(now);
+        let begins = self.start + bucket * self.s.interval_nanos;
+        bucket == 0 || now / TICK_NANOS * TICK_NANOS >= begins
+    }
+}
+
+/// The limiter, its model, its clock and the permits held.
+struct Run<'a> {
+    limiter: &'a Limiter<u64>,
+    model: Model,
+    time: Time,
+    permits: Vec<(usize, AnyPermit<'a>)>,
+}
+
+/// Runs `input` against a limiter and the exact model.
+///
+/// Checks at every decision, for any collision pattern (Properties 1, 2, 3 and 8 of
+/// docs/architecture.md):
+/// - never admits a key with `max_inflight` permits live, nor one whose exact sliding-window
+///   count of admitted requests would pass `max_rate` with this one (`prev·(1−f)+curr+1`);
+/// - always admits when even all keys together are under the limits (sketches only
+///   over-count by what other keys did, so a permit that was not given back shows here);
+/// - a rejection names a configured limit and an estimate over it, at least the key's exact
+///   count with this request; a `retry_after` for rate rejections only, at most two
+///   intervals, and never early: by then the key's exact count allows one more;
+/// - a lone key (see [`Settings::lone`]) is never over-rejected, its `retry_after` is tight
+///   to the cache's unit, and a retry exactly `retry_after` later is admitted;
+/// - a key flooding past its rate limit is rejected by the over-limit cache: no lock of the
+///   exact stage, nothing counted, and the documented estimate `limit + 1`;
+/// - `heavy_hitters` reports bounds at least the exact counts, `stats` stays within capacity;
+///   when every permit has dropped, every in-flight bound is back at 0; memory is fixed;
+/// - at the end, with every permit dropped, each key alone gets exactly what its limits
+///   allow, and the next rejection names the tighter limit.
+pub fn run(input: &LimiterInput) {
+    let s = input.config.settings();
+    let mut time = Time::new();
+    time.advance(s.offset);
+    let mut builder = Limiter::<u64>::builder()
+        .promotion_threshold(s.promotion)
+        .exact_capacity(s.capacity)
+        .sketch(s.rows, s.columns)
+        .clock(&time.clock);
+    if let Some(limit) = s.max_inflight {
+        builder = builder.max_inflight(limit);
+    }
+    if let Some(limit) = s.max_rate {
+        builder = builder.max_rate(limit, Duration::from_nanos(s.interval_nanos));
+    }
+    let limiter = builder.build().expect("a valid limiter configuration");
+    let memory = limiter.memory_bytes();
+    assert!(
+        limiter.stats().exact_capacity >= s.capacity,
+        "exact capacity rounds up"
+    );
+    let model = Model {
+        s,
+        start: time.now,
+        in_flight: vec![0; s.keys],
+        admitted: Windows::new(),
+        offered: Windows::new(),
+        rejected: vec![0; s.keys],
+    };
+    let mut run = Run {
+        limiter: &limiter,
+        model,
+        time,
+        permits: Vec::new(),
+    };
+    for op in bounded(&input.ops) {
+        run.apply(op);
+        run.check_reports();
+    }
+    run.drop_all(false);
+    run.check_reports();
+    run.each_key_alone_gets_its_limits();
+    assert_eq!(limiter.memory_bytes(), memory, "memory is fixed");
+}
+
+impl<'a> Run<'a> {
+    fn apply(&mut self, op: &LimiterOp) {
+        let keys = self.model.s.keys;
+        match *op {
+            LimiterOp::Acquire { key: k, owned } => {
+                self.acquire_and_hold(key(k, keys), owned);
+            }
+            LimiterOp::Burst { key: k, n } => {
+                for _ in 0..1 + n % 8 {
+                    self.acquire_and_hold(key(k, keys), false);
+                }
+            }
+            LimiterOp::Drop { pick } => {
+                if !self.permits.is_empty() {
+                    let i = usize::from(pick) % self.permits.len();
+                    let (key, permit) = self.permits.swap_remove(i);
+                    self.model.in_flight[key] -= 1;
+                    drop(permit);
+                }
+            }
+            LimiterOp::DropAll { newest_first } => self.drop_all(newest_first),
+            LimiterOp::Advance(by) => {
+                let (start, interval) = (self.model.start, self.model.s.interval_nanos);
+                self.time.advance_by(by, start, interval, 4);
+            }
+            LimiterOp::Retry { key: k } => self.retry(key(k, keys)),
+            LimiterOp::Flood { key: k, n } => self.flood(key(k, keys), 2 + usize::from(n % 31)),
+        }
+    }
+
+    fn drop_all(&mut self, newest_first: bool) {
+        if newest_first {
+            self.permits.reverse();
+        }
+        for (key, permit) in self.permits.drain(..) {
+            self.model.in_flight[key] -= 1;
+            drop(permit);
+        }
+    }
+
+    fn acquire_and_hold(&mut self, key: usize, owned: bool) -> Option<Rejected> {
+        if self.permits.len() >= MAX_PERMITS {
+            return None;
+        }
+        match self.acquire(key, owned) {
+            Ok(permit) => {
+                self.permits.push((key, permit));
+                None
+            }
+            Err(rejected) => Some(rejected),
+        }
+    }
+
+    /// One request, checked against the model; an admitted one is counted as held.
+    fn acquire(&mut self, key: usize, owned: bool) -> Result<AnyPermit<'a>, Rejected> {
+        let model = &mut self.model;
+        let s = model.s;
+        let now = self.time.now;
+        let (bucket, _) = model.window(now);
+        // The exact counts before this request.
+        let own_inflight = model.in_flight[key];
+        let all_inflight: isize = model.in_flight.iter().sum();
+        let own_sliding = model.sliding(&model.admitted, now, Some(key));
+        let all_offered = model.sliding(&model.offered, now, None);
+        // Under the limits even if every other key's requests were this key's.
+        let inflight_fits = s.max_inflight.map_or(true, |l| all_inflight < l);
+        let rate_fits = s
+            .max_rate
+            .map_or(true, |l| all_offered + 1.0 <= l as f64 - slack(l as f64));
+        let must_admit = inflight_fits && rate_fits;
+        // The key's own exact counts leave room for this request.
+        let clearly_fits = s.max_inflight.map_or(true, |l| own_inflight < l)
+            && s.max_rate
+                .map_or(true, |l| own_sliding + 1.0 <= l as f64 - slack(l as f64));
+
+        let id = key as u64;
+        let result = if owned {
+            self.limiter.try_acquire_owned(&id).map(AnyPermit::Owned)
+        } else {
+            self.limiter.try_acquire(&id).map(AnyPermit::Borrowed)
+        };
+        Model::record(&mut model.offered, bucket, key, s.keys);
+        match &result {
+            Ok(_) => {
+                if let Some(limit) = s.max_inflight {
+                    assert!(
+                        own_inflight < limit,
+                        "admitted key {key} with {own_inflight} permits live, limit {limit}"
+                    );
+                }
+                if let Some(limit) = s.max_rate {
+                    let sliding = own_sliding + 1.0;
+                    assert!(
+                        sliding <= limit as f64 + slack(limit as f64),
+                        "admitted key {key} at a sliding count of {sliding} (this one \
+                         included), limit {limit}"
+                    );
+                }
+                model.in_flight[key] += 1;
+                Model::record(&mut model.admitted, bucket, key, s.keys);
+            }
+            Err(rejected) => {
+                assert!(
+                    !must_admit,
+                    "rejected key {key} ({rejected}) although all keys together are under \
+                     the limits: {all_inflight} in flight, sliding {all_offered} offered"
+                );
+                assert!(
+                    !(s.lone() && clearly_fits),
+                    "over-rejected the lone key ({rejected}): {own_inflight} in flight, \
+                     sliding {own_sliding} admitted"
+                );
+                model.rejected[key] += 1;
+                self.check_rejection(rejected, key, own_inflight, own_sliding);
+            }
+        }
+        result
+    }
+
+    fn check_rejection(&self, r: &Rejected, key: usize, own_inflight: isize, own_sliding: f64) {
+        let (model, now) = (&self.model, self.time.now);
+        let s = model.s;
+        assert!(r.estimate > r.limit, "{r}: estimate within the limit");
+        match r.reason {
+            Reason::Inflight => {
+                let limit = s
+                    .max_inflight
+                    .expect("an in-flight rejection without an in-flight limit");
+                assert_eq!(r.limit, limit, "{r}");
+                assert!(
+                    r.estimate > own_inflight,
+                    "{r}: estimate under the {own_inflight} permits live + this one"
+                );
+                assert_eq!(
+                    r.retry_after, None,
+                    "{r}: in-flight rejections have no retry"
+                );
+            }
+            Reason::Rate => {
+                let limit = s.max_rate.expect("a rate rejection without a rate limit");
+                assert_eq!(r.limit, limit, "{r}");
+                let inflight_ok = s.max_inflight.map_or(true, |l| own_inflight < l);
+                assert!(
+                    inflight_ok,
+                    "{r}: over the in-flight limit but rejected for rate"
+                );
+                assert!(
+                    r.estimate as f64 >= own_sliding + 1.0 - slack(own_sliding),
+                    "{r}: estimate under the exact sliding count {own_sliding} + 1"
+                );
+                let retry = r.retry_after.expect("a rate rejection has a retry time");
+                let retry_nanos = retry.as_nanos() as u64;
+                assert!(
+                    retry_nanos <= 2 * s.interval_nanos,
+                    "{r}: retry after over 2 intervals"
+                );
+                // Never early: the limiter's counts are at least the exact ones, so by then
+                // the key's own exact count (with nothing admitted meanwhile) has room.
+                let later = model.sliding(&model.admitted, now + retry_nanos, Some(key));
+                let l = limit as f64;
+                assert!(
+                    later + 1.0 <= l + slack(l),
+                    "{r}: early: {later} + 1 admitted {retry:?} later"
+                );
+                // Tight for a lone key, whose counts are exact: up to one cache unit late
+                // (the cache rounds up), so two units earlier the key does not fit yet.
+                if s.lone() && retry_nanos >= 2 * CACHE_UNIT {
+                    let t = now + retry_nanos - 2 * CACHE_UNIT;
+                    let sooner = model.sliding(&model.admitted, t, Some(key));
+                    assert!(
+                        sooner + 1.0 > l + slack(l),
+                        "{r}: late: the lone key fits 2 cache units before (sliding {sooner})"
+                    );
+                }
+            }
+            other => panic!("unknown rejection reason {other:?}"),
+        }
+    }
+
+    /// A request and, if rejected for rate, the same one exactly `retry_after` later.
+    fn retry(&mut self, key: usize) {
+        let Some(rejected) = self.acquire_and_hold(key, false) else {
+            return;
+        };
+        let Some(retry) = rejected.retry_after else {
+            return;
+        };
+        if !self.time.advance(retry.as_nanos() as u64) {
+            return;
+        }
+        let again = self.acquire_and_hold(key, false);
+        // With nothing else admitted meanwhile, a key alone in its sketch is admitted then.
+        if self.model.s.lone() {
+            assert!(
+                again.is_none(),
+                "rejected again exactly retry_after ({retry:?}) later: {}",
+                again.unwrap()
+            );
+        }
+    }
+
+    /// Requests of one key at one instant. Once one is rejected for rate on exact counts
+    /// (or by the cache), the rest hit the over-limit cache: rejected for rate with the
+    /// estimate `limit + 1` (src/limiter/report.rs), no lock, nothing counted (Property 5).
+    fn flood(&mut self, key: usize, n: usize) {
+        let mut cached = false;
+        for _ in 0..n {
+            // Read before counting locks: `stats` may take some.
+            let before = self.limiter.stats();
+            let locks = self.limiter.exact_locks_taken();
+            let result = self.acquire(key, false);
+            let took_lock = self.limiter.exact_locks_taken() != locks;
+            let after = self.limiter.stats();
+            if cached {
+                let r = result.as_ref().err().expect("admitted during its flood");
+                assert_eq!(r.reason, Reason::Rate, "{r}");
+                assert_eq!(
+                    r.estimate,
+                    r.limit + 1,
+                    "{r}: not from the over-limit cache"
+                );
+                assert!(!took_lock, "{r}: the flood took the exact stage's lock");
+                assert_eq!(after.rate_noise, before.rate_noise, "the flood was counted");
+            }
+            match result {
+                Ok(permit) => {
+                    self.model.in_flight[key] -= 1;
+                    drop(permit);
+                }
+                Err(r) => {
+                    // Decided on exact counts: by the cache (no lock), or by the exact stage
+                    // (a lock, and not by the sketch alone). Cached only if a unit ahead.
+                    let exact = !took_lock || after.exact_full == before.exact_full;
+                    let ahead = r
+                        .retry_after
+                        .is_some_and(|t| t.as_nanos() >= u128::from(CACHE_UNIT));
+                    if r.reason == Reason::Rate && exact && ahead {
+                        cached = self.model.settled(self.time.now);
+                    }
+                }
+            }
+        }
+    }
+
+    /// `heavy_hitters` and `stats` against the model.
+    fn check_reports(&self) {
+        let (limiter, model, now) = (self.limiter, &self.model, self.time.now);
+        let all_dropped = self.permits.is_empty();
+        let stats = limiter.stats();
+        assert!(stats.promoted <= stats.exact_capacity, "{stats:?}");
+        assert!(stats.promotions >= stats.promoted as u64, "{stats:?}");
+        let hitters = limiter.heavy_hitters();
+        assert_eq!(
+            hitters.len(),
+            stats.promoted,
+            "heavy_hitters lists every promoted key"
+        );
+        let mut seen = HashSet::new();
+        let all_inflight: isize = model.in_flight.iter().sum();
+        let all_offered = model.sliding(&model.offered, now, None);
+        for hitter in &hitters {
+            let key = hitter.key as usize;
+            assert!(key < model.s.keys, "unknown key {key}");
+            assert!(seen.insert(key), "key {key} listed twice");
+            assert!(
+                hitter.rejected <= model.rejected[key],
+                "{hitter:?}: too many rejections"
+            );
+            match (model.s.max_inflight, hitter.inflight) {
+                (Some(_), Some(n)) => {
+                    assert!(
+                        n >= model.in_flight[key],
+                        "{hitter:?}: under the exact count"
+                    );
+                    assert!(n <= all_inflight, "{hitter:?}: over all keys' permits");
+                    if all_dropped {
+                        assert_eq!(n, 0, "{hitter:?}: every permit dropped");
+                    }
+                }
+                (None, None) => {}
+                _ => panic!("{hitter:?}: in-flight count present iff an in-flight limit is set"),
+            }
+            match (model.s.max_rate, hitter.rate) {
+                (Some(_), Some(r)) => {
+                    let exact = model.sliding(&model.admitted, now, Some(key));
+                    assert!(
+                        r >= exact - slack(exact),
+                        "{hitter:?}: under the exact {exact}"
+                    );
+                    assert!(
+                        r <= all_offered + slack(all_offered),
+                        "{hitter:?}: over all keys' {all_offered}"
+                    );
+                }
+                (None, None) => {}
+                _ => panic!("{hitter:?}: rate present iff a rate limit is set"),
+            }
+        }
+    }
+
+    /// Every permit dropped: each key alone, with empty windows, gets exactly what its
+    /// limits allow, and the next request is rejected for the tighter limit.
+    fn each_key_alone_gets_its_limits(&mut self) {
+        let s = self.model.s;
+        for key in 0..s.keys {
+            self.time
+                .clock
+                .advance(Duration::from_nanos(3 * s.interval_nanos));
+            self.time.now += 3 * s.interval_nanos;
+            let mut permits = Vec::new();
+            let rejected = loop {
+                match self.limiter.try_acquire(&(key as u64)) {
+                    Ok(p) => permits.push(p),
+                    Err(r) => break r,
+                }
+                assert!(
+                    permits.len() as isize <= s.alone(),
+                    "key {key} over its limit"
+                );
+            };
+            assert_eq!(
+                permits.len() as isize,
+                s.alone(),
+                "key {key} after every permit dropped: {rejected}"
+            );
+            let expected = match s.max_inflight {
+                Some(l) if l == s.alone() => Reason::Inflight,
+                _ => Reason::Rate,
+            };
+            assert_eq!(rejected.reason, expected, "key {key}: {rejected}");
+        }
+    }
+}
+
+/// The scenarios worth keeping by name (replayed by `tests/fuzz_corpus.rs`).
+pub fn seeds() -> Vec<(&'static str, LimiterInput)> {
+    use super::time::Advance as By;
+    use LimiterOp::*;
+    // A configuration in the harness's terms: `interval` indexes `INTERVALS`, `promotion`
+    // is in 256ths minus one, `capacity` and `columns` are taken as they are.
+    let config =
+        |limits, interval, promotion, capacity: u8, (rows, columns): (u8, u16), keys: u8| {
+            LimiterConfig {
+                limits,
+                interval,
+                promotion,
+                capacity: capacity - 1,
+                rows: rows - 1,
+                columns: if columns == 1024 {
+                    8
+                } else {
+                    columns as u8 - 1
+                },
+                keys: keys - 1,
+                offset: 0,
+            }
+        };
+    let burst = |key, n: u8| Burst { key, n: n - 1 };
+    let acquire = |key| Acquire { key, owned: false };
+    let drop_all = DropAll {
+        newest_first: false,
+    };
+    let every_key = |n: u8| (0..24).map(move |k| burst(k, n));
+    vec![
+        (
+            "inflight-one-key",
+            LimiterInput {
+                config: config(Limits::Inflight(2), 4, 127, 16, (2, 8), 1),
+                ops: vec![
+                    burst(0, 5),
+                    Drop { pick: 0 },
+                    acquire(0),
+                    acquire(0),
+                    drop_all,
+                    burst(0, 4),
+                ],
+            },
+        ),
+        (
+            "inflight-promote-early",
+            LimiterInput {
+                config: config(Limits::Inflight(3), 4, 0, 16, (1, 1), 3),
+                ops: vec![burst(0, 5), burst(1, 5), drop_all, burst(2, 5)],
+            },
+        ),
+        (
+            "exact-stage-full",
+            LimiterInput {
+                config: config(Limits::Inflight(1), 4, 0, 1, (1, 1), 24),
+                ops: every_key(3).chain([drop_all]).chain(every_key(2)).collect(),
+            },
+        ),
+        (
+            "exact-stage-full-rate",
+            LimiterInput {
+                config: config(Limits::Rate(1), 4, 0, 1, (1, 1), 24),
+                ops: every_key(3)
+                    .chain([LimiterOp::Advance(By::ToBoundary)])
+                    .chain((0..24).map(acquire))
+                    .collect(),
+            },
+        ),
+        (
+            "rate-windows",
+            LimiterInput {
+                config: config(Limits::Rate(2), 4, 127, 16, (2, 8), 1),
+                ops: vec![
+                    burst(0, 5),
+                    LimiterOp::Advance(By::Fraction(64)),
+                    burst(0, 3),
+                    LimiterOp::Advance(By::BeforeBoundary),
+                    acquire(0),
+                    LimiterOp::Advance(By::ToBoundary),
+                    burst(0, 4),
+                    LimiterOp::Advance(By::Fraction(200)),
+                    burst(0, 2),
+                    LimiterOp::Advance(By::Windows(2, 0)),
+                    burst(0, 4),
+                ],
+            },
+        ),
+        (
+            "rate-limit-1-on-a-window-not-a-whole-number-of-ticks",
+            LimiterInput {
+                config: config(Limits::Rate(0), 1, 127, 16, (2, 8), 2),
+                ops: vec![
+                    acquire(0),
+                    acquire(0),
+                    LimiterOp::Advance(By::ToBoundary),
+                    acquire(0),
+                    LimiterOp::Advance(By::Fraction(250)),
+                    acquire(0),
+                    Retry { key: 0 },
+                    acquire(1),
+                ],
+            },
+        ),
+        (
+            "both-limits",
+            LimiterInput {
+                config: config(Limits::Both(1, 4), 2, 127, 16, (2, 8), 3),
+                ops: vec![
+                    burst(0, 3),
+                    Drop { pick: 0 },
+                    burst(0, 3),
+                    LimiterOp::Advance(By::Tick),
+                    drop_all,
+                    burst(1, 8),
+                    LimiterOp::Advance(By::Windows(0, 0)),
+                    burst(0, 3),
+                ],
+            },
+        ),
+        (
+            "owned-permits",
+            LimiterInput {
+                config: config(Limits::Both(2, 5), 3, 127, 16, (2, 8), 2),
+                ops: (0..4)
+                    .map(|_| Acquire {
+                        key: 0,
+                        owned: true,
+                    })
+                    .chain([Drop { pick: 1 }, DropAll { newest_first: true }])
+                    .collect(),
+            },
+        ),
+        (
+            "demote-and-repromote",
+            LimiterInput {
+                config: config(Limits::Inflight(3), 4, 63, 16, (2, 8), 2),
+                ops: vec![
+                    burst(0, 4),
+                    drop_all,
+                    burst(1, 1),
+                    drop_all,
+                    burst(0, 5),
+                    Drop { pick: 0 },
+                    drop_all,
+                    burst(0, 4),
+                ],
+            },
+        ),
+        (
+            "a-flood-hits-the-over-limit-cache-and-a-retry-fits",
+            LimiterInput {
+                config: config(Limits::Rate(9), 5, 127, 16, (4, 1024), 1),
+                ops: vec![
+                    Flood { key: 0, n: 28 },
+                    LimiterOp::Advance(By::Fraction(100)),
+                    Flood { key: 0, n: 10 },
+                    Retry { key: 0 },
+                    Retry { key: 0 },
+                ],
+            },
+        ),
+        (
+            "floods-of-colliding-keys",
+            LimiterInput {
+                config: config(Limits::Both(5, 7), 4, 31, 16, (1, 2), 4),
+                ops: vec![
+                    Flood { key: 0, n: 30 },
+                    Flood { key: 1, n: 30 },
+                    Retry { key: 0 },
+                    LimiterOp::Advance(By::Millis(149)),
+                    Flood { key: 2, n: 30 },
+                    Retry { key: 3 },
+                ],
+            },
+        ),
+    ]
+}
