@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use arbitrary::Arbitrary;
-use floodgate::{Limiter, OwnedPermit, Permit, Reason, Rejected};
+use floodgate::{Limiter, Reason, Rejected};
 
 use super::time::{Advance, Time};
 use super::{bounded, key, slack, TICK_NANOS};
@@ -148,11 +148,7 @@ impl Settings {
     }
 }
 
-/// A permit of either kind, held only to be dropped.
-enum AnyPermit<'a> {
-    Borrowed(#[allow(dead_code)] Permit<'a, u64>),
-    Owned(#[allow(dead_code)] OwnedPermit<u64>),
-}
+type AnyPermit<'a> = super::permits::AnyPermit<'a, u64>;
 
 /// Requests per window and key: admitted ones, or offered ones (admitted or not).
 type Windows = BTreeMap<u64, Vec<i128>>;
@@ -498,7 +494,7 @@ impl<'a> Run<'a> {
             let took_lock = self.limiter.exact_locks_taken() != locks;
             let after = self.limiter.stats();
             if cached {
-                let r = result.as_ref().err().expect("admitted during its flood");
+                let r = result.as_ref().expect_err("admitted during its flood");
                 assert_eq!(r.reason, Reason::Rate, "{r}");
                 assert_eq!(
                     r.estimate,

@@ -26,6 +26,7 @@ pub mod construction;
 pub mod estimator;
 pub mod inflight;
 pub mod limiter;
+pub mod permits;
 pub mod rate;
 mod time;
 

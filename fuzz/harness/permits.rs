@@ -1,5 +1,6 @@
-//! A permit of either kind, for the tests that hold borrowed and owned permits side by side
-//! (tests/limiter.rs, tests/faults.rs).
+//! A permit of either kind, for the harness and the tests that hold borrowed and owned
+//! permits side by side (tests/limiter.rs, tests/faults.rs include this file through
+//! tests/common).
 
 use std::hash::Hash;
 
