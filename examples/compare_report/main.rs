@@ -8,9 +8,9 @@
 //! `CRITERION_HOME`), `bench.log` (the criterion benches' output, with the rate bench's latency
 //! table), `memory.txt` (the memory bench's table), `limiter-accuracy.csv` (the limiter
 //! bench's untimed accuracy pass) and `run.env` (command, date, timings, load). Writes
-//! `RUN_DIR/results.csv` (one row per result), `RUN_DIR/summary.md` (the README's tables, written here),
-//! `DIR/comparison.md`, `DIR/ns_per_op.svg` and `DIR/overestimate.svg` (DIR: `docs`), and with
-//! `--readme`, the summary between the README's markers.
+//! `RUN_DIR/results.csv` (one row per result), `DIR/comparison.md`, `DIR/ns_per_op.svg` and
+//! `DIR/overestimate.svg` (DIR: `docs`), and with `--readme`, the summary between the README's
+//! markers; the summary (the README's tables) also goes to standard output.
 //!
 //! Which results to expect comes from `benches/common/ids.rs`, the module the benches take
 //! their ids from. Every input is read and every expected result checked before anything is
@@ -77,8 +77,7 @@ fn run() -> Result<(), String> {
     let report = report::Report::new(&inputs, plots::overestimate_table(&overestimates));
     let doc = docs.join("comparison.md");
     write(&doc, &report.document())?;
-    let summary = run_dir.join("summary.md");
-    write(&summary, &report.summary(false))?;
+    println!("{}", report.summary(false));
     if let Some(readme) = readme {
         let text =
             std::fs::read_to_string(&readme).map_err(|e| format!("{}: {e}", readme.display()))?;
