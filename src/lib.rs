@@ -8,7 +8,8 @@
 //! - [`Rate`]: per-key event counts per window and the rates they give; [`RateComponents`]
 //!   and [`PROPORTIONAL_RATE_ESTIMATE_CALC_FN`] for sliding-window estimates.
 //! - [`Limiter`]: per-key limits on in-flight requests and request rate, decided by the
-//!   sketches with an exact second stage for the keys near their limits; [`Permit`],
+//!   sketches with an exact second stage for the keys near their limits, with per-key
+//!   [`Limits`] that can change live; [`Permit`],
 //!   [`Rejected`], [`Estimate`], [`HeavyHitter`] and [`LimiterStats`] for what it decided and
 //!   why.
 #![cfg_attr(
@@ -74,8 +75,8 @@ pub use inflight::{BorrowedGuard, Guard, Inflight};
 #[cfg(feature = "tower")]
 pub use layer::{HostKey, KeyExtractor, LimitBody, LimitLayer, LimitService, ResponseFuture};
 pub use limiter::{
-    Estimate, HeavyHitter, Limiter, LimiterBuilder, LimiterStats, OwnedPermit, Permit, Reason,
-    Rejected,
+    Estimate, HeavyHitter, Limiter, LimiterBuilder, LimiterStats, Limits, OwnedPermit, Permit,
+    Reason, Rejected,
 };
 pub use rate::{Rate, RateBuilder, RateComponents, PROPORTIONAL_RATE_ESTIMATE_CALC_FN};
 

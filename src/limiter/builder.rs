@@ -9,8 +9,9 @@ use crate::estimator::{CountMin, KeyHasher};
 use crate::Rate;
 
 use super::exact::ExactStage;
+use super::limits::Thresholds;
 use super::overlimit::{OverLimit, SLOTS_PER_EXACT_KEY};
-use super::sketches::{InflightLimit, RateLimit, Sketches};
+use super::sketches::Sketches;
 use super::*;
 
 /// How often the exact stage is swept when no rate interval sets the pace: an epoch of its
@@ -312,41 +313,42 @@ impl<K> LimiterBuilder<K> {
             ));
         }
         let peak = self.peak_rate as f64;
+        let limits = Limits::new();
+        let limits = match self.max_inflight {
+            Some(limit) => limits.max_inflight(limit),
+            None => limits,
+        };
+        let limits = match self.max_rate {
+            Some((limit, _)) => limits.max_rate(limit),
+            None => limits,
+        };
+        // The sketches are sized for the default limits' thresholds.
+        let defaults = Thresholds::new(&limits, self.promotion);
         // One hasher for every table of the limiter, its Rate's included.
         let hasher = KeyHasher::new();
-        let inflight = match self.max_inflight {
-            Some(limit) => {
-                let promote_at = ((limit as f64 * self.promotion).ceil() as isize).clamp(1, limit);
+        let inflight = match defaults.inflight {
+            Some(t) => {
                 let in_flight = peak * ASSUMED_TIME_IN_FLIGHT.as_secs_f64();
                 let columns = self
                     .columns
-                    .unwrap_or_else(|| sized_columns(in_flight, promote_at as f64));
-                Some(InflightLimit {
-                    sketch: CountMin::try_new(self.rows, columns)?,
-                    limit,
-                    promote_at,
-                })
+                    .unwrap_or_else(|| sized_columns(in_flight, t.promote_at as f64));
+                Some(CountMin::try_new(self.rows, columns)?)
             }
             None => None,
         };
-        let rate = match self.max_rate {
-            Some((limit, interval)) => {
-                let promote_at = (limit as f64 * self.promotion).max(1.0).min(limit as f64);
+        let rate = match (self.max_rate, defaults.rate) {
+            (Some((_, interval)), Some(t)) => {
                 let per_window = peak * interval.as_secs_f64();
                 let columns = self
                     .columns
-                    .unwrap_or_else(|| sized_columns(per_window, promote_at));
+                    .unwrap_or_else(|| sized_columns(per_window, t.promote_at));
                 let mut builder = Rate::builder(interval).estimator(self.rows, columns);
                 if let Some(clock) = &self.clock {
                     builder = builder.clock(clock);
                 }
-                Some(RateLimit {
-                    rate: builder.build_with_hasher(hasher.clone())?,
-                    limit,
-                    promote_at,
-                })
+                Some(builder.build_with_hasher(hasher.clone())?)
             }
-            None => None,
+            _ => None,
         };
         let time = match &self.clock {
             Some(clock) => TimeSource::manual(clock),
@@ -356,13 +358,13 @@ impl<K> LimiterBuilder<K> {
         // the limit is judged on), at most a second.
         let period = rate
             .as_ref()
-            .map_or(SWEEP_PERIOD, |l| l.rate.interval().min(SWEEP_PERIOD));
+            .map_or(SWEEP_PERIOD, |r| r.interval().min(SWEEP_PERIOD));
         let capacity = self.exact_capacity.unwrap_or_else(|| {
-            let hot_inflight = inflight.as_ref().map_or(0.0, |l| {
-                peak * ASSUMED_TIME_IN_FLIGHT.as_secs_f64() / l.promote_at as f64
+            let hot_inflight = defaults.inflight.map_or(0.0, |t| {
+                peak * ASSUMED_TIME_IN_FLIGHT.as_secs_f64() / t.promote_at as f64
             });
-            let hot_rate = rate.as_ref().map_or(0.0, |l| {
-                peak * l.rate.interval().as_secs_f64() / l.promote_at
+            let hot_rate = rate.as_ref().zip(defaults.rate).map_or(0.0, |(r, t)| {
+                peak * r.interval().as_secs_f64() / t.promote_at
             });
             // Twice the keys: places come in sets of 16 that a key's hash picks, so a stage
             // half full rarely has a full set (Poisson(8) exceeds 16 in 0.4% of sets).
@@ -386,6 +388,8 @@ impl<K> LimiterBuilder<K> {
             let registration = time.register(user);
             Shared {
                 sketches,
+                defaults: AtomicCell::new(defaults),
+                promotion: self.promotion,
                 exact: ExactStage::new(capacity),
                 over_limit: OverLimit::new(capacity * SLOTS_PER_EXACT_KEY),
                 time,

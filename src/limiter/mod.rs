@@ -49,6 +49,7 @@
 
 mod builder;
 mod exact;
+mod limits;
 mod overlimit;
 mod permit;
 mod report;
@@ -59,12 +60,17 @@ use std::hash::Hash;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use crossbeam_utils::atomic::AtomicCell;
+
 use crate::clock::{Registration, Tick, TimeSource};
+use crate::error::ConfigError;
 use exact::{spread, ExactStage, Refusal};
+use limits::Thresholds;
 use overlimit::OverLimit;
 use sketches::Sketches;
 
 pub use builder::LimiterBuilder;
+pub use limits::Limits;
 use permit::Ticket;
 pub use permit::{OwnedPermit, Permit};
 pub use report::{Estimate, HeavyHitter, LimiterStats, Reason, Rejected};
@@ -138,6 +144,12 @@ impl<K> Clone for Limiter<K> {
 /// What clones of a limiter and their permits share.
 struct Shared<K> {
     sketches: Sketches,
+    /// The default limits with their promotion thresholds, replaced whole by
+    /// [`Limiter::set_limits`]. `AtomicCell` (a sequence lock for a value this size): a read
+    /// takes no lock and writes nothing, and always sees one `set_limits`'s value whole.
+    defaults: AtomicCell<Thresholds>,
+    /// The fraction of each limit at which a key is promoted.
+    promotion: f64,
     exact: ExactStage<K>,
     over_limit: OverLimit,
     /// The clock the rate windows, the over-limit deadlines and the sweep follow.
@@ -216,7 +228,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let ticket = self.shared.acquire(key)?;
+        let ticket = self.shared.acquire(key, &self.shared.defaults.load())?;
         Ok(Permit {
             shared: &self.shared,
             ticket,
@@ -245,11 +257,174 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let ticket = self.shared.acquire(key)?;
+        let ticket = self.shared.acquire(key, &self.shared.defaults.load())?;
         Ok(OwnedPermit {
             shared: Arc::clone(&self.shared),
             ticket,
         })
+    }
+
+    /// As [`try_acquire`](Self::try_acquire), against the key's own `limits` instead of the
+    /// limiter's defaults: a customer's plan, say. The promotion thresholds follow these
+    /// limits, so with a sketch that tells keys apart each key is admitted exactly up to its
+    /// own limit.
+    ///
+    /// The kinds counted (in flight, rate, and the rate's interval) are the limiter's: a
+    /// limit of a kind it does not count is rejected with [`Reason::InflightNotCounted`] or
+    /// [`Reason::RateNotCounted`], and a kind left unset in `limits` is not limited (still
+    /// counted). A limit of 0 rejects every request, uncounted.
+    ///
+    /// # Errors
+    ///
+    /// [`Rejected`] when the request would take the key over one of `limits`, or when
+    /// `limits` has a kind the limiter does not count.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::{clock::ManualClock, Limiter, Limits, Reason};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter: Limiter<String> = Limiter::builder()
+    ///     .max_rate(10, Duration::from_secs(1))
+    ///     .clock(&clock)
+    ///     .build()
+    ///     .unwrap();
+    /// let free = Limits::new().max_rate(2);
+    /// drop(limiter.try_acquire_with("free.example", &free).unwrap());
+    /// drop(limiter.try_acquire_with("free.example", &free).unwrap());
+    /// let rejected = limiter.try_acquire_with("free.example", &free).unwrap_err();
+    /// assert_eq!((rejected.reason, rejected.limit), (Reason::Rate, 2));
+    ///
+    /// // This limiter counts no requests in flight: an in-flight limit is refused, clearly.
+    /// let wrong = Limits::new().max_inflight(5);
+    /// let rejected = limiter.try_acquire_with("other.example", &wrong).unwrap_err();
+    /// assert_eq!(rejected.reason, Reason::InflightNotCounted);
+    /// ```
+    pub fn try_acquire_with<Q>(&self, key: &Q, limits: &Limits) -> Result<Permit<'_, K>, Rejected>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let ticket = self.shared.acquire(key, &self.shared.thresholds(limits)?)?;
+        Ok(Permit {
+            shared: &self.shared,
+            ticket,
+        })
+    }
+
+    /// As [`try_acquire_with`](Self::try_acquire_with), with a permit that owns a reference
+    /// to the limiter (see [`try_acquire_owned`](Self::try_acquire_owned)).
+    ///
+    /// # Errors
+    ///
+    /// As [`try_acquire_with`](Self::try_acquire_with).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use floodgate::{Limiter, Limits};
+    ///
+    /// let limiter: Limiter<String> = Limiter::builder().max_inflight(1).build().unwrap();
+    /// let batch = Limits::new().max_inflight(3);
+    /// let permits: Vec<_> = (0..3)
+    ///     .map(|_| limiter.try_acquire_owned_with("batch.example", &batch).unwrap())
+    ///     .collect();
+    /// assert!(limiter.try_acquire_owned_with("batch.example", &batch).is_err());
+    /// drop(permits);
+    /// assert!(limiter.try_acquire_owned_with("batch.example", &batch).is_ok());
+    /// ```
+    pub fn try_acquire_owned_with<Q>(
+        &self,
+        key: &Q,
+        limits: &Limits,
+    ) -> Result<OwnedPermit<K>, Rejected>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let ticket = self.shared.acquire(key, &self.shared.thresholds(limits)?)?;
+        Ok(OwnedPermit {
+            shared: Arc::clone(&self.shared),
+            ticket,
+        })
+    }
+
+    /// Replaces the default limits (those of [`try_acquire`](Self::try_acquire)) of a running
+    /// limiter. The next decision on every thread sees them, whole: a decision never mixes
+    /// an old in-flight limit with a new rate limit. Permits already given are not taken
+    /// back; a key now over its lower limit is rejected until it is under it again.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::InvalidLimit`] when `limits` has a kind the limiter does not count
+    /// (its builder set no `max_inflight`, or no `max_rate`); the defaults are then unchanged.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use floodgate::{Limiter, Limits};
+    ///
+    /// let limiter: Limiter<String> = Limiter::builder().max_inflight(1).build().unwrap();
+    /// let _first = limiter.try_acquire("origin").unwrap();
+    /// assert!(limiter.try_acquire("origin").is_err());
+    ///
+    /// limiter.set_limits(Limits::new().max_inflight(2)).unwrap();
+    /// assert_eq!(limiter.limits(), Limits::new().max_inflight(2));
+    /// let _second = limiter.try_acquire("origin").unwrap();
+    ///
+    /// assert!(limiter.set_limits(Limits::new().max_rate(10)).is_err(), "no rate is counted");
+    /// assert_eq!(limiter.limits(), Limits::new().max_inflight(2));
+    /// ```
+    pub fn set_limits(&self, limits: Limits) -> Result<(), ConfigError> {
+        let thresholds = self.shared.thresholds(&limits).map_err(|rejected| {
+            ConfigError::InvalidLimit(match rejected.reason {
+                Reason::RateNotCounted => {
+                    "this limiter counts no rate: build it with max_rate to set rate limits"
+                }
+                _ => {
+                    "this limiter counts no requests in flight: build it with max_inflight \
+                      to set in-flight limits"
+                }
+            })
+        })?;
+        self.shared.defaults.store(thresholds);
+        Ok(())
+    }
+
+    /// The default limits: the builder's, or the last [`set_limits`](Self::set_limits).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use floodgate::{Limiter, Limits};
+    ///
+    /// let limiter: Limiter<String> = Limiter::builder().max_inflight(8).build().unwrap();
+    /// assert_eq!(limiter.limits(), Limits::new().max_inflight(8));
+    /// ```
+    pub fn limits(&self) -> Limits {
+        self.shared.defaults.load().limits()
+    }
+
+    /// The interval that rate limits count requests per, if the limiter counts a rate.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::Limiter;
+    ///
+    /// let limiter: Limiter<String> =
+    ///     Limiter::builder().max_rate(100, Duration::from_secs(60)).build().unwrap();
+    /// assert_eq!(limiter.rate_interval(), Some(Duration::from_secs(60)));
+    /// ```
+    pub fn rate_interval(&self) -> Option<Duration> {
+        self.shared
+            .sketches
+            .rate
+            .as_ref()
+            .map(crate::Rate::interval)
     }
 
     /// The key's counts as the limiter judges them now, without counting a request: the
@@ -323,12 +498,11 @@ where
     /// ```
     pub fn stats(&self) -> LimiterStats {
         let s = &*self.shared;
-        let rate = s.sketches.rate.as_ref();
-        let inflight = s.sketches.inflight.as_ref();
-        let rate_noise = rate.map(|l| l.rate.noise());
-        let rate_promote_at = rate.map(|l| l.promote_at);
-        let inflight_noise = inflight.map(|l| l.sketch.mean_count());
-        let inflight_promote_at = inflight.map(|l| l.promote_at as f64);
+        let defaults = s.defaults.load();
+        let rate_noise = s.sketches.rate.as_ref().map(crate::Rate::noise);
+        let rate_promote_at = defaults.rate.map(|t| t.promote_at);
+        let inflight_noise = s.sketches.inflight.as_ref().map(|c| c.mean_count());
+        let inflight_promote_at = defaults.inflight.map(|t| t.promote_at as f64);
         let over = |noise: Option<f64>, at: Option<f64>| match (noise, at) {
             (Some(noise), Some(at)) => noise >= SATURATED_AT * at,
             _ => false,
@@ -379,12 +553,18 @@ where
 
 impl<K> std::fmt::Debug for Limiter<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let s = &self.shared.sketches;
+        let limits = self.shared.defaults.load().limits();
         f.debug_struct("Limiter")
-            .field("max_inflight", &s.inflight.as_ref().map(|l| l.limit))
+            .field("max_inflight", &limits.inflight_limit())
+            .field("max_rate", &limits.rate_limit())
             .field(
-                "max_rate",
-                &s.rate.as_ref().map(|l| (l.limit, l.rate.interval())),
+                "interval",
+                &self
+                    .shared
+                    .sketches
+                    .rate
+                    .as_ref()
+                    .map(crate::Rate::interval),
             )
             .finish_non_exhaustive()
     }
@@ -394,26 +574,41 @@ impl<K> Shared<K>
 where
     K: Hash + Eq,
 {
-    /// The whole decision for one request: the over-limit cache, then the sketches, then (for
-    /// hot or promoted keys) the exact stage.
-    fn acquire<Q>(&self, key: &Q) -> Result<Ticket, Rejected>
+    /// The thresholds of a key's own `limits`, or the rejection of a limit of a kind this
+    /// limiter does not count.
+    fn thresholds(&self, limits: &Limits) -> Result<Thresholds, Rejected> {
+        if let (Some(limit), None) = (limits.inflight_limit(), &self.sketches.inflight) {
+            return Err(Rejected::not_counted(Reason::InflightNotCounted, limit));
+        }
+        if let (Some(limit), None) = (limits.rate_limit(), &self.sketches.rate) {
+            return Err(Rejected::not_counted(Reason::RateNotCounted, limit));
+        }
+        Ok(Thresholds::new(limits, self.promotion))
+    }
+
+    /// The whole decision for one request against `t`: the over-limit cache, then the
+    /// sketches, then (for hot or promoted keys) the exact stage.
+    fn acquire<Q>(&self, key: &Q, t: &Thresholds) -> Result<Ticket, Rejected>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        if let Some(rejected) = t.refuses_all() {
+            return Err(rejected);
+        }
         let hash = self.sketches.hash(key);
         // One remix for the over-limit cache and the filter.
         let spread = spread(hash);
-        if let Some(rejected) = self.over_limit_now(spread) {
+        if let Some(rejected) = self.over_limit_now(spread, t) {
             return Err(rejected);
         }
         let sketched = self.sketches.observe(hash);
-        let hot = self.sketches.is_hot(&sketched);
+        let hot = self.sketches.is_hot(&sketched, t);
         // The request's half of the promotion handshake: after the sketch increments.
         let decision = if !hot && !self.exact.flagged(spread) {
             Ok(None)
         } else {
-            self.exact.decide(key, &sketched, hot, &self.sketches)
+            self.exact.decide(key, &sketched, t, hot, &self.sketches)
         };
         match decision {
             Ok(tracked) => Ok(Ticket { hash, tracked }),
@@ -422,25 +617,29 @@ where
                 over_until,
             }) => {
                 self.sketches.release(hash);
-                if let (Some(deadline), Some(window)) = (over_until, sketched.window) {
-                    self.over_limit.insert(spread, window.at, deadline);
+                if let (Some(deadline), Some(window), Some(rate)) =
+                    (over_until, sketched.window, t.rate)
+                {
+                    self.over_limit
+                        .insert(spread, rate.limit, window.at, deadline);
                 }
                 Err(rejected)
             }
         }
     }
 
-    /// The rejection of a key still over its rate limit from an earlier rejection.
+    /// The rejection of a key still over its rate limit `t.rate` from an earlier rejection
+    /// under the same limit.
     #[inline]
-    fn over_limit_now(&self, spread: u64) -> Option<Rejected> {
-        let rate = self.sketches.rate.as_ref()?;
+    fn over_limit_now(&self, spread: u64, t: &Thresholds) -> Option<Rejected> {
+        let (rate, limit) = (self.sketches.rate.as_ref()?, t.rate?.limit);
         // The time the usual path would decide on; near a window's end that is the exact time,
         // and the request goes the usual way.
-        let now = rate.rate.settled_now()?;
+        let now = rate.settled_now()?;
         // No rate rejection waits more than two windows.
-        let cap = rate.rate.interval().saturating_mul(2);
-        let remaining = self.over_limit.remaining(spread, now, cap)?;
-        Some(Rejected::still_over(rate.limit, remaining))
+        let cap = rate.interval().saturating_mul(2);
+        let remaining = self.over_limit.remaining(spread, limit, now, cap)?;
+        Some(Rejected::still_over(limit, remaining))
     }
 
     /// Gives back what an admitted request took.

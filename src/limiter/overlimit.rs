@@ -47,6 +47,9 @@ const UNIT: u64 = 1 << UNIT_SHIFT;
 /// deadline that has passed is never read as one far ahead.
 const MAX_AHEAD: u64 = 1 << (DEADLINE_BITS - 1);
 
+/// Mixes a rate limit into a key's tag (an odd constant: different limits, different tags).
+const LIMIT_MIX: u64 = 0x9E37_79B9_7F4A_7C15;
+
 /// Slots per key the exact stage can hold: over-limit keys are a subset of the keys near
 /// their limits, and spare slots keep two flooding keys from taking turns in one.
 pub(crate) const SLOTS_PER_EXACT_KEY: usize = 4;
@@ -69,16 +72,25 @@ impl OverLimit {
         &self.slots[spread as usize & (self.slots.len() - 1)]
     }
 
-    fn tag(spread: u64) -> u64 {
-        spread >> DEADLINE_BITS
+    /// The tag of a key under a rate limit: a deadline holds only for the limit it was
+    /// computed under, so a key whose limit changed (its plan, or the defaults) misses and is
+    /// decided the usual way.
+    fn tag(spread: u64, limit: isize) -> u64 {
+        (spread ^ (limit as u64).wrapping_mul(LIMIT_MIX)) >> DEADLINE_BITS
     }
 
     /// How long the key with spread hash `spread` is still over its limit at time `now`
     /// (rounded up to a unit, at most `cap`), if it is known to be.
     #[inline]
-    pub(crate) fn remaining(&self, spread: u64, now: u64, cap: Duration) -> Option<Duration> {
+    pub(crate) fn remaining(
+        &self,
+        spread: u64,
+        limit: isize,
+        now: u64,
+        cap: Duration,
+    ) -> Option<Duration> {
         let word = self.slot(spread).load(Ordering::Relaxed);
-        if word == 0 || word >> DEADLINE_BITS != Self::tag(spread) {
+        if word == 0 || word >> DEADLINE_BITS != Self::tag(spread, limit) {
             return None;
         }
         // Units from now's unit to the deadline's, modulo the deadline's range.
@@ -94,14 +106,14 @@ impl OverLimit {
         Some(Duration::from_nanos(until_deadline + UNIT).min(cap))
     }
 
-    /// Remembers that the key is over its limit until `deadline` (nanoseconds on the
-    /// limiter's clock, `now` being the time of the rejection).
-    pub(crate) fn insert(&self, spread: u64, now: u64, deadline: u64) {
+    /// Remembers that the key is over its rate limit `limit` until `deadline` (nanoseconds on
+    /// the limiter's clock, `now` being the time of the rejection).
+    pub(crate) fn insert(&self, spread: u64, limit: isize, now: u64, deadline: u64) {
         let units = deadline >> UNIT_SHIFT;
         if units.saturating_sub(now >> UNIT_SHIFT) >= MAX_AHEAD {
             return;
         }
-        let word = (Self::tag(spread) << DEADLINE_BITS) | (units & DEADLINE_MASK);
+        let word = (Self::tag(spread, limit) << DEADLINE_BITS) | (units & DEADLINE_MASK);
         self.slot(spread).store(word, Ordering::Relaxed);
     }
 
@@ -128,21 +140,23 @@ mod tests {
     use super::*;
 
     const CAP: Duration = Duration::from_secs(3600);
+    /// The rate limit the tests' deadlines are computed under.
+    const L: isize = 10;
 
     #[test]
     fn a_key_is_rejected_until_its_deadline_and_not_at_it() {
         let cache = OverLimit::new(16);
         let key = 0xABCD_EF01_2345_6789;
-        assert_eq!(cache.remaining(key, 0, CAP), None);
-        cache.insert(key, 0, 5_000_000);
-        let left = cache.remaining(key, 0, CAP).unwrap();
+        assert_eq!(cache.remaining(key, L, 0, CAP), None);
+        cache.insert(key, L, 0, 5_000_000);
+        let left = cache.remaining(key, L, 0, CAP).unwrap();
         assert!(left >= Duration::from_millis(5), "reported early: {left:?}");
         assert!(left <= Duration::from_nanos(5_000_000 + UNIT), "{left:?}");
         let short = Duration::from_millis(1);
-        assert_eq!(cache.remaining(key, 0, short), Some(short));
-        assert!(cache.remaining(key, 4_000_000, CAP).is_some());
+        assert_eq!(cache.remaining(key, L, 0, short), Some(short));
+        assert!(cache.remaining(key, L, 4_000_000, CAP).is_some());
         assert_eq!(
-            cache.remaining(key, 5_000_000, CAP),
+            cache.remaining(key, L, 5_000_000, CAP),
             None,
             "rejects at the deadline"
         );
@@ -150,7 +164,7 @@ mod tests {
         // ahead again (at 2^60 ns it would, being a multiple of 2^56).
         cache.forget_expired(5_000_000);
         assert_eq!(
-            cache.remaining(key, 1 << 60, CAP),
+            cache.remaining(key, L, 1 << 60, CAP),
             None,
             "rejects long after it"
         );
@@ -162,14 +176,14 @@ mod tests {
         let key = 7;
         // Past the deadline field's range: 2^56 ns is about 2.3 years.
         let now = (1 << 56) + 123_456_789;
-        cache.insert(key, now, now + 2_000_000_000);
-        let left = cache.remaining(key, now, CAP).unwrap();
+        cache.insert(key, L, now, now + 2_000_000_000);
+        let left = cache.remaining(key, L, now, CAP).unwrap();
         assert!(left >= Duration::from_secs(2), "{left:?}");
         assert!(
             left <= Duration::from_nanos(2_000_000_000 + UNIT),
             "{left:?}"
         );
-        assert_eq!(cache.remaining(key, now + 2_000_000_000, CAP), None);
+        assert_eq!(cache.remaining(key, L, now + 2_000_000_000, CAP), None);
     }
 
     #[test]
@@ -177,14 +191,32 @@ mod tests {
         let cache = OverLimit::new(16);
         let key = 0x1111_0000_0000_0003;
         let same_slot = 0x2222_0000_0000_0003;
-        cache.insert(key, 0, 1_000_000_000);
-        assert!(cache.remaining(key, 0, CAP).is_some());
-        assert_eq!(cache.remaining(same_slot, 0, CAP), None);
-        cache.insert(same_slot, 0, 1_000_000_000);
+        cache.insert(key, L, 0, 1_000_000_000);
+        assert!(cache.remaining(key, L, 0, CAP).is_some());
+        assert_eq!(cache.remaining(same_slot, L, 0, CAP), None);
+        cache.insert(same_slot, L, 0, 1_000_000_000);
         assert_eq!(
-            cache.remaining(key, 0, CAP),
+            cache.remaining(key, L, 0, CAP),
             None,
             "the newer rejection took the slot"
+        );
+    }
+
+    #[test]
+    fn a_deadline_holds_only_for_the_limit_it_was_computed_under() {
+        let cache = OverLimit::new(16);
+        let key = 0xABCD_EF01_2345_6789;
+        cache.insert(key, L, 0, 1_000_000_000);
+        assert!(cache.remaining(key, L, 0, CAP).is_some());
+        assert_eq!(
+            cache.remaining(key, L + 1, 0, CAP),
+            None,
+            "a raised limit misses"
+        );
+        assert_eq!(
+            cache.remaining(key, L - 1, 0, CAP),
+            None,
+            "a lowered one too"
         );
     }
 }

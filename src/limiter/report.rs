@@ -13,6 +13,13 @@ pub enum Reason {
     Inflight,
     /// The key's sliding-window rate would exceed `max_rate`.
     Rate,
+    /// The request asked for an in-flight limit
+    /// ([`Limiter::try_acquire_with`](super::Limiter::try_acquire_with)) from a limiter that
+    /// counts no requests in flight (built without `max_inflight`).
+    InflightNotCounted,
+    /// The request asked for a rate limit from a limiter that counts no rate (built without
+    /// `max_rate`).
+    RateNotCounted,
 }
 
 /// A rejected request: which limit, the estimate it was judged by, and when to retry.
@@ -50,7 +57,8 @@ pub struct Rejected {
     pub limit: isize,
     /// For rate rejections, how long until the same request would fit, if nothing else
     /// arrives meanwhile; `None` for in-flight rejections (that depends on other requests
-    /// finishing).
+    /// finishing), for a rate limit of 0 (nothing ever fits) and for limits the limiter does
+    /// not count.
     pub retry_after: Option<Duration>,
 }
 
@@ -75,6 +83,26 @@ impl Rejected {
         }
     }
 
+    /// A request under a rate limit of 0 or less: it never fits.
+    pub(crate) fn never(limit: isize) -> Self {
+        Rejected {
+            reason: Reason::Rate,
+            estimate: 1,
+            limit,
+            retry_after: None,
+        }
+    }
+
+    /// A limit of a kind the limiter does not count.
+    pub(crate) fn not_counted(reason: Reason, limit: isize) -> Self {
+        Rejected {
+            reason,
+            estimate: 0,
+            limit,
+            retry_after: None,
+        }
+    }
+
     /// A key still within the `retry_after` of an earlier rate rejection.
     pub(crate) fn still_over(limit: isize, remaining: Duration) -> Self {
         Rejected {
@@ -91,6 +119,22 @@ impl std::fmt::Display for Rejected {
         let what = match self.reason {
             Reason::Inflight => "requests in flight",
             Reason::Rate => "requests per interval",
+            Reason::InflightNotCounted => {
+                return write!(
+                    f,
+                    "an in-flight limit of {} was asked of a limiter that counts no requests in \
+                     flight (build it with max_inflight)",
+                    self.limit
+                )
+            }
+            Reason::RateNotCounted => {
+                return write!(
+                    f,
+                    "a rate limit of {} was asked of a limiter that counts no rate (build it \
+                     with max_rate)",
+                    self.limit
+                )
+            }
         };
         write!(
             f,

@@ -11,27 +11,18 @@ use crate::rate::{ExactWindows, WindowView};
 use crate::Rate;
 
 use super::exact::{Counts, InflightCount};
+use super::limits::Thresholds;
 use super::{Estimate, Rejected};
 
-/// The in-flight sketch and its limit.
-pub(crate) struct InflightLimit {
-    pub(crate) sketch: CountMin,
-    pub(crate) limit: isize,
-    pub(crate) promote_at: isize,
-}
-
-/// The rate sketch (a sliding window) and its limit.
-pub(crate) struct RateLimit {
-    pub(crate) rate: Rate,
-    pub(crate) limit: isize,
-    pub(crate) promote_at: f64,
-}
-
-/// The sketches of one limiter, and the one hasher all of them are read with.
+/// The sketches of one limiter, and the one hasher all of them are read with. Which sketches
+/// exist (the kinds the limiter counts) is fixed by its builder; the limits they are judged
+/// against come with each decision, as [`Thresholds`].
 pub(crate) struct Sketches {
     pub(crate) hasher: KeyHasher,
-    pub(crate) inflight: Option<InflightLimit>,
-    pub(crate) rate: Option<RateLimit>,
+    /// Requests in flight per key.
+    pub(crate) inflight: Option<CountMin>,
+    /// Requests per key in a sliding window.
+    pub(crate) rate: Option<Rate>,
 }
 
 /// What the sketches said about one request.
@@ -56,8 +47,8 @@ impl Sketches {
     pub(crate) fn observe(&self, hash: u64) -> Sketched {
         Sketched {
             hash,
-            inflight: self.inflight.as_ref().map(|l| l.sketch.incr(hash, 1)),
-            window: self.rate.as_ref().map(|l| l.rate.observe_hashed(hash)),
+            inflight: self.inflight.as_ref().map(|sketch| sketch.incr(hash, 1)),
+            window: self.rate.as_ref().map(|rate| rate.observe_hashed(hash)),
         }
     }
 
@@ -65,32 +56,30 @@ impl Sketches {
     /// was not counted by the exact stage, whose release does this under its lock).
     #[inline]
     pub(crate) fn release(&self, hash: u64) {
-        if let Some(l) = &self.inflight {
-            l.sketch.decr(hash, 1);
+        if let Some(sketch) = &self.inflight {
+            sketch.decr(hash, 1);
         }
     }
 
     /// Whether an estimate reached its promotion threshold.
     #[inline]
-    pub(crate) fn is_hot(&self, s: &Sketched) -> bool {
-        let inflight =
-            matches!((&self.inflight, s.inflight), (Some(l), Some(n)) if n >= l.promote_at);
-        let rate =
-            matches!((&self.rate, s.window), (Some(l), Some(w)) if w.sliding() >= l.promote_at);
+    pub(crate) fn is_hot(&self, s: &Sketched, t: &Thresholds) -> bool {
+        let inflight = matches!((t.inflight, s.inflight), (Some(t), Some(n)) if n >= t.promote_at);
+        let rate = matches!((t.rate, s.window), (Some(t), Some(w)) if w.sliding() >= t.promote_at);
         inflight || rate
     }
 
     /// The decision when the exact stage cannot help: the sketch estimates against the limits.
-    pub(crate) fn decide_alone(&self, s: &Sketched) -> Result<(), Rejected> {
-        if let (Some(l), Some(estimate)) = (&self.inflight, s.inflight) {
-            if estimate > l.limit {
-                return Err(Rejected::inflight(estimate, l.limit));
+    pub(crate) fn decide_alone(&self, s: &Sketched, t: &Thresholds) -> Result<(), Rejected> {
+        if let (Some(t), Some(estimate)) = (t.inflight, s.inflight) {
+            if estimate > t.limit {
+                return Err(Rejected::inflight(estimate, t.limit));
             }
         }
-        if let (Some(l), Some(view)) = (&self.rate, s.window) {
-            if !view.fits(l.limit) {
+        if let (Some(t), Some(view)) = (t.rate, s.window) {
+            if !view.fits(t.limit) {
                 // The sketch keeps this rejected request: a retry finds it counted.
-                return Err(Rejected::rate(&view, l.limit, view.curr));
+                return Err(Rejected::rate(&view, t.limit, view.curr));
             }
         }
         Ok(())
@@ -104,12 +93,12 @@ impl Sketches {
             base: self
                 .inflight
                 .as_ref()
-                .map_or(0, |l| (l.sketch.get(s.hash) - 1).max(0)),
+                .map_or(0, |sketch| (sketch.get(s.hash) - 1).max(0)),
             tracked: 0,
         };
         let rate = match (&self.rate, s.window) {
-            (Some(l), Some(w)) => {
-                ExactWindows::new(w.bucket, l.rate.count_hashed(s.hash, w.bucket) - 1)
+            (Some(rate), Some(w)) => {
+                ExactWindows::new(w.bucket, rate.count_hashed(s.hash, w.bucket) - 1)
             }
             _ => ExactWindows::new(0, 0),
         };
@@ -119,32 +108,38 @@ impl Sketches {
     /// Decides with the smaller of the sketch estimates and the exact counts, under the exact
     /// stage's lock, and counts an admitted request in them. `Ok(true)` when the permit's
     /// in-flight slot is counted there.
-    pub(crate) fn decide_exact(&self, counts: &mut Counts, s: &Sketched) -> Result<bool, Rejected> {
+    pub(crate) fn decide_exact(
+        &self,
+        counts: &mut Counts,
+        s: &Sketched,
+        t: &Thresholds,
+    ) -> Result<bool, Rejected> {
         let mut tracked = false;
-        if let (Some(l), Some(_)) = (&self.inflight, s.inflight) {
+        if let (Some(sketch), Some(_)) = (&self.inflight, s.inflight) {
             // Read the estimate again under the lock, so that it includes every request the
             // entry admitted before us (each counted itself in the sketch before taking the
             // lock we now hold): the estimate read before the lock may miss one admitted in
             // between, and the bound would then be one short.
-            let estimate = l.sketch.get(s.hash);
+            let estimate = sketch.get(s.hash);
             counts.inflight.rebase(estimate - 1);
             let bound = estimate.min(counts.inflight.bound() + 1);
-            if bound > l.limit {
-                return Err(Rejected::inflight(bound, l.limit));
+            if let Some(t) = t.inflight.filter(|t| bound > t.limit) {
+                return Err(Rejected::inflight(bound, t.limit));
             }
+            // Tracked whatever the limit, so that the release finds it counted here.
             tracked = true;
         }
-        if let (Some(l), Some(mut view)) = (&self.rate, s.window) {
+        if let (Some(rate), Some(mut view)) = (&self.rate, s.window) {
             // The same for the window counts.
-            view.curr = l.rate.count_hashed(s.hash, view.bucket);
+            view.curr = rate.count_hashed(s.hash, view.bucket);
             if let Some(prev) = view.bucket.checked_sub(1) {
-                view.prev = l.rate.count_hashed(s.hash, prev);
+                view.prev = rate.count_hashed(s.hash, prev);
             }
             counts.rate.roll_to(view.bucket);
             view.lower_to(&counts.rate, 1);
-            if !view.fits(l.limit) {
+            if let Some(t) = t.rate.filter(|t| !view.fits(t.limit)) {
                 // The exact stage does not keep a rejected request: a retry finds one less.
-                return Err(Rejected::rate(&view, l.limit, view.curr - 1));
+                return Err(Rejected::rate(&view, t.limit, view.curr - 1));
             }
             counts.rate.current += 1;
         }
@@ -159,15 +154,26 @@ impl Sketches {
     /// the sketch would still be read for, so that a demoted key is not judged later on
     /// windows that its rejected requests inflate. `request` is the request being decided, if
     /// any: counted in the sketches, not yet in `counts`, and not held against the key here.
-    pub(crate) fn is_cool(&self, hash: u64, counts: &Counts, request: Option<&Sketched>) -> bool {
+    /// `t` are the key's thresholds (its last request's); a kind it has no limit of is cool
+    /// once nothing is tracked.
+    pub(crate) fn is_cool(
+        &self,
+        hash: u64,
+        counts: &Counts,
+        request: Option<&Sketched>,
+        t: &Thresholds,
+    ) -> bool {
         let own = isize::from(request.is_some());
-        let inflight_cool = self.inflight.as_ref().map_or(true, |l| {
-            counts.inflight.tracked == 0 && (l.sketch.get(hash) - own) * 2 < l.promote_at
+        let inflight_cool = self.inflight.as_ref().map_or(true, |sketch| {
+            counts.inflight.tracked == 0
+                && t.inflight
+                    .map_or(true, |t| (sketch.get(hash) - own) * 2 < t.promote_at)
         });
-        let rate_cool = self.rate.as_ref().map_or(true, |l| {
+        let rate_cool = self.rate.as_ref().map_or(true, |rate| {
+            let Some(t) = t.rate else { return true };
             let w = request
                 .and_then(|s| s.window)
-                .unwrap_or_else(|| l.rate.view(hash));
+                .unwrap_or_else(|| rate.view(hash));
             let mut exact = counts.rate;
             exact.roll_to(w.bucket);
             let clean_prev = w
@@ -175,7 +181,7 @@ impl Sketches {
                 .checked_sub(1)
                 .map_or(true, |b| exact.bound(b).map_or(true, |n| w.prev <= n));
             let clean_curr = exact.bound(w.bucket).map_or(true, |n| w.curr - own <= n);
-            clean_prev && clean_curr && (w.sliding() - own as f64) * 2.0 < l.promote_at
+            clean_prev && clean_curr && (w.sliding() - own as f64) * 2.0 < t.promote_at
         });
         inflight_cool && rate_cool
     }
@@ -184,12 +190,12 @@ impl Sketches {
     /// estimates, lowered to the exact counts if the key is promoted.
     pub(crate) fn estimate(&self, hash: u64, counts: Option<&Counts>) -> Estimate {
         Estimate {
-            inflight: self.inflight.as_ref().map(|l| {
-                let estimate = l.sketch.get(hash);
+            inflight: self.inflight.as_ref().map(|sketch| {
+                let estimate = sketch.get(hash);
                 counts.map_or(estimate, |c| estimate.min(c.inflight.bound()))
             }),
-            rate: self.rate.as_ref().map(|l| {
-                let mut view = l.rate.view(hash);
+            rate: self.rate.as_ref().map(|rate| {
+                let mut view = rate.view(hash);
                 if let Some(c) = counts {
                     let mut exact = c.rate;
                     exact.roll_to(view.bucket);
@@ -202,9 +208,7 @@ impl Sketches {
 
     /// Bytes of the sketches.
     pub(crate) fn memory_bytes(&self) -> usize {
-        self.inflight
-            .as_ref()
-            .map_or(0, |l| l.sketch.memory_bytes())
-            + self.rate.as_ref().map_or(0, |l| l.rate.memory_bytes())
+        self.inflight.as_ref().map_or(0, CountMin::memory_bytes)
+            + self.rate.as_ref().map_or(0, Rate::memory_bytes)
     }
 }

@@ -60,10 +60,11 @@ use crate::estimator::remix;
 use crate::rate::ExactWindows;
 use crate::sync::{lock, AtomicU32, AtomicU64, Mutex, MutexGuard, Ordering};
 
+use super::limits::Thresholds;
 use super::sketches::{Sketched, Sketches};
 use super::Rejected;
 use set::Set;
-pub(crate) use set::{Entry, WAYS};
+pub(crate) use set::{Entry, Hits, WAYS};
 
 /// Filter cells per entry: with every entry in use, about 1 in 8 requests for an unpromoted
 /// key that is already near its threshold takes a lock needlessly.
@@ -119,8 +120,8 @@ pub(crate) struct Refusal {
 }
 
 /// The sketch's decision alone, for a key the stage cannot count.
-fn alone(sketches: &Sketches, s: &Sketched) -> Result<Option<u64>, Refusal> {
-    match sketches.decide_alone(s) {
+fn alone(sketches: &Sketches, s: &Sketched, t: &Thresholds) -> Result<Option<u64>, Refusal> {
+    match sketches.decide_alone(s, t) {
         Ok(()) => Ok(None),
         Err(rejected) => Err(Refusal {
             rejected,
@@ -214,6 +215,7 @@ impl<K> ExactStage<K> {
         &self,
         key: &Q,
         s: &Sketched,
+        t: &Thresholds,
         hot: bool,
         sketches: &Sketches,
     ) -> Result<Option<u64>, Refusal>
@@ -225,12 +227,12 @@ impl<K> ExactStage<K> {
         let epoch = self.epoch.load(Ordering::Relaxed);
         let found = set.find(s.hash).and_then(|way| {
             let entry = set.get(way)?;
-            let cool = !hot && sketches.is_cool(s.hash, &entry.counts, Some(s));
+            let cool = !hot && sketches.is_cool(s.hash, &entry.counts, Some(s), t);
             Some((way, entry.key.borrow() == key, cool))
         });
         let way = match found {
             // Another key with the same 64-bit hash is promoted: only the sketch can judge.
-            Some((_, false, _)) => return alone(sketches, s),
+            Some((_, false, _)) => return alone(sketches, s, t),
             // A request the sketch admits alone, for a key that has cooled down apart from it:
             // demote the key.
             Some((way, true, true)) => {
@@ -247,20 +249,28 @@ impl<K> ExactStage<K> {
                     self.flag(s.hash);
                     self.counters.promotions.fetch_add(1, Ordering::Relaxed);
                     let counts = sketches.promoted_counts(s);
-                    set.occupy(way, s.hash, key, counts, epoch, knocks);
+                    set.occupy(
+                        way,
+                        s.hash,
+                        key,
+                        counts,
+                        *t,
+                        Hits::at_promotion(epoch, knocks),
+                    );
                     way
                 }
                 None => {
                     self.counters.decided_alone.fetch_add(1, Ordering::Relaxed);
-                    return alone(sketches, s);
+                    return alone(sketches, s, t);
                 }
             },
         };
         let Some(entry) = set.get_mut(way) else {
-            return alone(sketches, s); // unreachable: found or placed above
+            return alone(sketches, s, t); // unreachable: found or placed above
         };
         entry.hits.count(epoch);
-        match sketches.decide_exact(&mut entry.counts, s) {
+        entry.thresholds = *t;
+        match sketches.decide_exact(&mut entry.counts, s, t) {
             Ok(tracked) => Ok(tracked.then_some(entry.generation)),
             Err(rejected) => {
                 entry.rejected += 1;
@@ -313,7 +323,7 @@ impl<K> ExactStage<K> {
             return;
         }
         entry.counts.inflight.tracked -= 1;
-        if sketches.is_cool(hash, &entry.counts, None) {
+        if sketches.is_cool(hash, &entry.counts, None, &entry.thresholds) {
             set.vacate(way);
             self.unflag(hash);
         }
@@ -328,7 +338,7 @@ impl<K> ExactStage<K> {
             for way in 0..WAYS {
                 let cool = set
                     .get(way)
-                    .is_some_and(|e| sketches.is_cool(e.hash, &e.counts, None));
+                    .is_some_and(|e| sketches.is_cool(e.hash, &e.counts, None, &e.thresholds));
                 if cool {
                     if let Some(hash) = set.vacate(way) {
                         self.unflag(hash);
@@ -440,7 +450,15 @@ mod tests {
         let mut set = stage.set(0);
         for way in 0..WAYS {
             let key = way.to_string();
-            set.occupy(way, way as u64, key.as_str(), counts, 0, 0);
+            let limits = Thresholds::new(&crate::Limits::new().max_inflight(1), 0.5);
+            set.occupy(
+                way,
+                way as u64,
+                key.as_str(),
+                counts,
+                limits,
+                Hits::at_promotion(0, 0),
+            );
         }
         assert!(set.free_way().is_none());
         drop(set);

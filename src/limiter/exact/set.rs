@@ -4,6 +4,7 @@
 use std::borrow::Borrow;
 
 use super::Counts;
+use crate::limiter::limits::Thresholds;
 
 /// Places per set: the most entries a request ever looks at, and the unit the stage's
 /// capacity is rounded up to.
@@ -23,6 +24,8 @@ pub(crate) struct Entry<K> {
     /// an earlier, demoted entry is not subtracted from this one.
     pub(crate) generation: u64,
     pub(crate) counts: Counts,
+    /// The key's limits at its last decision: what the sweep judges it cool by.
+    pub(crate) thresholds: Thresholds,
     /// Requests rejected while promoted.
     pub(crate) rejected: u64,
     /// Requests decided here, per epoch: the entry's evidence for keeping its place.
@@ -52,6 +55,16 @@ pub(crate) struct Hits {
 }
 
 impl Hits {
+    /// The evidence a key brings in at its promotion: the `knocks` it showed at the door in
+    /// `epoch`.
+    pub(crate) fn at_promotion(epoch: u64, knocks: u32) -> Self {
+        Hits {
+            epoch,
+            current: knocks,
+            previous: 0,
+        }
+    }
+
     fn roll_to(&mut self, epoch: u64) {
         if epoch > self.epoch {
             self.previous = if epoch == self.epoch + 1 {
@@ -184,8 +197,8 @@ impl<K> Set<K> {
         knock.count
     }
 
-    /// Puts a new entry for `key` in the free way `way`, with the evidence `knocks` it showed
-    /// at the door (so the entry it replaced cannot take the place straight back), reusing the
+    /// Puts a new entry for `key` in the free way `way`, with the evidence `hits` it showed at
+    /// the door (so the entry it replaced cannot take the place straight back), reusing the
     /// way's key buffer.
     pub(crate) fn occupy<Q>(
         &mut self,
@@ -193,8 +206,8 @@ impl<K> Set<K> {
         hash: u64,
         key: &Q,
         counts: Counts,
-        epoch: u64,
-        knocks: u32,
+        thresholds: Thresholds,
+        hits: Hits,
     ) where
         K: Borrow<Q>,
         Q: ToOwned<Owned = K> + ?Sized,
@@ -222,12 +235,9 @@ impl<K> Set<K> {
             hash,
             generation,
             counts,
+            thresholds,
             rejected: 0,
-            hits: Hits {
-                epoch,
-                current: knocks,
-                previous: 0,
-            },
+            hits,
             over_until: 0,
         });
     }

@@ -1,0 +1,188 @@
+//! The limits a decision is made against: a limiter's defaults, or a key's own.
+
+use std::fmt;
+
+use super::Rejected;
+
+/// The limits of one key (or the defaults of a [`Limiter`](super::Limiter)): at most so many
+/// requests in flight, at most so many requests per the limiter's rate interval.
+///
+/// A small `Copy` value, cheap to build per request (from a customer's plan, say) and to pass
+/// to [`Limiter::try_acquire_with`](super::Limiter::try_acquire_with). A limit left unset is
+/// no limit. The kinds a limiter counts (in flight, rate, and the rate's interval) are fixed
+/// when it is built: limits of a kind it does not count are refused with a [`Rejected`] whose
+/// [`Reason`] says so (`InflightNotCounted`, `RateNotCounted`), and by
+/// [`Limiter::set_limits`](super::Limiter::set_limits) with a [`ConfigError`].
+///
+/// A limit of 0 (or less) admits nothing: every request is rejected at once, uncounted (a
+/// suspended customer, say).
+///
+/// [`Rejected`]: super::Rejected
+/// [`Reason`]: super::Reason
+/// [`ConfigError`]: crate::ConfigError
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use floodgate::{Limiter, Limits, Reason};
+///
+/// let limiter: Limiter<String> = Limiter::builder()
+///     .max_inflight(2)
+///     .max_rate(100, Duration::from_secs(1))
+///     .build()
+///     .unwrap();
+/// let premium = Limits::new().max_inflight(4).max_rate(1000);
+/// assert_eq!(premium.inflight_limit(), Some(4));
+///
+/// let held: Vec<_> = (0..4)
+///     .map(|_| limiter.try_acquire_with("premium.example", &premium).unwrap())
+///     .collect();
+/// assert_eq!(held.len(), 4, "four in flight: the key's own limit, not the default 2");
+/// let rejected = limiter.try_acquire_with("premium.example", &premium).unwrap_err();
+/// assert_eq!((rejected.reason, rejected.limit), (Reason::Inflight, 4));
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Limits {
+    inflight: Option<isize>,
+    rate: Option<isize>,
+}
+
+impl Limits {
+    /// No limit of either kind.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let none = floodgate::Limits::new();
+    /// assert_eq!((none.inflight_limit(), none.rate_limit()), (None, None));
+    /// ```
+    pub const fn new() -> Self {
+        Limits {
+            inflight: None,
+            rate: None,
+        }
+    }
+
+    /// At most `limit` requests in flight (0 or less: none).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limits = floodgate::Limits::new().max_inflight(10);
+    /// assert_eq!(limits.inflight_limit(), Some(10));
+    /// ```
+    pub const fn max_inflight(mut self, limit: isize) -> Self {
+        self.inflight = Some(if limit < 0 { 0 } else { limit });
+        self
+    }
+
+    /// At most `limit` requests per the limiter's rate interval (0 or less: none).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limits = floodgate::Limits::new().max_rate(100);
+    /// assert_eq!(limits.rate_limit(), Some(100));
+    /// ```
+    pub const fn max_rate(mut self, limit: isize) -> Self {
+        self.rate = Some(if limit < 0 { 0 } else { limit });
+        self
+    }
+
+    /// The in-flight limit, if any.
+    pub const fn inflight_limit(&self) -> Option<isize> {
+        self.inflight
+    }
+
+    /// The rate limit (requests per the limiter's interval), if any.
+    pub const fn rate_limit(&self) -> Option<isize> {
+        self.rate
+    }
+}
+
+impl fmt::Debug for Limits {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Limits")
+            .field("max_inflight", &self.inflight)
+            .field("max_rate", &self.rate)
+            .finish()
+    }
+}
+
+/// Limits with their promotion thresholds: what one decision is judged against.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Thresholds {
+    pub(crate) inflight: Option<InflightThreshold>,
+    pub(crate) rate: Option<RateThreshold>,
+}
+
+/// An in-flight limit and the estimate at which a key is promoted for it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct InflightThreshold {
+    pub(crate) limit: isize,
+    pub(crate) promote_at: isize,
+}
+
+/// A rate limit (per interval) and the sliding count at which a key is promoted for it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct RateThreshold {
+    pub(crate) limit: isize,
+    pub(crate) promote_at: f64,
+}
+
+impl Thresholds {
+    /// The thresholds of `limits`, promoting at `promotion` (in (0, 1]) of each limit, at
+    /// least 1 and at most the limit. Limits of 0 keep a threshold of 0: such keys are
+    /// rejected before anything is counted.
+    pub(crate) fn new(limits: &Limits, promotion: f64) -> Self {
+        Thresholds {
+            inflight: limits.inflight.map(|limit| InflightThreshold {
+                limit,
+                promote_at: ((limit as f64 * promotion).ceil() as isize).clamp(1, limit.max(1)),
+            }),
+            rate: limits.rate.map(|limit| RateThreshold {
+                limit,
+                promote_at: (limit as f64 * promotion).max(1.0).min(limit.max(1) as f64),
+            }),
+        }
+    }
+
+    /// The rejection of every request, when a limit is 0: judged before anything is counted.
+    #[inline]
+    pub(crate) fn refuses_all(&self) -> Option<Rejected> {
+        if let Some(t) = self.inflight.filter(|t| t.limit <= 0) {
+            return Some(Rejected::inflight(1, t.limit));
+        }
+        if let Some(t) = self.rate.filter(|t| t.limit <= 0) {
+            return Some(Rejected::never(t.limit));
+        }
+        None
+    }
+
+    /// The limits these thresholds were made from.
+    pub(crate) fn limits(&self) -> Limits {
+        Limits {
+            inflight: self.inflight.map(|t| t.limit),
+            rate: self.rate.map(|t| t.limit),
+        }
+    }
+}
+
+#[cfg(all(test, not(floodgate_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thresholds_follow_each_limit_and_stay_within_one_and_the_limit() {
+        let t = Thresholds::new(&Limits::new().max_inflight(10).max_rate(7), 0.5);
+        assert_eq!(t.inflight.map(|i| i.promote_at), Some(5));
+        assert_eq!(t.rate.map(|r| r.promote_at), Some(3.5));
+        let t = Thresholds::new(&Limits::new().max_inflight(1).max_rate(1), 0.1);
+        assert_eq!(t.inflight.map(|i| i.promote_at), Some(1));
+        assert_eq!(t.rate.map(|r| r.promote_at), Some(1.0));
+        let t = Thresholds::new(&Limits::new().max_inflight(0).max_rate(-3), 0.5);
+        assert_eq!(t.limits(), Limits::new().max_inflight(0).max_rate(0));
+        assert_eq!(Thresholds::new(&Limits::new(), 0.5).limits(), Limits::new());
+    }
+}
