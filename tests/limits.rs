@@ -1,0 +1,219 @@
+//! Per-key limits (`Limits`, `try_acquire_with`) and live defaults (`set_limits`): each key is
+//! admitted exactly up to its own limit, changes are seen by the next decision, and limits a
+//! limiter cannot judge are refused clearly.
+
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::Duration;
+
+use floodgate::clock::ManualClock;
+use floodgate::{ConfigError, Limiter, Limits, Permit, Reason};
+
+const SECOND: Duration = Duration::from_secs(1);
+
+/// Per-key limits from 1 to 200: key `i` has in-flight limit `i` and rate limit `2i`.
+fn plan(i: isize) -> Limits {
+    Limits::new().max_inflight(i).max_rate(2 * i)
+}
+
+#[test]
+fn each_key_is_held_exactly_to_its_own_in_flight_limit() {
+    let limiter: Limiter<u64> = Limiter::builder().max_inflight(10).build().unwrap();
+    let mut held: Vec<Permit<'_, u64>> = Vec::new();
+    for i in 1..=200isize {
+        let key = i as u64;
+        // This limiter counts no rate: the plan's in-flight limit only.
+        let limits = Limits::new().max_inflight(plan(i).inflight_limit().unwrap());
+        let mut admitted = 0;
+        while let Ok(permit) = limiter.try_acquire_with(&key, &limits) {
+            held.push(permit);
+            admitted += 1;
+            assert!(admitted <= i, "key {i} admitted over its own limit");
+        }
+        assert_eq!(admitted, i, "key {i} refused under its own limit");
+    }
+    // Keys with limits above the default's threshold are promoted at their own threshold (half
+    // their limit), not the default's (5): every key of limit ≥ 2 reached its own.
+    assert!(limiter.stats().promoted >= 199);
+    drop(held);
+    for i in 1..=200isize {
+        assert_eq!(limiter.estimate(&(i as u64)).inflight, Some(0), "key {i}");
+    }
+}
+
+#[test]
+fn each_key_is_admitted_exactly_its_own_rate_per_window() {
+    let clock = ManualClock::new();
+    let limiter: Limiter<u64> = Limiter::builder()
+        .max_rate(10, SECOND)
+        .clock(&clock)
+        .build()
+        .unwrap();
+    for round in 0..3 {
+        // Whole windows apart: the previous window no longer weighs on this one.
+        clock.advance(2 * SECOND);
+        for i in 1..=200isize {
+            let key = i as u64;
+            let limits = Limits::new().max_rate(plan(i).rate_limit().unwrap());
+            let admitted = (0..4 * i)
+                .filter(|_| limiter.try_acquire_with(&key, &limits).is_ok())
+                .count() as isize;
+            assert_eq!(admitted, 2 * i, "key {i}, round {round}");
+        }
+    }
+}
+
+#[test]
+fn promotion_follows_the_keys_own_limit() {
+    let limiter: Limiter<u64> = Limiter::builder()
+        .max_inflight(10)
+        .promotion_threshold(0.5)
+        .build()
+        .unwrap();
+    let roomy = Limits::new().max_inflight(1000);
+    let held: Vec<_> = (0..100)
+        .map(|_| limiter.try_acquire_with(&1, &roomy).unwrap())
+        .collect();
+    // 100 in flight is far over the default's threshold (5) but a tenth of this key's limit:
+    // it stays in the sketch stage.
+    assert_eq!(limiter.stats().promoted, 0);
+    let strict = Limits::new().max_inflight(4);
+    let _a = limiter.try_acquire_with(&2, &strict).unwrap();
+    let _b = limiter.try_acquire_with(&2, &strict).unwrap();
+    assert_eq!(limiter.stats().promoted, 1, "2 in flight is half of 4");
+    drop(held);
+}
+
+#[test]
+fn set_limits_is_seen_by_the_next_decision_on_every_thread() {
+    let limiter: Limiter<u64> = Limiter::builder().max_inflight(1).build().unwrap();
+    let barrier = Arc::new(Barrier::new(2));
+    let setter = {
+        let (limiter, barrier) = (limiter.clone(), Arc::clone(&barrier));
+        thread::spawn(move || {
+            limiter.set_limits(Limits::new().max_inflight(3)).unwrap();
+            barrier.wait();
+            barrier.wait();
+            limiter.set_limits(Limits::new().max_inflight(1)).unwrap();
+            barrier.wait();
+        })
+    };
+    let first = limiter.try_acquire(&7).unwrap();
+    barrier.wait(); // the limit is 3 now
+    let second = limiter.try_acquire(&7).unwrap();
+    let third = limiter.try_acquire(&7).unwrap();
+    let rejected = limiter.try_acquire(&7).unwrap_err();
+    assert_eq!(rejected.limit, 3);
+    barrier.wait();
+    barrier.wait(); // back to 1: the key holds 3, so nothing more until two are back
+    drop((second, third));
+    assert_eq!(limiter.try_acquire(&7).unwrap_err().limit, 1);
+    drop(first);
+    assert!(limiter.try_acquire(&7).is_ok());
+    setter.join().unwrap();
+}
+
+#[test]
+fn a_key_rejected_for_its_rate_is_judged_again_under_a_raised_limit() {
+    let clock = ManualClock::new();
+    let limiter: Limiter<String> = Limiter::builder()
+        .max_rate(2, SECOND)
+        .clock(&clock)
+        .build()
+        .unwrap();
+    drop(limiter.try_acquire("origin").unwrap());
+    drop(limiter.try_acquire("origin").unwrap());
+    // Rejected, and remembered as over its limit (the over-limit cache) for a while.
+    let first = limiter.try_acquire("origin").unwrap_err();
+    assert!(first.retry_after.unwrap() > Duration::from_millis(500));
+    assert!(limiter.try_acquire("origin").is_err());
+    // A raised limit is not held to the deadline computed under the old one.
+    limiter.set_limits(Limits::new().max_rate(10)).unwrap();
+    assert!(limiter.try_acquire("origin").is_ok());
+    // Nor a key's own, higher limit.
+    limiter.set_limits(Limits::new().max_rate(2)).unwrap();
+    let gold = Limits::new().max_rate(20);
+    assert!(limiter.try_acquire("origin").is_err());
+    assert!(limiter.try_acquire_with("origin", &gold).is_ok());
+}
+
+#[test]
+fn limits_of_a_kind_the_limiter_does_not_count_are_refused_clearly() {
+    let clock = ManualClock::new();
+    let inflight_only: Limiter<String> = Limiter::builder().max_inflight(5).build().unwrap();
+    let rate_only: Limiter<String> = Limiter::builder()
+        .max_rate(5, SECOND)
+        .clock(&clock)
+        .build()
+        .unwrap();
+
+    let rejected = inflight_only
+        .try_acquire_with("origin", &Limits::new().max_rate(3))
+        .unwrap_err();
+    assert_eq!(
+        (rejected.reason, rejected.limit),
+        (Reason::RateNotCounted, 3)
+    );
+    assert!(
+        rejected.to_string().contains("counts no rate"),
+        "{rejected}"
+    );
+    let rejected = rate_only
+        .try_acquire_owned_with("origin", &Limits::new().max_inflight(3))
+        .unwrap_err();
+    assert_eq!(rejected.reason, Reason::InflightNotCounted);
+    assert!(rejected.to_string().contains("max_inflight"), "{rejected}");
+
+    let err = rate_only
+        .set_limits(Limits::new().max_inflight(3))
+        .unwrap_err();
+    assert!(matches!(err, ConfigError::InvalidLimit(_)));
+    assert!(err.to_string().contains("max_inflight"), "{err}");
+    assert_eq!(rate_only.limits(), Limits::new().max_rate(5), "unchanged");
+    // Nothing was counted by the refusals.
+    assert_eq!(inflight_only.estimate("origin").inflight, Some(0));
+}
+
+#[test]
+fn limits_left_unset_are_not_limited_but_still_counted() {
+    let limiter: Limiter<String> = Limiter::builder().max_inflight(1).build().unwrap();
+    let unlimited = Limits::new();
+    let held: Vec<_> = (0..50)
+        .map(|_| limiter.try_acquire_with("origin", &unlimited).unwrap())
+        .collect();
+    assert_eq!(limiter.estimate("origin").inflight, Some(50));
+    assert!(
+        limiter.try_acquire("origin").is_err(),
+        "the default limit sees them"
+    );
+    drop(held);
+    assert_eq!(limiter.estimate("origin").inflight, Some(0));
+    assert!(limiter.try_acquire("origin").is_ok());
+}
+
+#[test]
+fn a_limit_of_zero_admits_nothing_and_counts_nothing() {
+    let clock = ManualClock::new();
+    let limiter: Limiter<String> = Limiter::builder()
+        .max_inflight(5)
+        .max_rate(5, SECOND)
+        .clock(&clock)
+        .build()
+        .unwrap();
+    for limits in [
+        Limits::new().max_inflight(0),
+        Limits::new().max_rate(0),
+        Limits::new().max_rate(-4),
+    ] {
+        for _ in 0..10 {
+            let rejected = limiter.try_acquire_with("suspended", &limits).unwrap_err();
+            assert_eq!(rejected.limit, 0, "{limits:?}");
+            assert_eq!(
+                rejected.retry_after, None,
+                "waiting never helps: {limits:?}"
+            );
+        }
+    }
+    let estimate = limiter.estimate("suspended");
+    assert_eq!((estimate.inflight, estimate.rate), (Some(0), Some(0.0)));
+}
