@@ -75,8 +75,8 @@ pub use inflight::{BorrowedGuard, Guard, Inflight};
 #[cfg(feature = "tower")]
 pub use layer::{HostKey, KeyExtractor, LimitBody, LimitLayer, LimitService, ResponseFuture};
 pub use limiter::{
-    Estimate, HeavyHitter, Limiter, LimiterBuilder, LimiterStats, Limits, OwnedPermit, Permit,
-    Reason, Rejected,
+    Acquire, Estimate, HeavyHitter, Limiter, LimiterBuilder, LimiterStats, Limits, OwnedPermit,
+    Permit, Reason, Rejected,
 };
 pub use rate::{Rate, RateBuilder, RateComponents, PROPORTIONAL_RATE_ESTIMATE_CALC_FN};
 

@@ -56,7 +56,7 @@ mod source;
 #[doc(hidden)]
 pub mod testing;
 mod ticker;
-mod wheel;
+pub(crate) mod wheel;
 
 pub use fork::{after_fork_in_child, after_fork_in_parent, prepare_fork};
 pub use manual::ManualClock;

@@ -32,10 +32,12 @@ pub(crate) trait Tick: Send + Sync {
 /// Identifies one registration, for cancelling it.
 pub(crate) type Registration = u64;
 
-/// A registration or a cancellation, waiting for the next pass.
+/// A registration, a cancellation or a prompt, waiting for the next pass.
 enum Change {
     Add(Registration, Weak<dyn Tick>),
     Remove(Registration),
+    /// Run the user at the next tick, whatever it asked for last (it has new work due sooner).
+    Prompt(Registration),
 }
 
 /// One registered user in the wheel.
@@ -96,6 +98,12 @@ impl Scheduler {
     /// Cancels a registration (its user is being dropped). Never waits for a tick pass.
     pub(crate) fn cancel(&self, id: Registration) {
         lock(&self.changes).push(Change::Remove(id));
+    }
+
+    /// Has the user of `id` run at the next tick instead of when it last asked: it has work
+    /// due sooner (a limiter's new waiter). Never waits for a tick pass either.
+    pub(crate) fn prompt(&self, id: Registration) {
+        lock(&self.changes).push(Change::Prompt(id));
     }
 
     /// Takes the schedule, to run a pass (or to hold it across a fork).
@@ -174,6 +182,16 @@ impl Scheduler {
                 Change::Remove(id) => {
                     if let Some(key) = schedule.keys.remove(&id) {
                         schedule.wheel.remove(key);
+                    }
+                }
+                Change::Prompt(id) => {
+                    let job = schedule
+                        .keys
+                        .get(&id)
+                        .and_then(|&k| schedule.wheel.remove(k));
+                    if let Some(job) = job {
+                        let key = schedule.wheel.insert(job, 0);
+                        schedule.keys.insert(id, key);
                     }
                 }
             }
@@ -319,5 +337,22 @@ mod tests {
         let mut schedule = scheduler.lock();
         scheduler.apply_changes(&mut schedule);
         assert_eq!(schedule.len(), 0);
+    }
+
+    #[test]
+    fn a_prompted_user_runs_at_the_next_tick_and_then_as_it_asks() {
+        let scheduler = Scheduler::new(0);
+        let hourly = user(3_600 * 1_000_000_000);
+        let id = register(&scheduler, &hourly);
+        tick_through(&scheduler, 0, 10 * TICK_NANOS);
+        assert_eq!(hourly.runs.load(std::sync::atomic::Ordering::Relaxed), 1);
+        scheduler.prompt(id);
+        tick_through(&scheduler, 11 * TICK_NANOS, 20 * TICK_NANOS);
+        assert_eq!(hourly.runs.load(std::sync::atomic::Ordering::Relaxed), 2);
+        // A prompt for a cancelled registration does nothing.
+        scheduler.cancel(id);
+        scheduler.prompt(id);
+        tick_through(&scheduler, 21 * TICK_NANOS, 30 * TICK_NANOS);
+        assert_eq!(scheduler.lock().len(), 0);
     }
 }

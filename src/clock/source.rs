@@ -65,6 +65,11 @@ impl TimeSource {
         self.scheduler().cancel(registration);
     }
 
+    /// Has the registered user run at the next tick: it has work due sooner than it asked.
+    pub(crate) fn prompt(&self, registration: Registration) {
+        self.scheduler().prompt(registration);
+    }
+
     fn scheduler(&self) -> &Scheduler {
         match self {
             TimeSource::Shared => ticker::scheduler(),

@@ -67,6 +67,14 @@ impl<T> Wheel<T> {
         }
     }
 
+    /// An empty wheel whose current tick is `now`, with room for `entries` before it
+    /// allocates.
+    pub(crate) fn with_capacity(now: u64, entries: usize) -> Self {
+        let mut wheel = Self::new(now);
+        wheel.nodes.reserve_exact(entries);
+        wheel
+    }
+
     /// The last tick processed.
     #[cfg(test)]
     pub(crate) fn now(&self) -> u64 {

@@ -46,6 +46,8 @@ pub struct LimiterBuilder<K> {
     /// Given by [`LimiterBuilder::sketch`]; otherwise sized from `peak_rate` at build.
     columns: Option<usize>,
     peak_rate: u64,
+    max_waiters: usize,
+    max_waiters_per_key: usize,
     clock: Option<ManualClock>,
     key: std::marker::PhantomData<fn() -> K>,
 }
@@ -68,6 +70,7 @@ impl<K> std::fmt::Debug for LimiterBuilder<K> {
             .field("exact_capacity", &self.exact_capacity)
             .field("sketch", &(self.rows, self.columns))
             .field("peak_rate", &self.peak_rate)
+            .field("max_waiters", &(self.max_waiters, self.max_waiters_per_key))
             .finish_non_exhaustive()
     }
 }
@@ -82,6 +85,8 @@ impl<K> LimiterBuilder<K> {
             rows: DEFAULT_ROWS,
             columns: None,
             peak_rate: DEFAULT_PEAK_RATE,
+            max_waiters: DEFAULT_MAX_WAITERS,
+            max_waiters_per_key: DEFAULT_MAX_WAITERS_PER_KEY,
             clock: None,
             key: std::marker::PhantomData,
         }
@@ -233,6 +238,49 @@ impl<K> LimiterBuilder<K> {
         self
     }
 
+    /// The most requests that may wait in [`Limiter::acquire`] at once, all keys together
+    /// (default [`DEFAULT_MAX_WAITERS`]); a request beyond them is refused at once. Their
+    /// room (about 150 bytes each) is allocated when the limiter is built, so memory stays
+    /// fixed whatever the traffic. 0 turns waiting off: `acquire` then decides like
+    /// `try_acquire`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::Limiter;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let limiter: Limiter<String> =
+    ///     Limiter::builder().max_inflight(1).max_waiters(0).build().unwrap();
+    /// let _held = limiter.try_acquire("origin").unwrap();
+    /// // No room to wait: refused at once, however long the caller would wait.
+    /// assert!(limiter.acquire("origin", Duration::from_secs(3600)).await.is_err());
+    /// # }
+    /// ```
+    pub fn max_waiters(mut self, waiters: usize) -> Self {
+        self.max_waiters = waiters;
+        self
+    }
+
+    /// The most requests of one key that may wait at once (default
+    /// [`DEFAULT_MAX_WAITERS_PER_KEY`]): a flooded key cannot take every place of
+    /// [`max_waiters`](Self::max_waiters) from the others.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let builder = floodgate::Limiter::<String>::builder()
+    ///     .max_inflight(10)
+    ///     .max_waiters(10_000)
+    ///     .max_waiters_per_key(100);
+    /// assert!(builder.build().is_ok());
+    /// ```
+    pub fn max_waiters_per_key(mut self, waiters: usize) -> Self {
+        self.max_waiters_per_key = waiters;
+        self
+    }
+
     /// Takes time from a [`ManualClock`] (for tests) instead of the shared ticker.
     ///
     /// # Examples
@@ -381,6 +429,7 @@ impl<K> LimiterBuilder<K> {
             let sweeper = Arc::new(Sweeper {
                 shared: weak.clone(),
                 period: u64::try_from(period.as_nanos()).unwrap_or(u64::MAX),
+                next_sweep: crate::sync::AtomicU64::new(0),
             });
             // Registered before the limiter exists: a sweep that comes first finds nothing to
             // upgrade and waits for the next period.
@@ -392,6 +441,7 @@ impl<K> LimiterBuilder<K> {
                 promotion: self.promotion,
                 exact: ExactStage::new(capacity),
                 over_limit: OverLimit::new(capacity * SLOTS_PER_EXACT_KEY),
+                waiters: Waiters::new(self.max_waiters, self.max_waiters_per_key, time.coarse()),
                 time,
                 registration,
                 _sweeper: sweeper,

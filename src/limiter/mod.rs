@@ -54,6 +54,7 @@ mod overlimit;
 mod permit;
 mod report;
 mod sketches;
+mod wait;
 
 use std::borrow::Borrow;
 use std::hash::Hash;
@@ -62,8 +63,9 @@ use std::time::Duration;
 
 use crossbeam_utils::atomic::AtomicCell;
 
-use crate::clock::{Registration, Tick, TimeSource};
+use crate::clock::{Registration, Tick, TimeSource, TICK_NANOS};
 use crate::error::ConfigError;
+use crate::sync::{AtomicU64, Ordering};
 use exact::{spread, ExactStage, Refusal};
 use limits::Thresholds;
 use overlimit::OverLimit;
@@ -74,6 +76,8 @@ pub use limits::Limits;
 use permit::Ticket;
 pub use permit::{OwnedPermit, Permit};
 pub use report::{Estimate, HeavyHitter, LimiterStats, Reason, Rejected};
+pub use wait::Acquire;
+use wait::Waiters;
 
 /// Default rows of the limiter's sketches.
 pub const DEFAULT_ROWS: usize = 4;
@@ -109,6 +113,12 @@ pub const MAX_SIZED_EXACT_CAPACITY: usize = 1 << 14;
 pub const MAX_EXACT_CAPACITY: usize = 1 << 20;
 /// Default promotion threshold, as a fraction of each limit.
 pub const DEFAULT_PROMOTION: f64 = 0.5;
+/// The most requests a limiter lets wait in [`Limiter::acquire`] at once, unless told
+/// otherwise ([`LimiterBuilder::max_waiters`]).
+pub const DEFAULT_MAX_WAITERS: usize = 4096;
+/// The most requests of one key a limiter lets wait at once, unless told otherwise
+/// ([`LimiterBuilder::max_waiters_per_key`]).
+pub const DEFAULT_MAX_WAITERS_PER_KEY: usize = 64;
 
 /// Per-key limits on requests in flight and request rate, for a proxy's origins.
 ///
@@ -152,6 +162,8 @@ struct Shared<K> {
     promotion: f64,
     exact: ExactStage<K>,
     over_limit: OverLimit,
+    /// Requests waiting for a permit ([`Limiter::acquire`]).
+    waiters: Waiters,
     /// The clock the rate windows, the over-limit deadlines and the sweep follow.
     time: TimeSource,
     /// The sweep's registration with `time`, cancelled on drop.
@@ -161,22 +173,32 @@ struct Shared<K> {
     _sweeper: Arc<Sweeper<K>>,
 }
 
-/// The limiter's periodic work on its clock's thread: the exact stage's sweep, and clearing
-/// the over-limit deadlines that have passed.
+/// The limiter's periodic work on its clock's thread: the exact stage's sweep, clearing the
+/// over-limit deadlines that have passed, and waking the waiters that are due.
 struct Sweeper<K> {
     shared: Weak<Shared<K>>,
     /// Nanoseconds between sweeps: an epoch of the exact stage.
     period: u64,
+    /// When the next sweep is due (nanoseconds on the limiter's clock). Only the clock's
+    /// thread reads and writes it (ticks are serialised): `Relaxed`.
+    next_sweep: AtomicU64,
 }
 
 impl<K: Send + Sync> Tick for Sweeper<K> {
     fn tick(&self, now: u64) -> u64 {
         // Not yet built (registered from inside `Arc::new_cyclic`), or being dropped.
-        if let Some(shared) = self.shared.upgrade() {
+        let Some(shared) = self.shared.upgrade() else {
+            return now.saturating_add(self.period);
+        };
+        let mut next_sweep = self.next_sweep.load(Ordering::Relaxed);
+        if now >= next_sweep {
             shared.exact.sweep(&shared.sketches);
             shared.over_limit.forget_expired(now);
+            next_sweep = now.saturating_add(self.period);
+            self.next_sweep.store(next_sweep, Ordering::Relaxed);
         }
-        now.saturating_add(self.period)
+        let next_waiter = shared.waiters.fire(now).saturating_mul(TICK_NANOS);
+        next_sweep.min(next_waiter)
     }
 }
 
@@ -519,6 +541,7 @@ where
             inflight_promote_at,
             saturated: over(rate_noise, rate_promote_at)
                 || over(inflight_noise, inflight_promote_at),
+            waiting: s.waiters.len(),
         }
     }
 
@@ -548,6 +571,7 @@ where
             + s.sketches.memory_bytes()
             + s.exact.memory_bytes()
             + s.over_limit.memory_bytes()
+            + s.waiters.memory_bytes()
     }
 }
 
@@ -588,7 +612,17 @@ where
 
     /// The whole decision for one request against `t`: the over-limit cache, then the
     /// sketches, then (for hot or promoted keys) the exact stage.
+    #[inline]
     fn acquire<Q>(&self, key: &Q, t: &Thresholds) -> Result<Ticket, Rejected>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.acquire_hashed(key, self.sketches.hash(key), t)
+    }
+
+    /// [`acquire`](Self::acquire) for a key whose hash is known.
+    fn acquire_hashed<Q>(&self, key: &Q, hash: u64, t: &Thresholds) -> Result<Ticket, Rejected>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -596,7 +630,6 @@ where
         if let Some(rejected) = t.refuses_all() {
             return Err(rejected);
         }
-        let hash = self.sketches.hash(key);
         // One remix for the over-limit cache and the filter.
         let spread = spread(hash);
         if let Some(rejected) = self.over_limit_now(spread, t) {
@@ -642,7 +675,7 @@ where
         Some(Rejected::still_over(limit, remaining))
     }
 
-    /// Gives back what an admitted request took.
+    /// Gives back what an admitted request took, and wakes a waiter of its key if any.
     fn release(&self, ticket: &Ticket) {
         if self.sketches.inflight.is_none() {
             return;
@@ -651,5 +684,7 @@ where
             Some(generation) => self.exact.release(ticket.hash, generation, &self.sketches),
             None => self.sketches.release(ticket.hash),
         }
+        // After the count is given back: the release's half of the wake-up handshake.
+        self.waiters.released(ticket.hash);
     }
 }

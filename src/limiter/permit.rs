@@ -50,6 +50,15 @@ where
     pub(super) ticket: Ticket,
 }
 
+impl<K: Hash + Eq> OwnedPermit<K> {
+    pub(super) fn new(shared: &Arc<Shared<K>>, ticket: Ticket) -> Self {
+        OwnedPermit {
+            shared: Arc::clone(shared),
+            ticket,
+        }
+    }
+}
+
 impl<K: Hash + Eq> Drop for OwnedPermit<K> {
     fn drop(&mut self) {
         self.shared.release(&self.ticket);

@@ -206,4 +206,6 @@ pub struct LimiterStats {
     /// the exact stage, and are then decided by the sketch alone, which refuses more (never
     /// admits more). Size the limiter for a higher [`peak_rate`](super::LimiterBuilder::peak_rate).
     pub saturated: bool,
+    /// Requests waiting for a permit now ([`Limiter::acquire`](super::Limiter::acquire)).
+    pub waiting: usize,
 }

@@ -1,0 +1,377 @@
+//! [`Limiter::acquire`] and its future, [`Acquire`].
+
+use std::borrow::Borrow;
+use std::future::Future;
+use std::hash::Hash;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use super::{State, WaiterId};
+use crate::clock::TICK_NANOS;
+use crate::limiter::{Limiter, Limits, OwnedPermit, Reason, Rejected, Shared};
+
+impl<K> Limiter<K>
+where
+    K: Hash + Eq + Send + Sync,
+{
+    /// Admits a request for `key`, waiting up to `max_wait` for room instead of being
+    /// refused: governor's `until_key_ready`, nginx's `limit_req … delay`, with a deadline.
+    ///
+    /// The first attempt is made now, in this call: a request with room gets its permit at
+    /// once (the future is then ready at its first poll) and allocates nothing. Otherwise the
+    /// future parks the request until a permit of its key comes back (in flight), its rate
+    /// window has room (the time its rejection's `retry_after` gives), or `max_wait` passes,
+    /// rounded up to the next tick of the 10 ms clock; then it resolves to the last
+    /// rejection. A rate rejection whose `retry_after` is beyond `max_wait` is returned at
+    /// once, as are rejections no waiting can help (a limit of 0, a kind not counted), and
+    /// requests beyond the waiters the limiter allows
+    /// ([`max_waiters`](crate::LimiterBuilder::max_waiters),
+    /// [`max_waiters_per_key`](crate::LimiterBuilder::max_waiters_per_key)).
+    ///
+    /// No timer per waiter and no runtime: the limiter's clock wakes the waiters that are due,
+    /// through their wakers, on any executor. With the shared clock, a waiter wakes within
+    /// about two ticks of its room; with a [`ManualClock`](crate::clock::ManualClock), in the
+    /// `advance` that reaches it. Waiters of one key are served in arrival order (a new
+    /// `acquire` for a key that has waiters queues behind them), and each permit that comes
+    /// back wakes one waiter. Dropping the future (a cancelled request, a `select!` that took
+    /// another branch) takes the waiter out of the line at once; if it had been woken for a
+    /// permit, the turn passes to the next waiter.
+    ///
+    /// Without an explicit `Limits`, each attempt is judged against the defaults current at
+    /// that attempt (see [`set_limits`](Self::set_limits)).
+    ///
+    /// # Errors
+    ///
+    /// The future resolves to the [`Rejected`] of the last attempt when the request could not
+    /// be admitted in time.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::Limiter;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let limiter: Limiter<String> = Limiter::builder().max_inflight(1).build().unwrap();
+    /// let first = limiter.try_acquire_owned("origin").unwrap();
+    ///
+    /// // The second request waits for the first to finish instead of being refused.
+    /// let waiting = limiter.acquire("origin", Duration::from_secs(5));
+    /// let finish = tokio::spawn(async move { drop(first) });
+    /// let second = waiting.await.expect("admitted when the first permit came back");
+    /// finish.await.unwrap();
+    ///
+    /// // With no permit coming back, it gives up after max_wait (rounded up to 10 ms ticks).
+    /// let rejected = limiter.acquire("origin", Duration::from_millis(20)).await.unwrap_err();
+    /// assert_eq!(rejected.limit, 1);
+    /// drop(second);
+    /// # }
+    /// ```
+    pub fn acquire<Q>(&self, key: &Q, max_wait: Duration) -> Acquire<K>
+    where
+        K: Borrow<Q> + Clone,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        Acquire::start(&self.shared, key, None, max_wait)
+    }
+
+    /// As [`acquire`](Self::acquire), against the key's own `limits` (see
+    /// [`try_acquire_with`](Self::try_acquire_with)).
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::{clock::ManualClock, Limiter, Limits};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let clock = ManualClock::new();
+    /// let limiter: Limiter<String> = Limiter::builder()
+    ///     .max_rate(100, Duration::from_secs(1))
+    ///     .clock(&clock)
+    ///     .build()
+    ///     .unwrap();
+    /// let free_plan = Limits::new().max_rate(1);
+    /// let _first = limiter.try_acquire_with("free.example", &free_plan).unwrap();
+    ///
+    /// // One request a second: the next fits in a second, more than this caller waits.
+    /// let wait = Duration::from_millis(300);
+    /// let rejected = limiter.acquire_with("free.example", &free_plan, wait).await.unwrap_err();
+    /// assert!(rejected.retry_after.unwrap() > wait, "refused at once, not after waiting");
+    /// # }
+    /// ```
+    pub fn acquire_with<Q>(&self, key: &Q, limits: &Limits, max_wait: Duration) -> Acquire<K>
+    where
+        K: Borrow<Q> + Clone,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        Acquire::start(&self.shared, key, Some(*limits), max_wait)
+    }
+}
+
+/// The future of [`Limiter::acquire`] and [`Limiter::acquire_with`]: resolves to a permit,
+/// or to the last rejection once the wait is over.
+///
+/// `Send` when the key is, runtime-agnostic, and cancel-safe: dropping it before it is ready
+/// leaves nothing parked and holds nothing.
+#[must_use = "a waiting request does nothing unless polled; dropping it cancels it"]
+pub struct Acquire<K>
+where
+    K: Hash + Eq,
+{
+    shared: Arc<Shared<K>>,
+    step: Step<K>,
+}
+
+// No field is ever pinned (the future moves its key and permit around by value).
+impl<K: Hash + Eq> Unpin for Acquire<K> {}
+
+enum Step<K: Hash + Eq> {
+    /// Decided without waiting.
+    Ready(Result<OwnedPermit<K>, Rejected>),
+    /// Must wait: parks at its first poll (a waker is needed).
+    Park(Wait<K>),
+    /// In its key's line.
+    Parked(Wait<K>, WaiterId),
+    /// Resolved already.
+    Done,
+}
+
+/// What a waiting request needs for its attempts.
+struct Wait<K> {
+    key: K,
+    hash: u64,
+    /// `None`: the limiter's defaults at each attempt.
+    limits: Option<Limits>,
+    /// The tick after which it gives up.
+    deadline: u64,
+}
+
+impl<K> Acquire<K>
+where
+    K: Hash + Eq + Send + Sync,
+{
+    fn ready(shared: &Arc<Shared<K>>, result: Result<OwnedPermit<K>, Rejected>) -> Self {
+        Acquire {
+            shared: Arc::clone(shared),
+            step: Step::Ready(result),
+        }
+    }
+
+    /// The first attempt, made by `acquire` itself: a request with room never allocates.
+    fn start<Q>(
+        shared: &Arc<Shared<K>>,
+        key: &Q,
+        limits: Option<Limits>,
+        max_wait: Duration,
+    ) -> Self
+    where
+        K: Borrow<Q> + Clone,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let hash = shared.sketches.hash(key);
+        let now = shared.time.coarse();
+        let max_wait = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
+        let deadline = now.saturating_add(max_wait).div_ceil(TICK_NANOS);
+        // Waiters of this key go first: join their line without trying.
+        let queued =
+            max_wait > 0 && shared.waiters.any_parked(hash) && shared.waiters.lock().has_line(hash);
+        if !queued {
+            let attempt = match limits {
+                Some(limits) => shared
+                    .thresholds(&limits)
+                    .and_then(|t| shared.acquire_hashed(key, hash, &t)),
+                None => shared.acquire_hashed(key, hash, &shared.defaults.load()),
+            };
+            match attempt {
+                Ok(ticket) => return Self::ready(shared, Ok(OwnedPermit::new(shared, ticket))),
+                Err(rejected) if !worth_waiting(&rejected, now, deadline) => {
+                    return Self::ready(shared, Err(rejected))
+                }
+                Err(_) => {}
+            }
+        }
+        Acquire {
+            shared: Arc::clone(shared),
+            step: Step::Park(Wait {
+                key: key.to_owned(),
+                hash,
+                limits,
+                deadline,
+            }),
+        }
+    }
+}
+
+/// Whether waiting until tick `deadline` can turn `rejected` into a permit: an in-flight
+/// rejection (a permit may come back), or a rate rejection with room before the deadline.
+fn worth_waiting(rejected: &Rejected, now: u64, deadline: u64) -> bool {
+    match rejected.reason {
+        Reason::Inflight => rejected.limit > 0 && deadline > now.div_ceil(TICK_NANOS),
+        Reason::Rate => rejected.retry_after.is_some_and(|retry| {
+            let retry = u64::try_from(retry.as_nanos()).unwrap_or(u64::MAX);
+            now.saturating_add(retry) <= deadline.saturating_mul(TICK_NANOS)
+        }),
+        _ => false,
+    }
+}
+
+/// The tick at which a rate rejection at `now` says one more request fits.
+fn retry_tick(rejected: &Rejected, now: u64) -> Option<u64> {
+    let retry = rejected.retry_after?;
+    let retry = u64::try_from(retry.as_nanos()).unwrap_or(u64::MAX);
+    Some(now.saturating_add(retry).div_ceil(TICK_NANOS))
+}
+
+impl<K> Acquire<K>
+where
+    K: Hash + Eq + Clone + Send + Sync,
+{
+    /// One attempt for a waiting request.
+    fn attempt(&self, wait: &Wait<K>) -> Result<OwnedPermit<K>, Rejected> {
+        let s = &self.shared;
+        let thresholds = match &wait.limits {
+            Some(limits) => s.thresholds(limits)?,
+            None => s.defaults.load(),
+        };
+        let ticket = s.acquire_hashed(&wait.key, wait.hash, &thresholds)?;
+        Ok(OwnedPermit::new(s, ticket))
+    }
+
+    /// Tells the clock to run sooner when a waiter is due before it would.
+    fn prompt_if_sooner(&self, sooner: bool) {
+        if sooner {
+            self.shared.time.prompt(self.shared.registration);
+        }
+    }
+
+    /// An attempt of a waiter with the turn: admitted, given up, or back in the line.
+    fn take_turn(
+        &mut self,
+        wait: Wait<K>,
+        id: WaiterId,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<OwnedPermit<K>, Rejected>> {
+        let result = self.attempt(&wait);
+        let now = self.shared.time.coarse();
+        match result {
+            Err(rejected) if worth_waiting(&rejected, now, wait.deadline) => {
+                let waiters = &self.shared.waiters;
+                let mut queue = waiters.lock();
+                let again = queue.wait_again(id, retry_tick(&rejected, now), cx.waker());
+                let sooner = again.is_some_and(|due| waiters.sooner(&queue, due));
+                drop(queue);
+                self.prompt_if_sooner(sooner);
+                if again.is_none() {
+                    // A permit came back while it was trying: try again, after yielding.
+                    cx.waker().wake_by_ref();
+                }
+                self.step = Step::Parked(wait, id);
+                Poll::Pending
+            }
+            result => {
+                leave(&self.shared, wait.hash, id, result.is_ok());
+                Poll::Ready(result)
+            }
+        }
+    }
+}
+
+impl<K> Future for Acquire<K>
+where
+    K: Hash + Eq + Clone + Send + Sync,
+{
+    type Output = Result<OwnedPermit<K>, Rejected>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        match std::mem::replace(&mut this.step, Step::Done) {
+            Step::Ready(result) => Poll::Ready(result),
+            // Polled after it resolved: stays pending rather than panicking.
+            Step::Done => Poll::Pending,
+            Step::Park(wait) => {
+                let waiters = &this.shared.waiters;
+                let mut queue = waiters.lock();
+                let Some(parked) = queue.park(wait.hash, wait.deadline, cx.waker()) else {
+                    // As many waiters as the limiter allows: one attempt, whatever it says.
+                    drop(queue);
+                    return Poll::Ready(this.attempt(&wait));
+                };
+                let sooner = waiters.sooner(&queue, parked.due);
+                drop(queue);
+                // Counted before its next attempt: its half of the wake-up handshake.
+                waiters.count_parked(wait.hash);
+                this.prompt_if_sooner(sooner);
+                if parked.has_turn {
+                    return this.take_turn(wait, parked.id, cx);
+                }
+                this.step = Step::Parked(wait, parked.id);
+                Poll::Pending
+            }
+            Step::Parked(wait, id) => {
+                let mut queue = this.shared.waiters.lock();
+                match queue.state(id) {
+                    Some(State::Waiting) => {
+                        queue.set_waker(id, cx.waker());
+                        drop(queue);
+                        this.step = Step::Parked(wait, id);
+                        Poll::Pending
+                    }
+                    Some(State::Notified) => {
+                        drop(queue);
+                        this.take_turn(wait, id, cx)
+                    }
+                    // Its deadline passed (or, never, it was taken out): a last attempt.
+                    Some(State::TimedOut) | None => {
+                        drop(queue);
+                        let result = this.attempt(&wait);
+                        leave(&this.shared, wait.hash, id, result.is_ok());
+                        Poll::Ready(result)
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl<K: Hash + Eq> Drop for Acquire<K> {
+    fn drop(&mut self) {
+        if let Step::Parked(wait, id) = std::mem::replace(&mut self.step, Step::Done) {
+            leave(&self.shared, wait.hash, id, false);
+        }
+    }
+}
+
+/// Takes a waiter of `hash` out of its line (admitted, given up or cancelled), passing its
+/// turn on if it did not use it. An admitted head also wakes the next waiter when the limiter
+/// counts a rate: the window may have room for more than one (an in-flight permit is one).
+fn leave<K>(shared: &Shared<K>, hash: u64, id: WaiterId, admitted: bool) {
+    let waiters = &shared.waiters;
+    let pass_on = shared.sketches.rate.is_some();
+    let next = waiters.lock().remove(id, admitted, pass_on);
+    waiters.count_left(hash);
+    if let Some(waker) = next {
+        waker.wake();
+    }
+}
+
+impl<K: Hash + Eq> std::fmt::Debug for Acquire<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let step = match &self.step {
+            Step::Ready(Ok(_)) => "admitted",
+            Step::Ready(Err(_)) => "rejected",
+            Step::Park(_) => "about to wait",
+            Step::Parked(..) => "waiting",
+            Step::Done => "done",
+        };
+        f.debug_struct("Acquire")
+            .field("step", &step)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,165 @@
+//! Waiting for a permit instead of being refused: [`Limiter::acquire`](super::Limiter::acquire)
+//! parks a request until a permit of its key comes back, its rate window has room, or its
+//! `max_wait` passes.
+//!
+//! # No timer per waiter
+//!
+//! Every time is quantized to the shared ticker's 10 ms ticks. A limiter's waiters are one
+//! timing wheel (the same hierarchical wheel the clock schedules its users on): a waiter is one
+//! entry, at its deadline, or at its retry time while it heads its key's line, so parking and
+//! cancelling are O(1) and cost no timer of a runtime. The limiter's one registration with its
+//! clock (the sweep's) runs the wheel: when a waiter is due sooner than the clock was told, it
+//! is prompted to run at the next tick.
+//!
+//! # Who is woken, and when
+//!
+//! Waiters of a key queue in a line, oldest first (`queue`). A waiter is woken to try again
+//! (its *turn*) when
+//! - a permit of its key comes back (in flight): one waiter per permit, the oldest waiting;
+//! - its rate retry time comes: only the head of a line is scheduled for it, so a thousand
+//!   waiters of one flooded key do not all wake at the same tick;
+//! - the waiter before it leaves admitted, or leaves with the turn (cancelled): the turn
+//!   passes on, so the window's room is used and no permit is lost with a cancelled waiter.
+//!
+//! Each wake is one attempt, so a wake-up storm cannot happen: per permit that came back at
+//! most one waiter is woken, per retry time one per key. A new request for a key that has a
+//! line joins its end instead of trying first, so waiters are served roughly in arrival order
+//! (a [`try_acquire`](super::Limiter::try_acquire) does not queue and may come first).
+//!
+//! # No lost wake-up
+//!
+//! A waiter that has parked counts itself in its key's bucket of `parked` (`SeqCst`) and then
+//! tries once more; a release gives its in-flight count back in the sketch (`SeqCst`) and
+//! then loads the bucket (`SeqCst`). In the total order of those four, either the waiter's
+//! attempt sees the permit back, or the release sees the waiter and takes the lock to wake it.
+//! Exact-stage releases happen under their set's lock, which the waiter's attempt takes too:
+//! either the attempt comes after the release's critical section (and sees the permit back),
+//! or before it, and then the waiter's bucket count happens before the release's load. A
+//! release that finds every waiter of the line already woken credits the line, and the next
+//! attempt that fails tries again instead of waiting. The loom model `loom_wait` checks the
+//! handshake.
+//!
+//! # Bounded
+//!
+//! A limiter holds at most [`LimiterBuilder::max_waiters`](super::LimiterBuilder::max_waiters)
+//! waiters, at most
+//! [`LimiterBuilder::max_waiters_per_key`](super::LimiterBuilder::max_waiters_per_key) of one
+//! key, all allocated when it is built; a request beyond them is refused at once.
+
+mod acquire;
+mod queue;
+
+use std::task::Waker;
+
+pub use acquire::Acquire;
+pub(crate) use queue::{Queue, State, WaiterId};
+
+use crate::clock::TICK_NANOS;
+use crate::sync::{lock, AtomicU32, AtomicU64, Mutex, MutexGuard, Ordering};
+
+/// Buckets of the parked counts per waiter the limiter allows: a release for a key with no
+/// waiter then rarely finds a bucket counted by another key's waiters.
+const BUCKETS_PER_WAITER: usize = 4;
+
+/// The waiters of one limiter.
+pub(crate) struct Waiters {
+    /// Parked waiters per bucket of key hashes: the release path's one load.
+    parked: Box<[AtomicU32]>,
+    queue: Mutex<Queue>,
+    /// The tick the limiter's clock user is next due at, as it last told its clock. Written
+    /// under `queue`'s lock; a waiter due sooner prompts the clock.
+    next_run: AtomicU64,
+}
+
+impl Waiters {
+    /// Room for `max_total` waiters, at most `max_per_key` of one key, on a clock now at
+    /// `now` (nanoseconds).
+    pub(crate) fn new(max_total: usize, max_per_key: usize, now: u64) -> Self {
+        let buckets = (max_total * BUCKETS_PER_WAITER).next_power_of_two();
+        Waiters {
+            parked: (0..buckets).map(|_| AtomicU32::new(0)).collect(),
+            queue: Mutex::new(Queue::new(max_total, max_per_key, now / TICK_NANOS)),
+            next_run: AtomicU64::new(u64::MAX),
+        }
+    }
+
+    fn bucket(&self, hash: u64) -> &AtomicU32 {
+        // High bits: the sketches' columns take theirs from the low ones.
+        &self.parked[(hash >> 40) as usize & (self.parked.len() - 1)]
+    }
+
+    /// Whether a waiter of `hash` may be parked (false: certainly none). One load.
+    #[inline]
+    pub(crate) fn any_parked(&self, hash: u64) -> bool {
+        self.bucket(hash).load(Ordering::SeqCst) != 0
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Queue> {
+        lock(&self.queue)
+    }
+
+    /// Counts a waiter of `hash` that has just parked: its half of the wake-up handshake,
+    /// before its next attempt.
+    pub(crate) fn count_parked(&self, hash: u64) {
+        self.bucket(hash).fetch_add(1, Ordering::SeqCst);
+        crate::sync::seqcst_fence_for_loom();
+    }
+
+    /// Uncounts a waiter of `hash` that has left.
+    pub(crate) fn count_left(&self, hash: u64) {
+        let _ = self
+            .bucket(hash)
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+    }
+
+    /// A permit of `hash` came back (after its count was given back): wakes the oldest
+    /// waiting waiter of its key, if any. One load when no waiter shares its bucket.
+    #[inline]
+    pub(crate) fn released(&self, hash: u64) {
+        crate::sync::seqcst_fence_for_loom();
+        if !self.any_parked(hash) {
+            return;
+        }
+        let waker = self.lock().released(hash);
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    /// Whether a waiter due at tick `due` is sooner than the clock user's next run; if so,
+    /// records that it will run at the next tick. Called under `queue`'s lock (hence the
+    /// argument), the caller then prompts the clock.
+    pub(crate) fn sooner(&self, _queue: &MutexGuard<'_, Queue>, due: u64) -> bool {
+        if due < self.next_run.load(Ordering::Relaxed) {
+            self.next_run.store(0, Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
+
+    /// The clock's work at `now` (nanoseconds): wakes the waiters due, and returns the tick
+    /// of the next one (`u64::MAX` with none).
+    pub(crate) fn fire(&self, now: u64) -> u64 {
+        let mut woken: Vec<Waker> = Vec::new();
+        let next = {
+            let mut queue = self.lock();
+            queue.fire(now / TICK_NANOS, &mut woken);
+            let next = queue.next_due().unwrap_or(u64::MAX);
+            self.next_run.store(next, Ordering::Relaxed);
+            next
+        };
+        // Outside the lock: a waker may run the task at once.
+        woken.into_iter().for_each(Waker::wake);
+        next
+    }
+
+    /// Waiters parked now.
+    pub(crate) fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Bytes allocated up front.
+    pub(crate) fn memory_bytes(&self) -> usize {
+        std::mem::size_of_val(&*self.parked) + self.lock().memory_bytes()
+    }
+}

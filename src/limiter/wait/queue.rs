@@ -1,0 +1,494 @@
+//! The waiters of one limiter as plain data, used under the lock of
+//! [`Waiters`](super::Waiters): a line (FIFO) of waiters per key, and a timing wheel of their
+//! deadlines and retry times.
+//!
+//! Everything is allocated up front for the most waiters the limiter allows: the slots, the
+//! free list, the wheel's nodes and the lines' map never grow past their first capacity.
+//! Parking, cancelling and firing a timer are O(1); handing the turn to a key's next waiter
+//! walks at most that key's line (capped per key).
+
+use std::collections::HashMap;
+use std::task::Waker;
+
+use crate::clock::wheel::{Key as TimerKey, Wheel};
+
+/// "No slot": the end of a line.
+const NIL: u32 = u32::MAX;
+
+/// What a parked waiter is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum State {
+    /// Waiting for a permit of its key to come back, its retry time, or its deadline.
+    Waiting,
+    /// Woken to try again: a permit came back, its retry time came, or the waiter before it
+    /// left. Releases skip it (it already has its turn).
+    Notified,
+    /// Its deadline passed: it makes a last attempt and leaves.
+    TimedOut,
+}
+
+/// A waiter just parked.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Parked {
+    pub(crate) id: WaiterId,
+    /// It heads its line and has the turn: it tries once more at once.
+    pub(crate) has_turn: bool,
+    /// The tick its timer is due at.
+    pub(crate) due: u64,
+}
+
+/// Identifies one parked waiter; stale once it has left (its slot may be reused).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WaiterId {
+    index: u32,
+    generation: u64,
+}
+
+/// One parked waiter.
+struct Slot {
+    /// Which waiter holds the slot (0: free).
+    generation: u64,
+    hash: u64,
+    state: State,
+    waker: Option<Waker>,
+    /// The tick after which it gives up.
+    deadline: u64,
+    /// The tick at which its last rate rejection said one more request fits.
+    retry: Option<u64>,
+    /// Its entry in the wheel: at `deadline`, or at `retry` while it heads its line.
+    timer: Option<TimerKey>,
+    /// Neighbours in its key's line.
+    prev: u32,
+    next: u32,
+}
+
+/// The waiters of one key, oldest first.
+#[derive(Clone, Copy)]
+struct Line {
+    head: u32,
+    tail: u32,
+    len: u32,
+    /// Permits that came back while every waiter of the line had its turn already: the next
+    /// one whose attempt fails tries again instead of waiting (no wake-up is lost).
+    credits: u32,
+}
+
+/// The waiters of one limiter.
+pub(crate) struct Queue {
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    lines: HashMap<u64, Line>,
+    wheel: Wheel<u32>,
+    max_per_key: u32,
+    next_generation: u64,
+}
+
+impl Queue {
+    /// Room for `max_total` waiters, at most `max_per_key` of one key; the wheel starts at
+    /// tick `now`.
+    pub(crate) fn new(max_total: usize, max_per_key: usize, now: u64) -> Self {
+        let max_total = max_total.min(NIL as usize);
+        Queue {
+            slots: (0..max_total)
+                .map(|_| Slot {
+                    generation: 0,
+                    hash: 0,
+                    state: State::Waiting,
+                    waker: None,
+                    deadline: 0,
+                    retry: None,
+                    timer: None,
+                    prev: NIL,
+                    next: NIL,
+                })
+                .collect(),
+            free: (0..max_total as u32).rev().collect(),
+            lines: HashMap::with_capacity(max_total),
+            wheel: Wheel::with_capacity(now, max_total),
+            max_per_key: u32::try_from(max_per_key).unwrap_or(u32::MAX),
+            next_generation: 0,
+        }
+    }
+
+    /// Waiters parked now.
+    pub(crate) fn len(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+
+    /// Whether waiters of `hash` are parked: a newcomer then queues behind them.
+    pub(crate) fn has_line(&self, hash: u64) -> bool {
+        self.lines.contains_key(&hash)
+    }
+
+    fn slot(&self, id: WaiterId) -> Option<&Slot> {
+        self.slots
+            .get(id.index as usize)
+            .filter(|s| s.generation == id.generation)
+    }
+
+    fn slot_mut(&mut self, id: WaiterId) -> Option<&mut Slot> {
+        self.slots
+            .get_mut(id.index as usize)
+            .filter(|s| s.generation == id.generation)
+    }
+
+    /// The state of a parked waiter (`None` once it has left).
+    pub(crate) fn state(&self, id: WaiterId) -> Option<State> {
+        self.slot(id).map(|s| s.state)
+    }
+
+    /// Parks a waiter for `hash` at the end of its key's line, until tick `deadline`.
+    /// `None` when the limiter holds as many waiters as it allows, in all or for this key.
+    ///
+    /// A waiter that heads its line starts with the turn ([`State::Notified`]): it must try
+    /// once more now that it is counted (see the module `wait` on lost wake-ups). Returns the
+    /// tick its timer is due at.
+    pub(crate) fn park(&mut self, hash: u64, deadline: u64, waker: &Waker) -> Option<Parked> {
+        let line = self.lines.get(&hash).copied();
+        if line.is_some_and(|l| l.len >= self.max_per_key) || self.max_per_key == 0 {
+            return None;
+        }
+        let index = self.free.pop()?;
+        self.next_generation += 1;
+        let generation = self.next_generation;
+        let prev = line.map_or(NIL, |l| l.tail);
+        {
+            let slot = &mut self.slots[index as usize];
+            slot.generation = generation;
+            slot.hash = hash;
+            slot.state = if line.is_none() {
+                State::Notified
+            } else {
+                State::Waiting
+            };
+            slot.waker = Some(waker.clone());
+            slot.deadline = deadline;
+            slot.retry = None;
+            slot.timer = None;
+            slot.prev = prev;
+            slot.next = NIL;
+        }
+        let line = match line {
+            Some(mut l) => {
+                self.slots[l.tail as usize].next = index;
+                l.tail = index;
+                l.len += 1;
+                l
+            }
+            None => Line {
+                head: index,
+                tail: index,
+                len: 1,
+                credits: 0,
+            },
+        };
+        self.lines.insert(hash, line);
+        let due = self.schedule(index);
+        Some(Parked {
+            id: WaiterId { index, generation },
+            has_turn: line.head == index,
+            due,
+        })
+    }
+
+    /// (Re)places the timer of slot `index`: its retry time while it heads its line, else
+    /// its deadline. Returns the tick it is due at.
+    fn schedule(&mut self, index: u32) -> u64 {
+        let slot = &self.slots[index as usize];
+        let heads = self.lines.get(&slot.hash).is_some_and(|l| l.head == index);
+        let due = match slot.retry {
+            Some(retry) if heads => retry.min(slot.deadline),
+            _ => slot.deadline,
+        };
+        let old = self.slots[index as usize].timer.take();
+        if let Some(old) = old {
+            self.wheel.remove(old);
+        }
+        self.slots[index as usize].timer = Some(self.wheel.insert(index, due));
+        due
+    }
+
+    /// The tick of the earliest timer, if any.
+    pub(crate) fn next_due(&self) -> Option<u64> {
+        self.wheel.next_event()
+    }
+
+    /// A waiter polled again while still waiting: keeps the waker it was polled with.
+    pub(crate) fn set_waker(&mut self, id: WaiterId, waker: &Waker) {
+        if let Some(slot) = self.slot_mut(id) {
+            if !slot.waker.as_ref().is_some_and(|w| w.will_wake(waker)) {
+                slot.waker = Some(waker.clone());
+            }
+        }
+    }
+
+    /// The attempt of a waiter with the turn failed: it waits again, to retry at tick `retry`
+    /// (a rate rejection's) if it heads its line, and the tick its timer is due at is
+    /// returned. `None` instead, leaving it the turn, when a permit of its key came back while
+    /// it was trying (a credit): it must try again.
+    pub(crate) fn wait_again(
+        &mut self,
+        id: WaiterId,
+        retry: Option<u64>,
+        waker: &Waker,
+    ) -> Option<u64> {
+        let hash = self.slot(id)?.hash;
+        if let Some(line) = self.lines.get_mut(&hash) {
+            if line.credits > 0 {
+                line.credits -= 1;
+                return None;
+            }
+        }
+        let index = id.index;
+        let slot = &mut self.slots[index as usize];
+        slot.state = State::Waiting;
+        slot.retry = retry;
+        slot.waker = Some(waker.clone());
+        Some(self.schedule(index))
+    }
+
+    /// A permit of `hash` came back: gives the turn to the first waiter of its line that is
+    /// waiting, and returns its waker; with none waiting, credits the line.
+    pub(crate) fn released(&mut self, hash: u64) -> Option<Waker> {
+        let line = *self.lines.get(&hash)?;
+        let woken = self.notify_first_waiting(line.head);
+        if woken.is_none() {
+            if let Some(line) = self.lines.get_mut(&hash) {
+                line.credits = (line.credits + 1).min(line.len);
+            }
+        }
+        woken
+    }
+
+    /// Gives the turn to the first waiting waiter from slot `index` on, and returns its waker.
+    fn notify_first_waiting(&mut self, mut index: u32) -> Option<Waker> {
+        while index != NIL {
+            let slot = &mut self.slots[index as usize];
+            if slot.state == State::Waiting {
+                slot.state = State::Notified;
+                return slot.waker.take();
+            }
+            index = slot.next;
+        }
+        None
+    }
+
+    /// Removes a waiter: admitted, given up, or cancelled. If it had the turn and did not
+    /// use it (`admitted` false), or headed its line and `pass_on` is set, the turn passes to
+    /// the first waiting waiter of its line, whose waker is returned: a cancelled waiter never
+    /// swallows a permit that came back, and the waiter after an admitted one tries at once
+    /// when the caller says there may be room for more (a rate window).
+    pub(crate) fn remove(&mut self, id: WaiterId, admitted: bool, pass_on: bool) -> Option<Waker> {
+        let slot = self.slot_mut(id)?;
+        let (hash, prev, next, state) = (slot.hash, slot.prev, slot.next, slot.state);
+        slot.generation = 0;
+        slot.waker = None;
+        let timer = slot.timer.take();
+        if let Some(timer) = timer {
+            self.wheel.remove(timer);
+        }
+        self.free.push(id.index);
+        let mut line = *self.lines.get(&hash)?;
+        let was_head = line.head == id.index;
+        if prev != NIL {
+            self.slots[prev as usize].next = next;
+        } else {
+            line.head = next;
+        }
+        if next != NIL {
+            self.slots[next as usize].prev = prev;
+        } else {
+            line.tail = prev;
+        }
+        line.len -= 1;
+        if line.len == 0 {
+            self.lines.remove(&hash);
+            return None;
+        }
+        line.credits = line.credits.min(line.len);
+        self.lines.insert(hash, line);
+        let unused_turn = state == State::Notified && !admitted;
+        if unused_turn || (was_head && pass_on) {
+            return self.notify_first_waiting(line.head);
+        }
+        None
+    }
+
+    /// Fires the timers due by tick `now`: a waiter past its deadline is marked timed out, one
+    /// at its retry time is given the turn; their wakers are pushed onto `woken`.
+    pub(crate) fn fire(&mut self, now: u64, woken: &mut Vec<Waker>) {
+        let Queue { wheel, slots, .. } = self;
+        wheel.advance(now, |_, &mut index, _| {
+            let slot = &mut slots[index as usize];
+            if slot.deadline <= now {
+                slot.state = State::TimedOut;
+                slot.timer = None;
+                woken.extend(slot.waker.take());
+                None
+            } else {
+                // Its retry time: from now on only its deadline.
+                if slot.state == State::Waiting {
+                    slot.state = State::Notified;
+                    woken.extend(slot.waker.take());
+                }
+                slot.retry = None;
+                Some(slot.deadline)
+            }
+        });
+    }
+
+    /// Bytes allocated up front.
+    pub(crate) fn memory_bytes(&self) -> usize {
+        self.slots.capacity() * std::mem::size_of::<Slot>()
+            + self.free.capacity() * std::mem::size_of::<u32>()
+            + self.lines.capacity() * (std::mem::size_of::<(u64, Line)>() + 1)
+            + self.slots.capacity() * 48 // the wheel's nodes
+    }
+}
+
+#[cfg(all(test, not(floodgate_loom)))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::Wake;
+
+    /// A waker that counts its wakes.
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn waker() -> (Arc<Count>, Waker) {
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        (Arc::clone(&count), Waker::from(count))
+    }
+
+    #[test]
+    fn a_release_gives_the_turn_to_the_oldest_waiting_waiter_only() {
+        let mut q = Queue::new(16, 16, 0);
+        let (_, w) = waker();
+        let ids: Vec<_> = (0..4).map(|_| q.park(7, 100, &w).unwrap().id).collect();
+        // The head has the turn from the start (it tries once more after parking).
+        assert_eq!(q.state(ids[0]), Some(State::Notified));
+        assert!(q.released(7).is_some());
+        assert_eq!(q.state(ids[1]), Some(State::Notified));
+        assert_eq!(q.state(ids[2]), Some(State::Waiting));
+        // The next release skips the ones that have their turn already.
+        assert!(q.released(7).is_some());
+        assert_eq!(q.state(ids[2]), Some(State::Notified));
+        assert_eq!(q.state(ids[3]), Some(State::Waiting));
+        assert!(q.released(8).is_none(), "another key has no line");
+    }
+
+    #[test]
+    fn a_cancelled_waiter_with_the_turn_passes_it_on() {
+        let mut q = Queue::new(16, 16, 0);
+        let (_, w) = waker();
+        let first = q.park(7, 100, &w).unwrap();
+        let second = q.park(7, 100, &w).unwrap().id;
+        assert!(first.has_turn);
+        let first = first.id;
+        assert!(
+            q.remove(first, false, false).is_some(),
+            "the turn goes to the next"
+        );
+        assert_eq!(q.state(second), Some(State::Notified));
+        assert_eq!(q.state(first), None);
+        assert!(q.remove(second, false, false).is_none());
+        assert_eq!(q.len(), 0);
+        assert!(!q.has_line(7));
+    }
+
+    #[test]
+    fn an_admitted_head_passes_the_turn_on_only_when_asked() {
+        let mut q = Queue::new(16, 16, 0);
+        let (_, w) = waker();
+        let head = q.park(7, 100, &w).unwrap().id;
+        let second = q.park(7, 100, &w).unwrap().id;
+        let third = q.park(7, 100, &w).unwrap().id;
+        assert!(
+            q.remove(head, true, false).is_none(),
+            "in flight: one permit, one waiter"
+        );
+        assert_eq!(q.state(second), Some(State::Waiting));
+        assert!(
+            q.remove(second, true, true).is_some(),
+            "a rate window may have more room"
+        );
+        assert_eq!(q.state(third), Some(State::Notified));
+    }
+
+    #[test]
+    fn a_release_while_every_waiter_has_its_turn_is_credited_not_lost() {
+        let mut q = Queue::new(16, 16, 0);
+        let (_, w) = waker();
+        let id = q.park(7, 100, &w).unwrap().id; // has the turn
+        assert!(q.released(7).is_none()); // nobody waiting: a credit
+        assert_eq!(q.wait_again(id, None, &w), None, "tries again");
+        assert_eq!(q.wait_again(id, None, &w), Some(100), "the credit is spent");
+        assert_eq!(q.state(id), Some(State::Waiting));
+    }
+
+    #[test]
+    fn caps_per_key_and_in_all_refuse_at_once() {
+        let mut q = Queue::new(4, 2, 0);
+        let (_, w) = waker();
+        assert!(q.park(1, 100, &w).is_some());
+        assert!(q.park(1, 100, &w).is_some());
+        assert!(q.park(1, 100, &w).is_none(), "per key");
+        assert!(q.park(2, 100, &w).is_some());
+        assert!(q.park(3, 100, &w).is_some());
+        assert!(q.park(4, 100, &w).is_none(), "in all");
+        assert!(Queue::new(4, 0, 0).park(1, 100, &w).is_none());
+    }
+
+    #[test]
+    fn only_the_head_is_woken_at_its_retry_time_and_everyone_at_the_deadline() {
+        let mut q = Queue::new(16, 16, 0);
+        let (count, w) = waker();
+        let head = q.park(7, 50, &w).unwrap().id;
+        let second = q.park(7, 50, &w).unwrap().id;
+        // A stray release gives the second a turn too; both fail a rate limit that has room
+        // again at tick 10.
+        assert!(q.released(7).is_some());
+        assert_eq!(q.wait_again(head, Some(10), &w), Some(10));
+        assert_eq!(
+            q.wait_again(second, Some(10), &w),
+            Some(50),
+            "not the head: its deadline"
+        );
+        let mut woken = Vec::new();
+        q.fire(9, &mut woken);
+        assert!(woken.is_empty());
+        q.fire(10, &mut woken);
+        assert_eq!(woken.len(), 1, "the head only: no storm");
+        assert_eq!(q.state(head), Some(State::Notified));
+        assert_eq!(q.state(second), Some(State::Waiting));
+        woken.drain(..).for_each(Waker::wake);
+        q.fire(49, &mut woken);
+        assert!(woken.is_empty());
+        q.fire(50, &mut woken);
+        assert_eq!(q.state(head), Some(State::TimedOut));
+        assert_eq!(q.state(second), Some(State::TimedOut));
+        assert_eq!(woken.len(), 1, "the head's waker was taken at its retry");
+        woken.drain(..).for_each(Waker::wake);
+        assert_eq!(count.0.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn slots_are_reused_and_stale_ids_are_ignored() {
+        let mut q = Queue::new(1, 1, 0);
+        let (_, w) = waker();
+        let old = q.park(7, 100, &w).unwrap().id;
+        q.remove(old, false, false);
+        let new = q.park(9, 100, &w).unwrap().id;
+        assert_eq!(q.state(old), None);
+        assert!(q.remove(old, false, false).is_none());
+        assert_eq!(q.state(new), Some(State::Notified));
+        assert_eq!(q.len(), 1);
+    }
+}

@@ -1,0 +1,430 @@
+//! Waiting for a permit (`Limiter::acquire`): woken when a permit comes back or the window has
+//! room, never before; given up at the deadline; in arrival order; one waiter per permit; a
+//! cancelled waiter leaves nothing behind and loses no permit; bounded.
+//!
+//! Futures are polled by hand with counting wakers, and time is a `ManualClock`, so each test
+//! sees exactly which wake-ups happen at which time.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread;
+use std::time::Duration;
+
+use floodgate::clock::ManualClock;
+use floodgate::{Acquire, Limiter, Limits, OwnedPermit, Reason, Rejected};
+
+const SECOND: Duration = Duration::from_secs(1);
+const TICK: Duration = Duration::from_millis(10);
+
+/// A waker that counts its wakes.
+#[derive(Default)]
+struct Wakes(AtomicUsize);
+
+impl Wake for Wakes {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// A future under test, with its own counting waker.
+struct Polled {
+    future: Acquire<String>,
+    wakes: Arc<Wakes>,
+}
+
+impl Polled {
+    fn new(future: Acquire<String>) -> Self {
+        Polled {
+            future,
+            wakes: Arc::default(),
+        }
+    }
+
+    fn poll(&mut self) -> Poll<Result<OwnedPermit<String>, Rejected>> {
+        let waker = Waker::from(Arc::clone(&self.wakes));
+        Pin::new(&mut self.future).poll(&mut Context::from_waker(&waker))
+    }
+
+    fn woken(&self) -> usize {
+        self.wakes.0.load(Ordering::SeqCst)
+    }
+
+    /// Polls, expecting it to wait.
+    fn pending(&mut self) {
+        assert!(self.poll().is_pending(), "expected the request to wait");
+    }
+
+    fn admitted(&mut self) -> OwnedPermit<String> {
+        match self.poll() {
+            Poll::Ready(Ok(permit)) => permit,
+            Poll::Ready(Err(rejected)) => panic!("expected a permit, got {rejected}"),
+            Poll::Pending => panic!("expected a permit, still waiting"),
+        }
+    }
+
+    fn rejected(&mut self) -> Rejected {
+        match self.poll() {
+            Poll::Ready(Err(rejected)) => rejected,
+            Poll::Ready(Ok(_)) => panic!("expected a rejection, got a permit"),
+            Poll::Pending => panic!("expected a rejection, still waiting"),
+        }
+    }
+}
+
+fn inflight_limiter(limit: isize, clock: &ManualClock) -> Limiter<String> {
+    Limiter::builder()
+        .max_inflight(limit)
+        .clock(clock)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn a_request_with_room_is_admitted_at_once_without_waiting() {
+    let clock = ManualClock::new();
+    let limiter = inflight_limiter(2, &clock);
+    let mut first = Polled::new(limiter.acquire("origin", SECOND));
+    let _permit = first.admitted();
+    assert_eq!(first.woken(), 0);
+    assert_eq!(limiter.stats().waiting, 0);
+}
+
+#[test]
+fn an_in_flight_waiter_is_admitted_when_a_permit_comes_back_and_not_before() {
+    let clock = ManualClock::new();
+    let limiter = inflight_limiter(1, &clock);
+    let held = limiter.try_acquire_owned("origin").unwrap();
+    let mut waiter = Polled::new(limiter.acquire("origin", 10 * SECOND));
+    waiter.pending();
+    assert_eq!(limiter.stats().waiting, 1);
+    clock.advance(SECOND);
+    assert_eq!(waiter.woken(), 0, "nothing came back");
+    waiter.pending(); // a spurious poll changes nothing
+    drop(held);
+    assert_eq!(waiter.woken(), 1, "woken by the release");
+    let _permit = waiter.admitted();
+    assert_eq!(limiter.stats().waiting, 0);
+    assert_eq!(limiter.estimate("origin").inflight, Some(1));
+}
+
+#[test]
+fn a_rate_waiter_wakes_at_its_retry_time_rounded_up_to_the_tick() {
+    let clock = ManualClock::new();
+    let limiter: Limiter<String> = Limiter::builder()
+        .max_rate(2, SECOND)
+        .clock(&clock)
+        .build()
+        .unwrap();
+    drop(limiter.try_acquire("origin").unwrap());
+    drop(limiter.try_acquire("origin").unwrap());
+    let retry = limiter
+        .try_acquire("origin")
+        .unwrap_err()
+        .retry_after
+        .unwrap();
+    let mut waiter = Polled::new(limiter.acquire("origin", 10 * SECOND));
+    waiter.pending();
+    // Just before the tick that contains the retry time: still waiting.
+    let ticks = retry.as_nanos().div_ceil(TICK.as_nanos()) as u32;
+    clock.advance(TICK * (ticks - 1));
+    assert_eq!(waiter.woken(), 0, "woken before its room");
+    // Woken at that tick, or the next: the over-limit cache that answered the waiter's own
+    // attempt rounds its retry time up by at most 65.5 µs, which can cross a tick boundary.
+    clock.advance(TICK);
+    if waiter.woken() == 0 {
+        clock.advance(TICK);
+    }
+    assert_eq!(waiter.woken(), 1);
+    let _permit = waiter.admitted();
+}
+
+#[test]
+fn a_waiter_gives_up_at_its_deadline_with_the_last_rejection() {
+    let clock = ManualClock::new();
+    let limiter = inflight_limiter(1, &clock);
+    let _held = limiter.try_acquire_owned("origin").unwrap();
+    // 25 ms rounds up to 3 ticks.
+    let mut waiter = Polled::new(limiter.acquire("origin", Duration::from_millis(25)));
+    waiter.pending();
+    clock.advance(Duration::from_millis(29));
+    assert_eq!(waiter.woken(), 0, "gave up early");
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(waiter.woken(), 1);
+    let rejected = waiter.rejected();
+    assert_eq!((rejected.reason, rejected.limit), (Reason::Inflight, 1));
+    assert_eq!(limiter.stats().waiting, 0);
+}
+
+#[test]
+fn a_rate_rejection_with_no_room_before_the_deadline_is_returned_at_once() {
+    let clock = ManualClock::new();
+    let limiter: Limiter<String> = Limiter::builder()
+        .max_rate(1, SECOND)
+        .clock(&clock)
+        .build()
+        .unwrap();
+    drop(limiter.try_acquire("origin").unwrap());
+    let mut waiter = Polled::new(limiter.acquire("origin", Duration::from_millis(100)));
+    let rejected = waiter.rejected();
+    assert!(rejected.retry_after.unwrap() > Duration::from_millis(100));
+    assert_eq!(limiter.stats().waiting, 0);
+    // And no waiting helps a limit of 0 either.
+    let mut none = Polled::new(limiter.acquire_with("origin", &Limits::new().max_rate(0), SECOND));
+    assert_eq!(none.rejected().limit, 0);
+}
+
+#[test]
+fn waiters_of_a_key_are_admitted_in_arrival_order_one_per_permit() {
+    let clock = ManualClock::new();
+    let limiter = inflight_limiter(1, &clock);
+    let mut held = Some(limiter.try_acquire_owned("origin").unwrap());
+    let mut waiters: Vec<_> = (0..5)
+        .map(|_| Polled::new(limiter.acquire("origin", 100 * SECOND)))
+        .collect();
+    for w in &mut waiters {
+        w.pending();
+    }
+    for i in 0..5 {
+        drop(held.take());
+        // One permit came back: exactly one waiter woken, the oldest.
+        let woken: Vec<usize> = waiters.iter().map(Polled::woken).collect();
+        assert_eq!(
+            woken.iter().sum::<usize>(),
+            i + 1,
+            "woken so far: {woken:?}"
+        );
+        assert_eq!(woken[i], 1, "not the oldest: {woken:?}");
+        held = Some(waiters[i].admitted());
+        for later in &mut waiters[i + 1..] {
+            later.pending();
+        }
+    }
+}
+
+#[test]
+fn a_new_request_queues_behind_the_waiters_of_its_key() {
+    let clock = ManualClock::new();
+    let limiter = inflight_limiter(1, &clock);
+    let held = limiter.try_acquire_owned("origin").unwrap();
+    let mut first = Polled::new(limiter.acquire("origin", 100 * SECOND));
+    first.pending();
+    drop(held); // the first waiter has the turn, not yet polled
+                // The permit is free, but the first waiter has its turn: the newcomer queues.
+    let mut late = Polled::new(limiter.acquire("origin", 100 * SECOND));
+    late.pending();
+    let permit = first.admitted();
+    assert_eq!(late.woken(), 0, "one permit came back, one waiter woken");
+    drop(permit);
+    assert_eq!(late.woken(), 1);
+    let _permit = late.admitted();
+}
+
+#[test]
+fn a_cancelled_waiter_leaves_nothing_behind_and_passes_its_turn_on() {
+    let clock = ManualClock::new();
+    let limiter = inflight_limiter(1, &clock);
+    let held = limiter.try_acquire_owned("origin").unwrap();
+    let before = limiter.memory_bytes();
+    let mut first = Polled::new(limiter.acquire("origin", 100 * SECOND));
+    let mut second = Polled::new(limiter.acquire("origin", 100 * SECOND));
+    first.pending();
+    second.pending();
+    drop(held); // the first gets the turn...
+    assert_eq!((first.woken(), second.woken()), (1, 0));
+    drop(first); // ...and is cancelled before it is polled: the turn passes on
+    assert_eq!(second.woken(), 1);
+    let permit = second.admitted();
+    assert_eq!(limiter.stats().waiting, 0);
+    // Cancelling a waiter that never got the turn holds nothing either.
+    let mut third = Polled::new(limiter.acquire("origin", 100 * SECOND));
+    third.pending();
+    drop(third);
+    assert_eq!(limiter.stats().waiting, 0);
+    drop(permit);
+    assert_eq!(limiter.estimate("origin").inflight, Some(0));
+    assert_eq!(limiter.memory_bytes(), before);
+}
+
+#[test]
+fn waiters_beyond_the_caps_are_refused_at_once() {
+    let clock = ManualClock::new();
+    let limiter: Limiter<String> = Limiter::builder()
+        .max_inflight(1)
+        .max_waiters(3)
+        .max_waiters_per_key(2)
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let _a = limiter.try_acquire_owned("a").unwrap();
+    let _b = limiter.try_acquire_owned("b").unwrap();
+    let mut queued: Vec<_> = ["a", "a", "b"]
+        .iter()
+        .map(|k| Polled::new(limiter.acquire(*k, 100 * SECOND)))
+        .collect();
+    queued.iter_mut().for_each(Polled::pending);
+    let mut per_key = Polled::new(limiter.acquire("a", 100 * SECOND));
+    assert_eq!(
+        per_key.rejected().reason,
+        Reason::Inflight,
+        "a third of key a"
+    );
+    let mut in_all = Polled::new(limiter.acquire("b", 100 * SECOND));
+    assert_eq!(
+        in_all.rejected().reason,
+        Reason::Inflight,
+        "a fourth in all"
+    );
+    assert_eq!(limiter.stats().waiting, 3);
+}
+
+#[test]
+fn a_flood_of_waiters_of_one_rate_limited_key_wakes_one_at_a_time() {
+    let clock = ManualClock::new();
+    let limiter: Limiter<String> = Limiter::builder()
+        .max_rate(10, SECOND)
+        .clock(&clock)
+        .build()
+        .unwrap();
+    for _ in 0..10 {
+        drop(limiter.try_acquire("origin").unwrap());
+    }
+    let mut waiters: Vec<_> = (0..50)
+        .map(|_| Polled::new(limiter.acquire("origin", 10 * SECOND)))
+        .collect();
+    waiters.iter_mut().for_each(Polled::pending);
+    let mut admitted = Vec::new();
+    let mut polls = 0;
+    // Three seconds of ticks; after each, poll every woken waiter until none is woken anew.
+    for _ in 0..300 {
+        clock.advance(TICK);
+        loop {
+            let mut progressed = false;
+            for w in waiters.iter_mut() {
+                if w.woken() > 0 {
+                    w.wakes.0.store(0, Ordering::SeqCst);
+                    polls += 1;
+                    progressed = true;
+                    if let Poll::Ready(result) = w.poll() {
+                        admitted.push(result.expect("no deadline reached"));
+                    }
+                }
+            }
+            if !progressed {
+                break;
+            }
+        }
+    }
+    // 10 a second by the sliding window: the first second is full already, so about 20 in
+    // the next two. Never a storm of attempts: each admitted waiter wakes at most its
+    // successor, and each retry time one waiter.
+    assert!((18..=21).contains(&admitted.len()), "{}", admitted.len());
+    assert!(polls <= 2 * admitted.len() + 300, "{polls} attempts");
+}
+
+#[test]
+fn acquire_with_waits_against_the_keys_own_limits() {
+    let clock = ManualClock::new();
+    let limiter = inflight_limiter(1, &clock);
+    let plan = Limits::new().max_inflight(2);
+    let _a = limiter.try_acquire_with("origin", &plan).unwrap();
+    let b = limiter.try_acquire_owned_with("origin", &plan).unwrap();
+    let mut waiter = Polled::new(limiter.acquire_with("origin", &plan, 100 * SECOND));
+    waiter.pending();
+    drop(b);
+    let _c = waiter.admitted();
+    assert_eq!(limiter.estimate("origin").inflight, Some(2));
+}
+
+#[test]
+fn many_threads_waiting_on_one_key_never_exceed_the_limit_and_all_finish() {
+    const THREADS: usize = 4;
+    const ROUNDS: usize = 300;
+    let clock = ManualClock::new();
+    let limiter = inflight_limiter(2, &clock);
+    let inside = Arc::new(AtomicUsize::new(0));
+    let (done, finished) = mpsc::channel();
+    for _ in 0..THREADS {
+        let (limiter, inside, done) = (limiter.clone(), Arc::clone(&inside), done.clone());
+        thread::spawn(move || {
+            for _ in 0..ROUNDS {
+                // Never times out: the clock does not move. A lost wake-up hangs here.
+                let permit = block_on(limiter.acquire("origin", 3600 * SECOND)).unwrap();
+                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                assert!(now <= 2, "{now} inside a limit of 2");
+                thread::yield_now();
+                inside.fetch_sub(1, Ordering::SeqCst);
+                drop(permit);
+            }
+            done.send(()).unwrap();
+        });
+    }
+    for _ in 0..THREADS {
+        // A liveness bound, not a timing claim: a lost wake-up never finishes.
+        finished
+            .recv_timeout(Duration::from_secs(120))
+            .expect("a waiter was never woken");
+    }
+    assert_eq!(limiter.stats().waiting, 0);
+    assert_eq!(limiter.estimate("origin").inflight, Some(0));
+}
+
+/// Runs a future to completion on this thread, parking between polls.
+fn block_on<F: Future>(future: F) -> F::Output {
+    struct Unpark(thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return out;
+        }
+        thread::park();
+    }
+}
+
+#[test]
+fn with_the_shared_clock_waiters_are_admitted_as_permits_come_back() {
+    let limiter: Limiter<String> = Limiter::builder().max_inflight(1).build().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let admitted = runtime.block_on(async {
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let limiter = limiter.clone();
+                tokio::spawn(async move {
+                    let permit = limiter.acquire("origin", 60 * SECOND).await?;
+                    tokio::task::yield_now().await;
+                    drop(permit);
+                    Ok::<_, Rejected>(())
+                })
+            })
+            .collect();
+        let mut admitted = 0;
+        for task in tasks {
+            task.await.unwrap().expect("admitted within a minute");
+            admitted += 1;
+        }
+        admitted
+    });
+    assert_eq!(admitted, 8);
+    // A rate waiter on the real clock: admitted once its window has room.
+    let rated: Limiter<String> = Limiter::builder()
+        .max_rate(1, Duration::from_millis(100))
+        .build()
+        .unwrap();
+    drop(rated.try_acquire("origin").unwrap());
+    let permit = runtime.block_on(rated.acquire("origin", 10 * SECOND));
+    assert!(permit.is_ok(), "{permit:?}");
+}
