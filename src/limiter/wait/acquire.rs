@@ -297,16 +297,18 @@ where
             Step::Done => Poll::Pending,
             Step::Park(wait) => {
                 let waiters = &this.shared.waiters;
+                // Counted before it is in the line, and so before any attempt it makes: its
+                // half of the wake-up handshake.
+                waiters.count_parked(wait.hash);
                 let mut queue = waiters.lock();
                 let Some(parked) = queue.park(wait.hash, wait.deadline, cx.waker()) else {
                     // As many waiters as the limiter allows: one attempt, whatever it says.
                     drop(queue);
+                    waiters.count_left(wait.hash);
                     return Poll::Ready(this.attempt(&wait));
                 };
                 let sooner = waiters.sooner(&queue, parked.due);
                 drop(queue);
-                // Counted before its next attempt: its half of the wake-up handshake.
-                waiters.count_parked(wait.hash);
                 this.prompt_if_sooner(sooner);
                 if parked.has_turn {
                     return this.take_turn(wait, parked.id, cx);

@@ -28,16 +28,26 @@
 //!
 //! # No lost wake-up
 //!
-//! A waiter that has parked counts itself in its key's bucket of `parked` (`SeqCst`) and then
-//! tries once more; a release gives its in-flight count back in the sketch (`SeqCst`) and
-//! then loads the bucket (`SeqCst`). In the total order of those four, either the waiter's
-//! attempt sees the permit back, or the release sees the waiter and takes the lock to wake it.
-//! Exact-stage releases happen under their set's lock, which the waiter's attempt takes too:
-//! either the attempt comes after the release's critical section (and sees the permit back),
-//! or before it, and then the waiter's bucket count happens before the release's load. A
-//! release that finds every waiter of the line already woken credits the line, and the next
-//! attempt that fails tries again instead of waiting. The loom model `loom_wait` checks the
-//! handshake.
+//! A waiter counts itself in its key's bucket of `parked` (`SeqCst`) before it joins the line;
+//! a release gives its in-flight count back in the sketch (`SeqCst`) and then loads the bucket
+//! (`SeqCst`). In the total order of those, either every attempt the waiter makes after
+//! joining sees the permit back, or the release sees the waiter and takes the lock to give
+//! the turn to the oldest waiting waiter of the line. Exact-stage releases happen under their
+//! set's lock, which attempts take too: an attempt either comes after the release's critical
+//! section (and sees the permit back) or before it, and then the waiter's count happens
+//! before the release's load.
+//!
+//! What makes that enough is that some waiter of a line always makes an attempt after any
+//! permit comes back:
+//! - a new line's first waiter starts with the turn and tries at once;
+//! - a release that finds every waiter with the turn already credits the line, and the next
+//!   attempt that fails tries again instead of waiting (or, if its waiter leaves admitted, the
+//!   credit passes the turn on);
+//! - a head that leaves without a permit (cancelled, given up) passes the turn on, since the
+//!   waiters behind it may have joined counting on it to try; so does a waiter that leaves
+//!   with the turn unused.
+//!
+//! The loom models in `tests/loom_wait.rs` check the handshake and the passing on.
 //!
 //! # Bounded
 //!

@@ -273,11 +273,15 @@ impl Queue {
         None
     }
 
-    /// Removes a waiter: admitted, given up, or cancelled. If it had the turn and did not
-    /// use it (`admitted` false), or headed its line and `pass_on` is set, the turn passes to
-    /// the first waiting waiter of its line, whose waker is returned: a cancelled waiter never
-    /// swallows a permit that came back, and the waiter after an admitted one tries at once
-    /// when the caller says there may be room for more (a rate window).
+    /// Removes a waiter: admitted, given up, or cancelled. The turn passes to the first
+    /// waiting waiter of its line, whose waker is returned, when the one leaving
+    /// - had the turn and did not use it (`admitted` false): a cancelled waiter never
+    ///   swallows a permit that came back;
+    /// - headed the line and was not admitted: the next may have parked while a permit came
+    ///   back, counting on the head to try;
+    /// - headed the line, was admitted, and `pass_on` is set: there may be room for more (a
+    ///   rate window);
+    /// - leaves credits behind: permits that came back while every waiter had its turn.
     pub(crate) fn remove(&mut self, id: WaiterId, admitted: bool, pass_on: bool) -> Option<Waker> {
         let slot = self.slot_mut(id)?;
         let (hash, prev, next, state) = (slot.hash, slot.prev, slot.next, slot.state);
@@ -305,10 +309,15 @@ impl Queue {
             self.lines.remove(&hash);
             return None;
         }
+        let had_turn = state == State::Notified;
+        let pass = (had_turn && !admitted) || (was_head && (!admitted || pass_on));
+        let credited = !pass && line.credits > 0;
+        if credited {
+            line.credits -= 1;
+        }
         line.credits = line.credits.min(line.len);
         self.lines.insert(hash, line);
-        let unused_turn = state == State::Notified && !admitted;
-        if unused_turn || (was_head && pass_on) {
+        if pass || credited {
             return self.notify_first_waiting(line.head);
         }
         None
@@ -420,6 +429,34 @@ mod tests {
             "a rate window may have more room"
         );
         assert_eq!(q.state(third), Some(State::Notified));
+    }
+
+    #[test]
+    fn a_head_that_leaves_without_a_permit_passes_the_turn_on() {
+        let mut q = Queue::new(16, 16, 0);
+        let (_, w) = waker();
+        let head = q.park(7, 100, &w).unwrap().id;
+        let second = q.park(7, 100, &w).unwrap().id;
+        assert_eq!(q.wait_again(head, None, &w), Some(100)); // waiting, not holding the turn
+        assert!(
+            q.remove(head, false, false).is_some(),
+            "cancelled or given up"
+        );
+        assert_eq!(q.state(second), Some(State::Notified));
+    }
+
+    #[test]
+    fn credits_left_when_an_admitted_waiter_leaves_wake_the_next() {
+        let mut q = Queue::new(16, 16, 0);
+        let (_, w) = waker();
+        let head = q.park(7, 100, &w).unwrap().id; // has the turn, trying
+        assert!(q.released(7).is_none()); // a second permit back meanwhile: a credit
+        let second = q.park(7, 100, &w).unwrap().id;
+        assert!(
+            q.remove(head, true, false).is_some(),
+            "the credit is not left dormant"
+        );
+        assert_eq!(q.state(second), Some(State::Notified));
     }
 
     #[test]
