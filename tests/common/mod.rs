@@ -7,6 +7,9 @@
 //! - [`fork`]: forking with a child that reports back, and waiting for it with a deadline.
 //! - [`ops`]: proptest strategies for the operation types of the fuzz harness's exact models.
 //! - [`permits`]: [`permits::AnyPermit`], a permit of either kind.
+//! - [`redis`]: real `redis-server`s (one, or a Cluster) on free loopback ports for the fleet's
+//!   tests, skipped with a printed reason without the binary (failed under CI); also included by
+//!   the fleet store's unit tests in `src/fleet/store.rs`.
 //! - [`serial`]: serialising the tests of one binary, and quieting their injected panics.
 //! - [`ticker`]: polling with a deadline, and checks that the shared ticker is alive and single.
 // Each test crate uses the part it needs.
@@ -20,6 +23,7 @@ pub mod ops;
 #[allow(clippy::duplicate_mod)]
 #[path = "../../fuzz/harness/permits.rs"]
 pub mod permits;
+pub mod redis;
 pub mod serial;
 pub mod ticker;
 
