@@ -67,6 +67,8 @@ pub(crate) struct Synced<'a> {
 pub(crate) struct StoreError {
     what: String,
     source: Option<redis::RedisError>,
+    /// The sync's deadline passed before this step could start.
+    out_of_time: bool,
 }
 
 impl StoreError {
@@ -74,6 +76,7 @@ impl StoreError {
         StoreError {
             what: what.into(),
             source: None,
+            out_of_time: false,
         }
     }
 
@@ -81,18 +84,21 @@ impl StoreError {
         StoreError {
             what: what.into(),
             source: Some(source),
+            out_of_time: false,
         }
     }
 
     fn timeout(addr: &str) -> StoreError {
-        StoreError::new(format!("{addr}: timed out"))
+        StoreError {
+            out_of_time: true,
+            ..StoreError::new(format!("{addr}: out of time"))
+        }
     }
 
-    /// Whether the sync ran out of time (or a read from Redis did).
+    /// Whether the sync ran out of time (its deadline passed, or a read or a connection
+    /// attempt timed out), rather than meeting an error.
     pub(crate) fn is_timeout(&self) -> bool {
-        self.source
-            .as_ref()
-            .map_or(self.what.ends_with("timed out"), |e| e.is_timeout())
+        self.out_of_time || self.source.as_ref().is_some_and(|e| e.is_timeout())
     }
 }
 
@@ -331,6 +337,12 @@ impl Store {
     ) -> Result<(), StoreError> {
         if self.cluster && self.slots.is_empty() {
             self.learn_slots(deadline)?;
+            // Learning the slots renumbers the masters: an ASK target is found again by the
+            // command going to its slot's master first (which answers ASK again if still
+            // migrating).
+            for pending in &mut self.pending {
+                pending.ask = None;
+            }
         }
         for master in &mut self.masters {
             master.out.clear();
@@ -390,7 +402,9 @@ impl Store {
             Some(m) => m,
             None => self.master_of(slot)?,
         };
-        let master = &mut self.masters[m];
+        let Some(master) = self.masters.get_mut(m) else {
+            return Err(StoreError::new(format!("no master {m} for slot {slot}")));
+        };
         let out = &mut master.out;
         if master.sent.is_empty() && !master.scripts_loaded {
             for script in [WINDOW_SCRIPT, NODES_SCRIPT] {
@@ -495,9 +509,10 @@ impl Store {
         let master = &mut self.masters[m];
         master.sent = sent;
         match result {
-            Ok(()) => {
+            // Every reply read: the connection is in step, whatever the replies said.
+            Ok(refused) => {
                 master.con = Some(con);
-                Ok(())
+                refused.map_or(Ok(()), Err)
             }
             Err(e) => {
                 master.disconnect();
@@ -506,6 +521,9 @@ impl Store {
         }
     }
 
+    /// Reads the replies to `sent` from master `m`. Fails only when the connection did (its
+    /// remaining replies would be out of step); a reply the store cannot use comes back as
+    /// `Ok(Some(error))` once all of them have been read.
     fn read_replies(
         &mut self,
         m: usize,
@@ -513,7 +531,7 @@ impl Store {
         sent: &[Sent],
         deadline: Instant,
         nodes: &mut Option<usize>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Option<StoreError>, StoreError> {
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
             return Err(StoreError::timeout(&self.masters[m].addr));
@@ -526,7 +544,7 @@ impl Store {
         })?;
         let mut loads_ok = true;
         // A reply the store cannot use fails the sync, but only after the other replies
-        // have been read, to keep the connection in step.
+        // have been read, so that the connection stays in step and is kept.
         let mut bad_reply = None;
         for &what in sent {
             let reply = con
@@ -621,10 +639,7 @@ impl Store {
         }
         let master = &mut self.masters[m];
         master.scripts_loaded = loads_ok;
-        match bad_reply {
-            Some(what) => Err(StoreError::new(format!("{}: {what}", master.addr))),
-            None => Ok(()),
-        }
+        Ok(bad_reply.map(|what| StoreError::new(format!("{}: {what}", master.addr))))
     }
 
     /// The master at `addr` (from a redirection), added to the known ones if new.
@@ -674,7 +689,15 @@ impl Store {
             }
         }
         if ranges.is_none() {
-            for seed in &self.seeds {
+            // Then the configured URLs, and the masters known from before (the URLs may all
+            // be gone while masters learnt since are not).
+            let known = self
+                .masters
+                .iter()
+                .filter(|m| m.con.is_none())
+                .map(|m| m.info.clone());
+            let candidates: Vec<ConnectionInfo> = self.seeds.iter().cloned().chain(known).collect();
+            for seed in &candidates {
                 let addr = addr_of(&seed.addr);
                 let found = connect(&addr, seed, self.timeout, deadline).and_then(|mut con| {
                     cluster_slots(&mut con, &addr, deadline).map(|found| (found, con))
@@ -874,6 +897,7 @@ mod redis_server;
 mod tests {
     use super::redis_server::{RedisCluster, RedisServer, Reply};
     use super::*;
+    use std::thread;
 
     /// The windows' length in these tests; window numbers are explicit, never waited for.
     const W: u64 = 1000;
@@ -1099,6 +1123,30 @@ mod tests {
     }
 
     #[test]
+    fn buffers_are_kept_between_syncs() {
+        let Some(server) = RedisServer::start() else {
+            return;
+        };
+        let mut a = store(&config(&server.url()));
+        let keys: Vec<String> = (0..50).map(|i| format!("key-{i}")).collect();
+        let pushes: Vec<Push<'_>> = keys.iter().map(|k| push(k, WINDOW, 1)).collect();
+        sync(&mut a, "a", NOW, &pushes);
+        let buffers = |a: &Store| {
+            (
+                a.totals.as_ptr(),
+                a.pending.as_ptr(),
+                a.masters[0].out.as_ptr(),
+                a.masters[0].sent.as_ptr(),
+            )
+        };
+        let first = buffers(&a);
+        for _ in 0..10 {
+            sync(&mut a, "a", NOW, &pushes);
+            assert_eq!(buffers(&a), first, "a buffer was allocated again");
+        }
+    }
+
+    #[test]
     fn a_standalone_configuration_pointed_at_a_cluster_says_so() {
         let Some(cluster) = RedisCluster::start(3) else {
             return;
@@ -1178,6 +1226,53 @@ mod tests {
         cluster.servers()[1].command(&["SCRIPT", "FLUSH"]);
         let (totals, _) = sync(&mut a, "a", NOW + W, &next);
         assert_eq!(totals, vec![(2, 5); 3]);
+    }
+
+    #[test]
+    fn a_cluster_master_killed_fails_the_sync_in_time_and_is_used_again_once_back() {
+        let Some(mut cluster) = RedisCluster::start(3) else {
+            return;
+        };
+        let timeout = Duration::from_millis(300);
+        let mut a = store(&FleetConfig::cluster(cluster.urls()).timeout(timeout));
+        let spread = keys_on_each_master(&cluster, "floodgate");
+        let pushes: Vec<Push<'_>> = spread.iter().map(|(k, _)| push(k, WINDOW, 1)).collect();
+        sync(&mut a, "a", NOW, &pushes);
+
+        cluster.server_mut(2).kill();
+        for _ in 0..2 {
+            let start = Instant::now();
+            a.sync("a", NOW, W, &pushes)
+                .map(|_| ())
+                .expect_err("a sync with a master down");
+            assert!(
+                start.elapsed() < timeout + Duration::from_millis(500),
+                "{:?}",
+                start.elapsed()
+            );
+        }
+
+        // Back within the cluster's node timeout, with its slots but not its data. It may
+        // answer CLUSTERDOWN until it has heard from the others: poll, with pure reads (a
+        // failed sync may still have been applied on the masters that answered).
+        cluster.server_mut(2).restart();
+        let reads: Vec<Push<'_>> = spread.iter().map(|(k, _)| push(k, WINDOW, 0)).collect();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let totals = loop {
+            match a.sync("a", NOW, W, &reads) {
+                Ok(synced) => break synced.totals.to_vec(),
+                Err(e) => assert!(Instant::now() < deadline, "still failing: {e}"),
+            }
+            thread::sleep(Duration::from_millis(20));
+        };
+        // The first push, and perhaps those of the two failed syncs, on the masters that
+        // stayed up; nothing on the restarted one.
+        for total in &totals[..2] {
+            assert!((1..=3).contains(&total.0), "{totals:?}");
+        }
+        assert_eq!(totals[2], (0, 0), "{totals:?}");
+        let (totals, _) = sync(&mut a, "a", NOW, &pushes);
+        assert_eq!(totals[2], (1, 0), "{totals:?}");
     }
 
     /// The id of a cluster node.

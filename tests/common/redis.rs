@@ -454,6 +454,12 @@ impl RedisCluster {
         &self.servers
     }
 
+    /// The `i`-th master, to kill or restart it (a restarted master keeps its node id and
+    /// slots, from its cluster config file, but not its data).
+    pub fn server_mut(&mut self, i: usize) -> &mut RedisServer {
+        &mut self.servers[i]
+    }
+
     /// The master serving `slot`, as `start` assigned the slots.
     pub fn server_of_slot(&self, slot: u16) -> &RedisServer {
         let masters = self.servers.len();
