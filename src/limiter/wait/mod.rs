@@ -70,6 +70,8 @@ use crate::sync::{lock, AtomicU32, AtomicU64, Mutex, MutexGuard, Ordering};
 /// Buckets of the parked counts per waiter the limiter allows: a release for a key with no
 /// waiter then rarely finds a bucket counted by another key's waiters.
 const BUCKETS_PER_WAITER: usize = 4;
+/// The most buckets (256 KiB): every release loads one, so the array should stay in cache.
+const MAX_BUCKETS: usize = 1 << 16;
 
 /// The waiters of one limiter.
 pub(crate) struct Waiters {
@@ -85,7 +87,9 @@ impl Waiters {
     /// Room for `max_total` waiters, at most `max_per_key` of one key, on a clock now at
     /// `now` (nanoseconds).
     pub(crate) fn new(max_total: usize, max_per_key: usize, now: u64) -> Self {
-        let buckets = (max_total * BUCKETS_PER_WAITER).next_power_of_two();
+        let buckets = (max_total * BUCKETS_PER_WAITER)
+            .clamp(1, MAX_BUCKETS)
+            .next_power_of_two();
         Waiters {
             parked: (0..buckets).map(|_| AtomicU32::new(0)).collect(),
             queue: Mutex::new(Queue::new(max_total, max_per_key, now / TICK_NANOS)),
