@@ -39,13 +39,18 @@
 //!
 //! What makes that enough is that some waiter of a line always makes an attempt after any
 //! permit comes back:
-//! - a new line's first waiter starts with the turn and tries at once;
-//! - a release that finds every waiter with the turn already credits the line, and the next
-//!   attempt that fails tries again instead of waiting (or, if its waiter leaves admitted, the
-//!   credit passes the turn on);
-//! - a head that leaves without a permit (cancelled, given up) passes the turn on, since the
-//!   waiters behind it may have joined counting on it to try; so does a waiter that leaves
-//!   with the turn unused.
+//! - a waiter that joins a line with no head starts with the turn and tries at once, after
+//!   counting itself, so it sees every permit given back before a release could miss it;
+//! - a release that finds the bucket counted takes the lock and gives the turn to the oldest
+//!   waiting waiter; finding every waiter with the turn already, it credits the line, and
+//!   the next attempt that fails tries again instead of waiting (or, if its waiter leaves
+//!   admitted, the credit passes the turn on);
+//! - a waiter that leaves with the turn unused (cancelled, given up) passes it on.
+//!
+//! A waiter that joins behind a head relies on it: a release either finds the head counted
+//! (and the turn goes to a waiting waiter of the line, or to its credit), or comes after the
+//! head has left and before the joiner counted itself, and then the joiner, finding no head,
+//! tries itself. Cancelling a whole line therefore wakes no one.
 //!
 //! The loom models in `tests/loom_wait.rs` check the handshake and the passing on.
 //!

@@ -304,11 +304,13 @@ impl Queue {
     /// waiting waiter of its line, whose waker is returned, when the one leaving
     /// - had the turn and did not use it (`admitted` false): a cancelled waiter never
     ///   swallows a permit that came back;
-    /// - headed the line and was not admitted: the next may have parked while a permit came
-    ///   back, counting on the head to try;
     /// - headed the line, was admitted, and `pass_on` is set: there may be room for more (a
     ///   rate window);
     /// - leaves credits behind: permits that came back while every waiter had its turn.
+    ///
+    /// A head that leaves without the turn passes nothing on: no release was meant for it
+    /// (see the module `wait` on why the waiters behind it lose nothing), so cancelling a
+    /// whole line wakes no one.
     pub(crate) fn remove(&mut self, id: WaiterId, admitted: bool, pass_on: bool) -> Option<Waker> {
         let slot = self.slot_mut(id)?;
         let (hash, prev, next, state) = (slot.hash, slot.prev, slot.next, slot.state);
@@ -337,7 +339,7 @@ impl Queue {
             return None;
         }
         let had_turn = state == State::Notified;
-        let pass = (had_turn && !admitted) || (was_head && (!admitted || pass_on));
+        let pass = (had_turn && !admitted) || (was_head && admitted && pass_on);
         let credited = !pass && line.credits > 0;
         if credited {
             line.credits -= 1;
@@ -459,17 +461,15 @@ mod tests {
     }
 
     #[test]
-    fn a_head_that_leaves_without_a_permit_passes_the_turn_on() {
+    fn cancelling_a_line_of_waiters_without_the_turn_wakes_no_one() {
         let mut q = Queue::new(16, 16, 0);
         let (_, w) = waker();
-        let head = q.park(7, 100, &w).unwrap().id;
-        let second = q.park(7, 100, &w).unwrap().id;
-        assert_eq!(q.wait_again(head, None, &w), Some(100)); // waiting, not holding the turn
-        assert!(
-            q.remove(head, false, false).is_some(),
-            "cancelled or given up"
-        );
-        assert_eq!(q.state(second), Some(State::Notified));
+        let ids: Vec<_> = (0..5).map(|_| q.park(7, 100, &w).unwrap().id).collect();
+        assert_eq!(q.wait_again(ids[0], None, &w), Some(100)); // the head waits too now
+        for &id in &ids {
+            assert!(q.remove(id, false, false).is_none());
+        }
+        assert_eq!(q.len(), 0);
     }
 
     #[test]
