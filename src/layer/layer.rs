@@ -86,11 +86,13 @@ use crate::{Limits, OwnedPermit, Reason, Rejected};
 ///   - `"inflight";r=3`: `r` more requests may start while this one is in flight; no `t`,
 ///     the quota comes back as requests finish.
 ///
-///   `r` comes from [`Limiter::estimate`] just after admission, with this request counted.
-///   An estimate never counts too few, so `r` is never more than is truly left (it may be
-///   less, when the key shares sketch counters with busy keys, or when other requests of the
-///   key arrived meanwhile). That is a second lookup of the key per admitted request, which
-///   is why it is off by default; the 503's fields cost nothing until the refusal is sent.
+///   `r` comes from the counts the limiter decides by ([`Limiter::estimate`]), read just
+///   after admission with this request counted: what the limiter would still admit at that
+///   moment. Those counts never count too few, so `r` is never more than is truly left; it
+///   may be less, when the key shares sketch counters with busy keys, or when more of the
+///   key's requests arrived meanwhile. Reading them is a second lookup of the key per
+///   admitted request, which is why the switch is off by default. A 503's fields cost no
+///   lookup, and nothing is formatted until the refusal is sent.
 ///
 /// On an admitted response the two fields are appended, not inserted: fields the inner
 /// service set for policies of its own stay, and the lists join (RFC 9651 §3.1). Their values
