@@ -18,9 +18,9 @@ use super::LimitService;
 use crate::{Estimate, Limits, Reason, Rejected};
 
 /// The policy name of the rate limit: at most `q` requests per `w` seconds.
-pub(super) const RATE_POLICY: &str = "rate";
+const RATE_POLICY: &str = "rate";
 /// The policy name of the in-flight limit: at most `q` requests at once.
-pub(super) const INFLIGHT_POLICY: &str = "inflight";
+const INFLIGHT_POLICY: &str = "inflight";
 /// The draft's quota unit for limits on requests at once (§3.1.2).
 const CONCURRENT_REQUESTS: &str = "concurrent-requests";
 /// The largest Integer a Structured Field can carry (RFC 9651 §3.3.1: 15 digits). Larger
