@@ -77,7 +77,7 @@ pub use inflight::{BorrowedGuard, Guard, Inflight};
 #[cfg(feature = "tower")]
 pub use layer::{
     HostKey, KeyExtractor, LimitBody, LimitLayer, LimitService, LimiterDefaults, LimitsExtractor,
-    ResponseFuture,
+    RefuseAtOnce, ResponseFuture, WaitFuture, WaitUpTo,
 };
 pub use limiter::{
     Acquire, Estimate, HeavyHitter, Limiter, LimiterBuilder, LimiterStats, Limits, OwnedPermit,

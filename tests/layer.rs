@@ -803,6 +803,95 @@ async fn limits_of_a_kind_the_limiter_does_not_count_answer_500() {
 // HostKey::MAX_LEN, and no panic on any input.
 
 /// HostKey's key of an origin-form request with this `Host` header (raw bytes).
+// ---------------------------------------------------------------------------------------------
+// Waiting instead of refusing (`LimitLayer::wait`).
+
+#[tokio::test]
+async fn a_waiting_layer_serves_a_request_once_a_permit_comes_back() {
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder()
+        .max_inflight(1)
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let origins = Arc::new(Origins::default());
+    let layer = LimitLayer::new(limiter.clone()).wait(Duration::from_secs(10));
+    let addr = serve(layer.layer(handler(&origins))).await;
+    let client = client();
+
+    let busy = limiter.try_acquire_owned("busy.example").unwrap();
+    let waiting = tokio::spawn({
+        let client = client.clone();
+        async move { get(&client, addr, "busy.example").await }
+    });
+    eventually("the request waits", || limiter.stats().waiting == 1).await;
+    assert_eq!(
+        calls(&origins, "busy.example"),
+        0,
+        "not sent while it waits"
+    );
+    drop(busy);
+    let (status, retry) = waiting.await.unwrap();
+    assert_eq!((status, retry), (StatusCode::OK, None));
+    assert_eq!(calls(&origins, "busy.example"), 1);
+    assert!(all_slots_free(&limiter, "busy.example", 1));
+}
+
+#[tokio::test]
+async fn a_waiting_layer_refuses_with_the_usual_503_once_the_wait_is_over() {
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder()
+        .max_inflight(1)
+        .max_rate(100, Duration::from_secs(1))
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let origins = Arc::new(Origins::default());
+    let layer = LimitLayer::new(limiter.clone()).wait(Duration::from_millis(200));
+    let addr = serve(layer.layer(handler(&origins))).await;
+    let client = client();
+
+    let _busy = limiter.try_acquire_owned("busy.example").unwrap();
+    let waiting = tokio::spawn({
+        let client = client.clone();
+        async move { fetch(&client, request(addr, "busy.example")).await }
+    });
+    eventually("the request waits", || limiter.stats().waiting == 1).await;
+    clock.advance(Duration::from_millis(190));
+    assert_eq!(limiter.stats().waiting, 1, "gave up before its deadline");
+    clock.advance(Duration::from_millis(10));
+    let (status, headers) = waiting.await.unwrap();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let limit = single(&headers, "ratelimit");
+    assert_eq!((limit.name(), limit.int("r")), ("inflight", Some(0)));
+    assert_eq!(calls(&origins, "busy.example"), 0);
+    assert_eq!(limiter.stats().waiting, 0);
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_while_its_request_waits_leaves_nothing_behind() {
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder()
+        .max_inflight(1)
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let origins = Arc::new(Origins::default());
+    let layer = LimitLayer::new(limiter.clone()).wait(Duration::from_secs(3600));
+    let addr = serve(layer.layer(handler(&origins))).await;
+
+    let busy = limiter.try_acquire_owned("busy.example").unwrap();
+    let (mut sender, driver) = connection(addr).await;
+    let pending = tokio::spawn(sender.send_request(origin_form("busy.example")));
+    eventually("the request waits", || limiter.stats().waiting == 1).await;
+    pending.abort();
+    driver.abort(); // the client goes away: the server drops the waiting request
+    eventually("the waiter is gone", || limiter.stats().waiting == 0).await;
+    drop(busy);
+    assert!(all_slots_free(&limiter, "busy.example", 1));
+    assert_eq!(calls(&origins, "busy.example"), 0);
+}
+
 fn host_key(host: &[u8]) -> String {
     let req = Request::get("/")
         .header(HOST, HeaderValue::from_bytes(host).unwrap())

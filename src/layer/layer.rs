@@ -5,7 +5,7 @@ use std::time::Duration;
 use tower_layer::Layer;
 
 use super::service::FieldSettings;
-use super::{HostKey, LimitService, LimiterDefaults};
+use super::{HostKey, LimitService, LimiterDefaults, RefuseAtOnce, WaitUpTo};
 #[cfg(doc)]
 use super::{KeyExtractor, LimitBody, LimitsExtractor, ResponseFuture};
 use crate::Limiter;
@@ -33,7 +33,10 @@ use crate::{Limits, OwnedPermit, Reason, Rejected};
 ///      completely sent, not just until the handler returns its head.
 ///    - **Rejected:** the inner service is **not** called. The answer is `503 Service
 ///      Unavailable` with an empty body and the headers below. The [`Rejected`] itself is put
-///      in the response's extensions, so an outer layer can log or count why.
+///      in the response's extensions, so an outer layer can log or count why. With
+///      [`wait`](Self::wait), a request over a limit first waits (up to its `max_wait`) for a
+///      permit of its key to come back or its window to have room, and is refused only if
+///      none comes in time.
 ///    - **Limits the limiter does not count** (an in-flight limit from a `limits_fn` in front
 ///      of a limiter built without `max_inflight`, say: [`Reason::InflightNotCounted`] or
 ///      [`Reason::RateNotCounted`]): that is the server's configuration error, not the
@@ -192,11 +195,13 @@ use crate::{Limits, OwnedPermit, Reason, Rejected};
 /// # }
 /// ```
 #[derive(Clone)]
-pub struct LimitLayer<F = HostKey, L = LimiterDefaults> {
+pub struct LimitLayer<F = HostKey, L = LimiterDefaults, W = RefuseAtOnce> {
     limiter: Limiter<String>,
     key: F,
     limits: L,
     fields: FieldSettings,
+    /// Whether a request over a limit is refused at once or waits.
+    mode: W,
 }
 
 impl LimitLayer {
@@ -219,11 +224,12 @@ impl LimitLayer {
             key: HostKey,
             limits: LimiterDefaults,
             fields: FieldSettings::default(),
+            mode: RefuseAtOnce,
         }
     }
 }
 
-impl<F, L> LimitLayer<F, L> {
+impl<F, L, W> LimitLayer<F, L, W> {
     /// The same layer, keying requests with `key` instead: a closure
     /// `Fn(&Request<B>) -> String` or any [`KeyExtractor`].
     ///
@@ -239,12 +245,13 @@ impl<F, L> LimitLayer<F, L> {
     /// });
     /// # let _ = layer;
     /// ```
-    pub fn key_fn<G>(self, key: G) -> LimitLayer<G, L> {
+    pub fn key_fn<G>(self, key: G) -> LimitLayer<G, L, W> {
         LimitLayer {
             limiter: self.limiter,
             key,
             limits: self.limits,
             fields: self.fields,
+            mode: self.mode,
         }
     }
 
@@ -304,12 +311,54 @@ impl<F, L> LimitLayer<F, L> {
     /// assert_eq!(admitted, [3, 1]);
     /// # }
     /// ```
-    pub fn limits_fn<M>(self, limits: M) -> LimitLayer<F, M> {
+    pub fn limits_fn<M>(self, limits: M) -> LimitLayer<F, M, W> {
         LimitLayer {
             limiter: self.limiter,
             key: self.key,
             limits,
             fields: self.fields,
+            mode: self.mode,
+        }
+    }
+
+    /// Lets a request over a limit wait up to `max_wait` for room
+    /// ([`Limiter::acquire`]) instead of being refused at once: nginx's `limit_req … delay`.
+    /// It waits on the limiter's 10 ms clock (no timer per request), before the inner service
+    /// is called; one that still finds no room (or cannot fit before `max_wait`, or finds the
+    /// limiter's waiters full) gets the same 503 as without waiting. The services this layer
+    /// makes need an inner service that is `Clone` (the one made ready is kept for the
+    /// waiting request, as tower's buffering layers do).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use floodgate::{Limiter, LimitLayer};
+    /// use http::{Request, Response, StatusCode};
+    /// use tower::{service_fn, Layer, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let limiter: Limiter<String> = Limiter::builder().max_inflight(1).build().unwrap();
+    /// let layer = LimitLayer::new(limiter.clone()).wait(Duration::from_secs(5));
+    /// let origin = service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(String::new())) });
+    /// let service = layer.layer(origin);
+    /// let request = || Request::builder().uri("http://api.example/").body(()).unwrap();
+    ///
+    /// let busy = limiter.try_acquire_owned("api.example").unwrap(); // the one slot, taken
+    /// let waiting = tokio::spawn(service.oneshot(request()));
+    /// tokio::task::yield_now().await; // the request is waiting now, not refused
+    /// drop(busy);
+    /// assert_eq!(waiting.await.unwrap().unwrap().status(), StatusCode::OK);
+    /// # }
+    /// ```
+    pub fn wait(self, max_wait: Duration) -> LimitLayer<F, L, WaitUpTo> {
+        LimitLayer {
+            limiter: self.limiter,
+            key: self.key,
+            limits: self.limits,
+            fields: self.fields,
+            mode: WaitUpTo(max_wait),
         }
     }
 
@@ -422,8 +471,8 @@ impl<F, L> LimitLayer<F, L> {
     }
 }
 
-impl<S, F: Clone, L: Clone> Layer<S> for LimitLayer<F, L> {
-    type Service = LimitService<S, F, L>;
+impl<S, F: Clone, L: Clone, W: Clone> Layer<S> for LimitLayer<F, L, W> {
+    type Service = LimitService<S, F, L, W>;
 
     fn layer(&self, inner: S) -> Self::Service {
         LimitService {
@@ -432,16 +481,18 @@ impl<S, F: Clone, L: Clone> Layer<S> for LimitLayer<F, L> {
             key: self.key.clone(),
             limits: self.limits.clone(),
             fields: self.fields,
+            mode: self.mode.clone(),
         }
     }
 }
 
-impl<F, L> std::fmt::Debug for LimitLayer<F, L> {
+impl<F, L, W: std::fmt::Debug> std::fmt::Debug for LimitLayer<F, L, W> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LimitLayer")
             .field("limiter", &self.limiter)
             .field("ratelimit_headers_on_admitted", &self.fields.on_admitted)
             .field("retry_after_jitter_secs", &self.fields.jitter_secs)
+            .field("mode", &self.mode)
             .finish_non_exhaustive()
     }
 }

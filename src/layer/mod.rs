@@ -10,8 +10,9 @@
 //!
 //! The files follow tower's own layers: [`LimitLayer`] in `layer.rs`, [`LimitService`] and
 //! its refusals in `service.rs`, [`ResponseFuture`] in `future.rs`, [`LimitBody`] in
-//! `body.rs`, the keys in `key.rs`, the per-request limits in `limits.rs`, and the
-//! `RateLimit-Policy`, `RateLimit` and `Retry-After` values in `headers.rs`.
+//! `body.rs`, the keys in `key.rs`, the per-request limits in `limits.rs`, the
+//! `RateLimit-Policy`, `RateLimit` and `Retry-After` values in `headers.rs`, and the waiting
+//! mode ([`WaitUpTo`], [`WaitFuture`]) in `wait.rs`.
 
 mod body;
 mod future;
@@ -22,6 +23,7 @@ mod key;
 mod layer;
 mod limits;
 mod service;
+mod wait;
 
 pub use body::LimitBody;
 pub use future::ResponseFuture;
@@ -29,3 +31,4 @@ pub use key::{HostKey, KeyExtractor};
 pub use layer::LimitLayer;
 pub use limits::{LimiterDefaults, LimitsExtractor};
 pub use service::LimitService;
+pub use wait::{RefuseAtOnce, WaitFuture, WaitUpTo};

@@ -14,8 +14,11 @@ use super::future::State;
 use super::headers::{self, Admitted, Policies};
 #[cfg(doc)]
 use super::LimitLayer;
-use super::{HostKey, KeyExtractor, LimitBody, LimiterDefaults, LimitsExtractor, ResponseFuture};
-use crate::{Limiter, Limits, OwnedPermit, Reason, Rejected};
+use super::{
+    HostKey, KeyExtractor, LimitBody, LimiterDefaults, LimitsExtractor, RefuseAtOnce,
+    ResponseFuture, WaitUpTo,
+};
+use crate::{Limiter, OwnedPermit, Reason, Rejected};
 
 /// The service a [`LimitLayer`] makes: limits requests per key, refuses the rejected ones
 /// (503, see [`LimitLayer`] for the headers), and holds each admitted request's permit until
@@ -49,12 +52,14 @@ use crate::{Limiter, Limits, OwnedPermit, Reason, Rejected};
 /// # }
 /// ```
 #[derive(Clone)]
-pub struct LimitService<S, F = HostKey, L = LimiterDefaults> {
+pub struct LimitService<S, F = HostKey, L = LimiterDefaults, W = RefuseAtOnce> {
     pub(super) inner: S,
     pub(super) limiter: Limiter<String>,
     pub(super) key: F,
     pub(super) limits: L,
     pub(super) fields: FieldSettings,
+    /// Whether a request over a limit is refused at once or waits (`wait.rs`).
+    pub(super) mode: W,
 }
 
 /// What a service says beyond its decision; the layer's switches, copied into each service.
@@ -105,11 +110,12 @@ impl<S> LimitService<S> {
             key: HostKey,
             limits: LimiterDefaults,
             fields: FieldSettings::default(),
+            mode: RefuseAtOnce,
         }
     }
 }
 
-impl<S, F, L> LimitService<S, F, L> {
+impl<S, F, L, W> LimitService<S, F, L, W> {
     /// The same service, judging each request against the limits `limits` gives it (see
     /// [`LimitLayer::limits_fn`]).
     ///
@@ -134,13 +140,48 @@ impl<S, F, L> LimitService<S, F, L> {
     /// assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE, "its own limit: 1, not 100");
     /// # }
     /// ```
-    pub fn limits_fn<M>(self, limits: M) -> LimitService<S, F, M> {
+    pub fn limits_fn<M>(self, limits: M) -> LimitService<S, F, M, W> {
         LimitService {
             inner: self.inner,
             limiter: self.limiter,
             key: self.key,
             limits,
             fields: self.fields,
+            mode: self.mode,
+        }
+    }
+
+    /// Lets a request over a limit wait up to `max_wait` for room (see
+    /// [`LimitLayer::wait`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use floodgate::{Limiter, LimitService};
+    /// use http::{Request, Response, StatusCode};
+    /// use tower::{service_fn, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let limiter: Limiter<String> = Limiter::builder().max_inflight(1).build().unwrap();
+    /// let origin = service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(String::new())) });
+    /// let service = LimitService::new(origin, limiter.clone()).wait(Duration::from_millis(50));
+    /// let _busy = limiter.try_acquire_owned("api.example").unwrap();
+    /// let request = Request::builder().uri("http://api.example/").body(()).unwrap();
+    /// // Nothing comes back within 50 ms: the same 503 as without waiting, only later.
+    /// let refused = service.oneshot(request).await.unwrap();
+    /// assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    /// # }
+    /// ```
+    pub fn wait(self, max_wait: Duration) -> LimitService<S, F, L, WaitUpTo> {
+        LimitService {
+            inner: self.inner,
+            limiter: self.limiter,
+            key: self.key,
+            limits: self.limits,
+            fields: self.fields,
+            mode: WaitUpTo(max_wait),
         }
     }
 
@@ -264,17 +305,66 @@ impl<S, F, L> LimitService<S, F, L> {
         self.inner
     }
 
-    /// How this service gets a permit for a request: the one place where the limiter decides.
-    /// Another way to get one (waiting for room, say) goes here, and the rest of `call` (the
-    /// key and limits before, the response after) stays as it is.
-    fn acquire(&self, key: &str, limits: &Limits) -> Result<OwnedPermit<String>, Rejected> {
-        self.limiter.try_acquire_owned_with(key, limits)
+    /// What a request is judged against: its own limits, or the limiter's defaults as they
+    /// are now (`set_limits` can change them at any time), read once so that the decision and
+    /// the fields that describe it use the same limits.
+    pub(super) fn judged_against<B>(&self, req: &Request<B>) -> Policies
+    where
+        L: LimitsExtractor<B>,
+    {
+        let limits = self
+            .limits
+            .limits(req)
+            .unwrap_or_else(|| self.limiter.limits());
+        Policies {
+            limits,
+            interval: self.limiter.rate_interval(),
+        }
+    }
+
+    /// What the RateLimit fields of an admitted response say, if admitted responses carry
+    /// them: the key's counts with this request in them, for `r`. A second lookup of the key,
+    /// so only when switched on.
+    pub(super) fn admitted_fields(&self, key: &str, policies: Policies) -> Option<Admitted> {
+        self.fields.on_admitted.then(|| Admitted {
+            policies,
+            estimate: self.limiter.estimate(key),
+        })
+    }
+
+    /// The state of an admitted request: the inner service called, the permit held.
+    pub(super) fn admit<B>(
+        &mut self,
+        req: Request<B>,
+        permit: OwnedPermit<String>,
+        admitted: Option<Admitted>,
+    ) -> State<S::Future>
+    where
+        S: Service<Request<B>>,
+    {
+        State::Admitted {
+            future: self.inner.call(req),
+            permit: Some(permit),
+            admitted,
+        }
+    }
+
+    /// The state of a refused request.
+    pub(super) fn refuse<Fut>(&self, rejected: Rejected, policies: Policies) -> State<Fut> {
+        State::Rejected {
+            refusal: Some(Refusal {
+                rejected,
+                policies,
+                jitter_secs: self.fields.jitter_secs,
+            }),
+        }
     }
 }
 
-impl<S, F, L> std::fmt::Debug for LimitService<S, F, L>
+impl<S, F, L, W> std::fmt::Debug for LimitService<S, F, L, W>
 where
     S: std::fmt::Debug,
+    W: std::fmt::Debug,
 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LimitService")
@@ -282,11 +372,12 @@ where
             .field("limiter", &self.limiter)
             .field("ratelimit_headers_on_admitted", &self.fields.on_admitted)
             .field("retry_after_jitter_secs", &self.fields.jitter_secs)
+            .field("mode", &self.mode)
             .finish_non_exhaustive()
     }
 }
 
-impl<S, F, L, ReqBody, ResBody> Service<Request<ReqBody>> for LimitService<S, F, L>
+impl<S, F, L, ReqBody, ResBody> Service<Request<ReqBody>> for LimitService<S, F, L, RefuseAtOnce>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
     F: KeyExtractor<ReqBody>,
@@ -301,40 +392,15 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        // The limits this request is judged against: its own, or the limiter's defaults as
-        // they are now (`set_limits` can change them at any time). Read once, so the decision
-        // and the fields that describe it use the same limits.
-        let limits = self
-            .limits
-            .limits(&req)
-            .unwrap_or_else(|| self.limiter.limits());
-        let policies = Policies {
-            limits,
-            interval: self.limiter.rate_interval(),
-        };
+        let policies = self.judged_against(&req);
         let key = self.key.key(&req);
-        let state = match self.acquire(&key, &limits) {
+        let state = match self.limiter.try_acquire_owned_with(&*key, &policies.limits) {
             Ok(permit) => {
-                // The key's counts with this request in them, for `RateLimit`'s `r`: a second
-                // lookup of the key, so only when admitted responses carry the fields.
-                let admitted = self.fields.on_admitted.then(|| Admitted {
-                    policies,
-                    estimate: self.limiter.estimate(&*key),
-                });
-                drop(key);
-                State::Admitted {
-                    future: self.inner.call(req),
-                    permit: Some(permit),
-                    admitted,
-                }
+                let admitted = self.admitted_fields(&key, policies);
+                drop(key); // it may borrow the request
+                self.admit(req, permit, admitted)
             }
-            Err(rejected) => State::Rejected {
-                refusal: Some(Refusal {
-                    rejected,
-                    policies,
-                    jitter_secs: self.fields.jitter_secs,
-                }),
-            },
+            Err(rejected) => self.refuse(rejected, policies),
         };
         ResponseFuture { state }
     }
@@ -397,6 +463,7 @@ pub(super) fn refuse<B>(refusal: Option<Refusal>) -> Response<LimitBody<B>> {
 #[cfg(all(test, not(floodgate_loom)))]
 mod tests {
     use super::*;
+    use crate::Limits;
 
     fn refusal(reason: Reason, retry_after: Option<Duration>) -> Refusal {
         Refusal {
