@@ -15,8 +15,10 @@
 #![cfg_attr(
     feature = "tower",
     doc = "- [`LimitLayer`] (feature `tower`, on by default): a tower layer for hyper and axum \
-           that answers 503 + `Retry-After` per origin host ([`HostKey`]) or any key \
-           ([`KeyExtractor`]); with [`LimitService`], [`ResponseFuture`] and [`LimitBody`]."
+           that answers 503 + `Retry-After` and the IETF `RateLimit-Policy` and `RateLimit` \
+           fields, per origin host ([`HostKey`]) or any key ([`KeyExtractor`]), under the \
+           limiter's limits or each request's own ([`LimitsExtractor`]); with \
+           [`LimitService`], [`ResponseFuture`] and [`LimitBody`]."
 )]
 #![cfg_attr(
     not(feature = "tower"),
@@ -81,7 +83,10 @@ pub use error::ConfigError;
 pub use estimator::Estimator;
 pub use inflight::{BorrowedGuard, Guard, Inflight};
 #[cfg(feature = "tower")]
-pub use layer::{HostKey, KeyExtractor, LimitBody, LimitLayer, LimitService, ResponseFuture};
+pub use layer::{
+    HostKey, KeyExtractor, LimitBody, LimitLayer, LimitService, LimiterDefaults, LimitsExtractor,
+    RefuseAtOnce, ResponseFuture, WaitFuture, WaitUpTo,
+};
 pub use limiter::{
     Acquire, Estimate, HeavyHitter, Limiter, LimiterBuilder, LimiterStats, Limits, OwnedPermit,
     Permit, Reason, Rejected,

@@ -1,33 +1,38 @@
 #![cfg(feature = "tower")]
 //! `LimitLayer` as an axum layer: `Router::new().route(…).layer(LimitLayer::new(limiter))`
 //! compiles (the service's error is `Infallible`, its body `LimitBody<axum::body::Body>`, which
-//! axum turns into a response), answers 503 + `Retry-After` over the limits, and holds the
-//! request's permit until axum's response body has been read to the end.
+//! axum turns into a response), answers 503 + `Retry-After` + the RateLimit fields over the
+//! limits, and holds the request's permit until axum's response body has been read to the
+//! end. In process, so the tests also see the `Rejected` each refusal carries in its
+//! extensions.
+
+mod common;
 
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::routing::get;
 use axum::Router;
+use common::layer::{list, single};
 use floodgate::clock::ManualClock;
-use floodgate::{LimitLayer, Limiter, Reason, Rejected};
+use floodgate::{KeyExtractor, LimitLayer, Limiter, Limits, LimitsExtractor, Reason, Rejected};
 use http::header::RETRY_AFTER;
 use http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use tower::ServiceExt;
 
-fn app(limiter: Limiter<String>) -> Router {
+fn app<F, L>(layer: LimitLayer<F, L>) -> Router
+where
+    F: KeyExtractor<Body> + Clone + Send + Sync + 'static,
+    L: LimitsExtractor<Body> + Clone + Send + Sync + 'static,
+{
     Router::new()
         .route("/", get(|| async { "hello" }))
-        .layer(LimitLayer::new(limiter))
+        .layer(layer)
 }
 
 fn request(host: &str) -> Request<Body> {
-    Request::builder()
-        .uri("/")
-        .header("host", host)
-        .body(Body::empty())
-        .unwrap()
+    common::layer::origin_form(host)
 }
 
 #[tokio::test]
@@ -38,7 +43,7 @@ async fn rate_limit_answers_503_with_retry_after_through_axum() {
         .clock(&clock)
         .build()
         .unwrap();
-    let app = app(limiter);
+    let app = app(LimitLayer::new(limiter));
     for _ in 0..2 {
         let response = app.clone().oneshot(request("busy.example")).await.unwrap();
         assert_eq!(response.status(), StatusCode::OK);
@@ -69,7 +74,7 @@ async fn rate_limit_answers_503_with_retry_after_through_axum() {
 #[tokio::test]
 async fn inflight_permit_is_held_until_axums_body_is_read() {
     let limiter: Limiter<String> = Limiter::builder().max_inflight(1).build().unwrap();
-    let app = app(limiter.clone());
+    let app = app(LimitLayer::new(limiter.clone()));
 
     let first = app
         .clone()
@@ -100,4 +105,140 @@ async fn inflight_permit_is_held_until_axums_body_is_read() {
     assert_eq!(third.status(), StatusCode::OK);
     drop(third); // a body dropped unread gives the permit back too
     assert_eq!(limiter.estimate("origin.example").inflight, Some(0));
+}
+
+#[tokio::test]
+async fn a_refusals_t_is_its_exact_wait_rounded_up() {
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder()
+        .max_rate(3, Duration::from_millis(2500))
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let app = app(LimitLayer::new(limiter));
+    for _ in 0..3 {
+        let response = app.clone().oneshot(request("busy.example")).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    let response = app.oneshot(request("busy.example")).await.unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let wait = response.extensions().get::<Rejected>().unwrap().retry_after;
+    let wait = wait.expect("a rate refusal knows its wait");
+    let exact = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    let limit = single(response.headers(), "ratelimit");
+    assert_eq!(limit.int("t"), Some(exact as i64), "wait {wait:?}");
+    assert_eq!(response.headers()[RETRY_AFTER], exact.to_string().as_str());
+    // A window of 2.5 s is advertised as 3 s: never a higher rate than the real one.
+    let policy = single(response.headers(), "ratelimit-policy");
+    assert_eq!((policy.int("q"), policy.int("w")), (Some(3), Some(3)));
+}
+
+#[tokio::test]
+async fn admitted_responses_name_the_inflight_policy_when_it_is_closest_to_its_limit() {
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder()
+        .max_inflight(2)
+        .max_rate(100, Duration::from_secs(1))
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let app = app(LimitLayer::new(limiter).ratelimit_headers_on_admitted(true));
+
+    // Bodies left unread hold their permits: 1 of 2 in flight, then 2 of 2.
+    let first = app.clone().oneshot(request("api.example")).await.unwrap();
+    let limit = single(first.headers(), "ratelimit");
+    assert_eq!(
+        (limit.name(), limit.int("r"), limit.keys()),
+        ("inflight", Some(1), vec!["r"])
+    );
+    let second = app.clone().oneshot(request("api.example")).await.unwrap();
+    let limit = single(second.headers(), "ratelimit");
+    assert_eq!((limit.name(), limit.int("r")), ("inflight", Some(0)));
+    let third = app.clone().oneshot(request("api.example")).await.unwrap();
+    assert_eq!(third.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(single(third.headers(), "ratelimit").name(), "inflight");
+
+    // Both slots free again (bodies dropped unread): one of 2 in flight leaves 1/2, still
+    // closer than the rate's 96 of 100 left.
+    drop((first, second));
+    let fourth = app.oneshot(request("api.example")).await.unwrap();
+    assert_eq!(single(fourth.headers(), "ratelimit").int("r"), Some(1));
+}
+
+#[tokio::test]
+async fn limits_the_limiter_does_not_count_are_a_500_carrying_the_rejection() {
+    let limiter: Limiter<String> = Limiter::builder().max_inflight(4).build().unwrap();
+    let layer = LimitLayer::new(limiter).limits_fn(|_: &Request<Body>| Limits::new().max_rate(10));
+    let response = app(layer).oneshot(request("api.example")).await.unwrap();
+    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(response.headers().get(RETRY_AFTER).is_none());
+    assert!(list(response.headers(), "ratelimit").is_empty());
+    assert!(list(response.headers(), "ratelimit-policy").is_empty());
+    let rejected = response.extensions().get::<Rejected>().unwrap();
+    assert_eq!(
+        (rejected.reason, rejected.limit),
+        (Reason::RateNotCounted, 10)
+    );
+    assert!(rejected.to_string().contains("max_rate"), "{rejected}");
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert!(body.is_empty(), "the body is axum's, not the handler's");
+}
+
+/// Requests with an `x-plan: pro` header get the pro plan's limits; the others the
+/// limiter's defaults, whatever they are when the request arrives.
+#[derive(Clone)]
+struct Plans;
+
+impl<B> LimitsExtractor<B> for Plans {
+    fn limits(&self, req: &Request<B>) -> Option<Limits> {
+        let pro = req.headers().get("x-plan").is_some_and(|v| v == "pro");
+        pro.then(|| Limits::new().max_rate(3))
+    }
+}
+
+#[tokio::test]
+async fn requests_without_limits_of_their_own_follow_set_limits_from_the_next_one_on() {
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder()
+        .max_rate(2, Duration::from_secs(1))
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let app = app(LimitLayer::new(limiter.clone()).limits_fn(Plans));
+    let pro = || {
+        let mut req = request("pro.example");
+        req.headers_mut().insert("x-plan", "pro".parse().unwrap());
+        req
+    };
+
+    let response = app.clone().oneshot(request("plain.example")).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    limiter.set_limits(Limits::new().max_rate(1)).unwrap();
+    let response = app.clone().oneshot(request("plain.example")).await.unwrap();
+    assert_eq!(
+        response.status(),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the new default of 1 applies at once"
+    );
+    let policy = single(response.headers(), "ratelimit-policy");
+    assert_eq!(
+        policy.int("q"),
+        Some(1),
+        "the fields show the limit it was judged by"
+    );
+    assert_eq!(response.extensions().get::<Rejected>().unwrap().limit, 1);
+
+    // The pro plan ignores the defaults: 3 admitted, the 4th refused against 3.
+    for _ in 0..3 {
+        assert_eq!(
+            app.clone().oneshot(pro()).await.unwrap().status(),
+            StatusCode::OK
+        );
+    }
+    let response = app.oneshot(pro()).await.unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        single(response.headers(), "ratelimit-policy").int("q"),
+        Some(3)
+    );
 }

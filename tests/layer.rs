@@ -8,7 +8,9 @@
 //! duration.
 #![cfg(all(feature = "tower", not(floodgate_loom)))]
 
-use std::collections::HashMap;
+mod common;
+
+use std::collections::{BTreeSet, HashMap};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -17,9 +19,12 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::layer::{list, origin_form, parse_list, single, Bare, Item};
 use floodgate::clock::ManualClock;
-use floodgate::{HostKey, KeyExtractor, LimitLayer, LimitService, Limiter, Reason, Rejected};
-use http::header::{HeaderValue, HOST, RETRY_AFTER};
+use floodgate::{
+    HostKey, KeyExtractor, LimitLayer, LimitService, Limiter, Limits, Reason, Rejected,
+};
+use http::header::{HeaderMap, HeaderValue, HOST, RETRY_AFTER};
 use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame};
 use http_body_util::combinators::BoxBody;
@@ -178,13 +183,14 @@ fn request(addr: SocketAddr, host: &str) -> Request<Empty<Bytes>> {
         .unwrap()
 }
 
-/// A request in origin form (`GET / HTTP/1.1` + `Host`), for a connection of the test's own.
-/// (An absolute-form target would name 127.0.0.1, and the key follows the target.)
-fn origin_form(host: &str) -> Request<Empty<Bytes>> {
-    Request::get("/")
-        .header(HOST, host)
-        .body(Empty::new())
-        .unwrap()
+/// Sends `req` and reads the whole response: its status and headers.
+async fn fetch(
+    client: &Client<HttpConnector, Empty<Bytes>>,
+    req: Request<Empty<Bytes>>,
+) -> (StatusCode, HeaderMap) {
+    let (head, body) = client.request(req).await.unwrap().into_parts();
+    body.collect().await.unwrap();
+    (head.status, head.headers)
 }
 
 /// Sends one GET for `host` and reads the whole response: status and `Retry-After`.
@@ -193,14 +199,15 @@ async fn get(
     addr: SocketAddr,
     host: &str,
 ) -> (StatusCode, Option<u64>) {
-    let response = client.request(request(addr, host)).await.unwrap();
-    let status = response.status();
-    let retry_after = response
-        .headers()
+    let (status, headers) = fetch(client, request(addr, host)).await;
+    (status, retry_after(&headers))
+}
+
+/// `Retry-After`'s seconds, if there is one.
+fn retry_after(headers: &HeaderMap) -> Option<u64> {
+    headers
         .get(RETRY_AFTER)
-        .map(|v| v.to_str().unwrap().parse::<u64>().unwrap());
-    response.into_body().collect().await.unwrap();
-    (status, retry_after)
+        .map(|v| v.to_str().unwrap().parse::<u64>().unwrap())
 }
 
 /// A connection of its own, so the test can drop it mid-request: the request's sender, and
@@ -499,10 +506,392 @@ async fn a_key_closure_limits_per_returned_key() {
     );
 }
 
+// The RateLimit fields of draft-ietf-httpapi-ratelimit-headers-11, Retry-After's jitter, and
+// per-request limits. The fields are read with tests/common/layer.rs's strict Structured
+// Field reader, so a malformed value fails even where its numbers would be right.
+
+/// The `RateLimit-Policy` items the layer must send for these limits: `"rate"` with q and w,
+/// then `"inflight"` with q and the concurrency unit; nothing else.
+fn policies(rate: Option<(i64, i64)>, inflight: Option<i64>) -> Vec<Item> {
+    let int = |k: &str, n: i64| (k.to_owned(), Bare::Integer(n));
+    let mut items = Vec::new();
+    if let Some((q, w)) = rate {
+        items.push(Item {
+            value: Bare::String("rate".into()),
+            params: vec![int("q", q), int("w", w)],
+        });
+    }
+    if let Some(q) = inflight {
+        let unit = ("qu".to_owned(), Bare::String("concurrent-requests".into()));
+        items.push(Item {
+            value: Bare::String("inflight".into()),
+            params: vec![int("q", q), unit],
+        });
+    }
+    items
+}
+
+/// Neither field is there.
+fn no_fields(headers: &HeaderMap) -> bool {
+    headers.get("ratelimit-policy").is_none() && headers.get("ratelimit").is_none()
+}
+
+#[test]
+fn the_reader_takes_the_drafts_examples_and_refuses_malformed_lists() {
+    let items = parse_list(r#""permin";q=50;w=60,"perhr";q=1000;w=3600"#);
+    assert_eq!(items.len(), 2);
+    assert_eq!((items[1].name(), items[1].int("q")), ("perhr", Some(1000)));
+    let item = &parse_list(r#""peruser";q=65535;qu="content-bytes";w=10"#)[0];
+    assert_eq!(item.string("qu"), Some("content-bytes"));
+    assert_eq!(item.keys(), ["q", "qu", "w"]);
+    for bad in [
+        "",
+        r#""a";q=1,"#,
+        r#""a";Q=1"#,
+        r#""a";q=1.5"#,
+        r#""a";q=1234567890123456"#,
+        r#""a""b""#,
+        r#"("a" "b")"#,
+        r#""a;q=1"#,
+        r#""a" ;q=1"#,
+    ] {
+        let parsed = std::panic::catch_unwind(|| parse_list(bad));
+        assert!(parsed.is_err(), "{bad:?} parsed as {parsed:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_rate_refusal_carries_both_fields_and_t_is_retry_after() {
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder()
+        .max_inflight(100)
+        .max_rate(5, Duration::from_secs(1))
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let origins = Arc::new(Origins::default());
+    let addr = serve(LimitLayer::new(limiter).layer(handler(&origins))).await;
+    let client = client();
+
+    for i in 0..5 {
+        let (status, headers) = fetch(&client, request(addr, "busy.example")).await;
+        assert_eq!(status, StatusCode::OK, "request {i}");
+        assert!(
+            no_fields(&headers),
+            "admitted, and not switched on: {headers:?}"
+        );
+    }
+    let (status, headers) = fetch(&client, request(addr, "busy.example")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        list(&headers, "ratelimit-policy"),
+        policies(Some((5, 1)), Some(100))
+    );
+    let limit = single(&headers, "ratelimit");
+    assert_eq!(limit.name(), "rate");
+    assert_eq!(limit.keys(), ["r", "t"]);
+    assert_eq!(limit.int("r"), Some(0));
+    let t = limit.int("t").unwrap();
+    assert!(t >= 1, "t={t}");
+    assert_eq!(
+        retry_after(&headers),
+        Some(t as u64),
+        "without jitter, Retry-After is t"
+    );
+    assert_eq!(calls(&origins, "busy.example"), 5);
+
+    // t is not early: a client that waits t seconds gets through.
+    clock.advance(Duration::from_secs(t as u64));
+    assert_eq!(get(&client, addr, "busy.example").await.0, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn an_inflight_refusal_names_the_inflight_policy_without_t_or_retry_after() {
+    let limiter: Limiter<String> = Limiter::builder().max_inflight(1).build().unwrap();
+    let (bodies_tx, mut bodies) = mpsc::unbounded_channel();
+    let origins = Arc::new(Origins {
+        stream_bodies: Some(bodies_tx),
+        ..Origins::default()
+    });
+    let addr = serve(LimitLayer::new(limiter).layer(handler(&origins))).await;
+
+    // One request holds the only slot: its body is still streaming.
+    let (mut sender, _driver) = connection(addr).await;
+    let held = sender
+        .send_request(origin_form("stream.example"))
+        .await
+        .unwrap();
+    assert_eq!(held.status(), StatusCode::OK);
+    let body_tx = bodies.recv().await.unwrap();
+
+    let (status, headers) = fetch(&client(), request(addr, "stream.example")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        retry_after(&headers),
+        None,
+        "no one knows when a slot frees"
+    );
+    assert_eq!(list(&headers, "ratelimit-policy"), policies(None, Some(1)));
+    let limit = single(&headers, "ratelimit");
+    assert_eq!(limit.name(), "inflight");
+    assert_eq!(limit.keys(), ["r"]);
+    assert_eq!(limit.int("r"), Some(0));
+    drop(body_tx);
+}
+
+#[tokio::test]
+async fn retry_after_with_jitter_is_never_earlier_than_t_and_varies() {
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder()
+        .max_rate(1, Duration::from_secs(1))
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let layer = LimitLayer::new(limiter).retry_after_jitter(Duration::from_secs(10));
+    let origins = Arc::new(Origins::default());
+    let addr = serve(layer.layer(handler(&origins))).await;
+    let client = client();
+
+    assert_eq!(get(&client, addr, "busy.example").await.0, StatusCode::OK);
+    let mut seen = BTreeSet::new();
+    let mut shortest_t = u64::MAX;
+    for _ in 0..40 {
+        let (status, headers) = fetch(&client, request(addr, "busy.example")).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        let t = single(&headers, "ratelimit").int("t").unwrap() as u64;
+        let secs = retry_after(&headers).unwrap();
+        assert!(
+            (t..=t + 10).contains(&secs),
+            "Retry-After {secs} against t={t}"
+        );
+        seen.insert(secs);
+        shortest_t = shortest_t.min(t);
+    }
+    // 40 draws of 11 values all alike: a chance of 11 in 11^40.
+    assert!(seen.len() > 1, "the jitter never varied: {seen:?}");
+    // t itself carries no jitter: waiting the shortest t is enough.
+    clock.advance(Duration::from_secs(shortest_t));
+    assert_eq!(get(&client, addr, "busy.example").await.0, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn admitted_responses_carry_the_fields_only_when_switched_on() {
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder()
+        .max_inflight(100)
+        .max_rate(5, Duration::from_secs(1))
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let origins = Arc::new(Origins::default());
+    let quiet = serve(LimitLayer::new(limiter.clone()).layer(handler(&origins))).await;
+    let told = LimitLayer::new(limiter).ratelimit_headers_on_admitted(true);
+    let told = serve(told.layer(handler(&origins))).await;
+    let client = client();
+
+    for _ in 0..3 {
+        let (status, headers) = fetch(&client, request(quiet, "quiet.example")).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(no_fields(&headers), "{headers:?}");
+    }
+    // Each admission leaves one request fewer of the 5; the rate (1 of 5 left, at best 4 of
+    // 5) is always closer to its limit than the in-flight count (99 of 100 left).
+    for left in (0..5).rev() {
+        let (status, headers) = fetch(&client, request(told, "told.example")).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            list(&headers, "ratelimit-policy"),
+            policies(Some((5, 1)), Some(100))
+        );
+        let limit = single(&headers, "ratelimit");
+        assert_eq!(limit.name(), "rate");
+        assert_eq!(limit.keys(), ["r", "t"]);
+        assert_eq!(limit.int("r"), Some(left));
+        assert_eq!(limit.int("t"), Some(2), "two intervals of 1 s");
+    }
+    let (status, headers) = fetch(&client, request(told, "told.example")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(single(&headers, "ratelimit").int("r"), Some(0));
+}
+
+#[tokio::test]
+async fn limits_fn_admits_each_customer_up_to_its_own_limit() {
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder()
+        .max_inflight(50)
+        .max_rate(100, Duration::from_secs(1))
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let customer = |req: &Request<Incoming>| {
+        let name = req
+            .headers()
+            .get("x-customer")
+            .and_then(|v| v.to_str().ok());
+        name.unwrap_or("anonymous").to_owned()
+    };
+    let layer =
+        LimitLayer::new(limiter)
+            .key_fn(customer)
+            .limits_fn(
+                move |req: &Request<Incoming>| match customer(req).as_str() {
+                    "gold" => Limits::new().max_rate(4),
+                    _ => Limits::new().max_rate(2),
+                },
+            );
+    let origins = Arc::new(Origins::default());
+    let addr = serve(layer.layer(handler(&origins))).await;
+    let client = client();
+    let send = |who: &str| {
+        let mut req = request(addr, &format!("{who}.example"));
+        req.headers_mut().insert("x-customer", who.parse().unwrap());
+        fetch(&client, req)
+    };
+
+    for round in 0..2 {
+        let mut admitted = HashMap::new();
+        for _ in 0..6 {
+            for (who, limit) in [("gold", 4), ("basic", 2)] {
+                let (status, headers) = send(who).await;
+                if status == StatusCode::OK {
+                    *admitted.entry(who).or_insert(0) += 1;
+                    continue;
+                }
+                assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+                // The customer's own limit, and only the kinds it sets: the limiter's
+                // in-flight count limits no one here.
+                assert_eq!(
+                    list(&headers, "ratelimit-policy"),
+                    policies(Some((limit, 1)), None),
+                    "{who}"
+                );
+                assert_eq!(single(&headers, "ratelimit").name(), "rate");
+            }
+        }
+        assert_eq!(admitted["gold"], 4, "round {round}");
+        assert_eq!(admitted["basic"], 2, "round {round}");
+        // Two intervals later the windows have forgotten both.
+        clock.advance(Duration::from_secs(2));
+    }
+    assert_eq!(calls(&origins, "gold.example"), 8);
+    assert_eq!(calls(&origins, "basic.example"), 4);
+}
+
+#[tokio::test]
+async fn limits_of_a_kind_the_limiter_does_not_count_answer_500() {
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder()
+        .max_rate(10, Duration::from_secs(1))
+        .clock(&clock)
+        .build()
+        .unwrap();
+    // This limiter counts no requests in flight: an in-flight limit is a configuration error.
+    let layer = LimitLayer::new(limiter)
+        .ratelimit_headers_on_admitted(true)
+        .limits_fn(|_: &Request<Incoming>| Limits::new().max_inflight(5));
+    let origins = Arc::new(Origins::default());
+    let addr = serve(layer.layer(handler(&origins))).await;
+
+    let (status, headers) = fetch(&client(), request(addr, "any.example")).await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(retry_after(&headers), None);
+    assert!(no_fields(&headers), "{headers:?}");
+    assert_eq!(calls(&origins, "any.example"), 0, "it reached the origin");
+}
+
 // The default key, HostKey: one key per host however it is spelled, never longer than
 // HostKey::MAX_LEN, and no panic on any input.
 
 /// HostKey's key of an origin-form request with this `Host` header (raw bytes).
+// ---------------------------------------------------------------------------------------------
+// Waiting instead of refusing (`LimitLayer::wait`).
+
+#[tokio::test]
+async fn a_waiting_layer_serves_a_request_once_a_permit_comes_back() {
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder()
+        .max_inflight(1)
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let origins = Arc::new(Origins::default());
+    let layer = LimitLayer::new(limiter.clone()).wait(Duration::from_secs(10));
+    let addr = serve(layer.layer(handler(&origins))).await;
+    let client = client();
+
+    let busy = limiter.try_acquire_owned("busy.example").unwrap();
+    let waiting = tokio::spawn({
+        let client = client.clone();
+        async move { get(&client, addr, "busy.example").await }
+    });
+    eventually("the request waits", || limiter.stats().waiting == 1).await;
+    assert_eq!(
+        calls(&origins, "busy.example"),
+        0,
+        "not sent while it waits"
+    );
+    drop(busy);
+    let (status, retry) = waiting.await.unwrap();
+    assert_eq!((status, retry), (StatusCode::OK, None));
+    assert_eq!(calls(&origins, "busy.example"), 1);
+    assert!(all_slots_free(&limiter, "busy.example", 1));
+}
+
+#[tokio::test]
+async fn a_waiting_layer_refuses_with_the_usual_503_once_the_wait_is_over() {
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder()
+        .max_inflight(1)
+        .max_rate(100, Duration::from_secs(1))
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let origins = Arc::new(Origins::default());
+    let layer = LimitLayer::new(limiter.clone()).wait(Duration::from_millis(200));
+    let addr = serve(layer.layer(handler(&origins))).await;
+    let client = client();
+
+    let _busy = limiter.try_acquire_owned("busy.example").unwrap();
+    let waiting = tokio::spawn({
+        let client = client.clone();
+        async move { fetch(&client, request(addr, "busy.example")).await }
+    });
+    eventually("the request waits", || limiter.stats().waiting == 1).await;
+    clock.advance(Duration::from_millis(190));
+    assert_eq!(limiter.stats().waiting, 1, "gave up before its deadline");
+    clock.advance(Duration::from_millis(10));
+    let (status, headers) = waiting.await.unwrap();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let limit = single(&headers, "ratelimit");
+    assert_eq!((limit.name(), limit.int("r")), ("inflight", Some(0)));
+    assert_eq!(calls(&origins, "busy.example"), 0);
+    assert_eq!(limiter.stats().waiting, 0);
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_while_its_request_waits_leaves_nothing_behind() {
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder()
+        .max_inflight(1)
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let origins = Arc::new(Origins::default());
+    let layer = LimitLayer::new(limiter.clone()).wait(Duration::from_secs(3600));
+    let addr = serve(layer.layer(handler(&origins))).await;
+
+    let busy = limiter.try_acquire_owned("busy.example").unwrap();
+    let (mut sender, driver) = connection(addr).await;
+    let pending = tokio::spawn(sender.send_request(origin_form("busy.example")));
+    eventually("the request waits", || limiter.stats().waiting == 1).await;
+    pending.abort();
+    driver.abort(); // the client goes away: the server drops the waiting request
+    eventually("the waiter is gone", || limiter.stats().waiting == 0).await;
+    drop(busy);
+    assert!(all_slots_free(&limiter, "busy.example", 1));
+    assert_eq!(calls(&origins, "busy.example"), 0);
+}
+
 fn host_key(host: &[u8]) -> String {
     let req = Request::get("/")
         .header(HOST, HeaderValue::from_bytes(host).unwrap())
@@ -832,10 +1221,6 @@ impl Service<Request<()>> for Never {
     }
 }
 
-fn local_request(host: &str) -> Request<()> {
-    Request::get("/").header(HOST, host).body(()).unwrap()
-}
-
 #[tokio::test]
 async fn dropping_the_response_future_gives_the_permit_back() {
     let limiter: Limiter<String> = Limiter::builder().max_inflight(1).build().unwrap();
@@ -844,7 +1229,7 @@ async fn dropping_the_response_future_gives_the_permit_back() {
         .ready()
         .await
         .unwrap()
-        .call(local_request("a.example"));
+        .call(origin_form("a.example"));
     assert!(
         limiter.try_acquire("a.example").is_err(),
         "the future holds the permit"

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use arbitrary::Arbitrary;
-use floodgate::{Limiter, Reason, Rejected};
+use floodgate::{Limiter, Limits as KeyLimits, Reason, Rejected};
 
 use super::time::{Advance, Time};
 use super::{bounded, key, slack, TICK_NANOS};
@@ -77,6 +77,17 @@ pub enum LimiterOp {
         key: u8,
         n: u8,
     },
+    /// `try_acquire_with` the key's own plan (see [`Settings::plan`]); the permit is held.
+    AcquireWith {
+        key: u8,
+        owned: bool,
+    },
+    /// `set_limits`: new defaults of the kinds the limiter counts, `1 + raw % 6` in flight or
+    /// `1 + raw % 12` per interval.
+    SetLimits {
+        inflight: u8,
+        rate: u8,
+    },
 }
 
 /// A limiter and the operations to run on it.
@@ -132,6 +143,30 @@ impl LimiterConfig {
 }
 
 impl Settings {
+    /// The builder's limits: the defaults until a `SetLimits`.
+    fn defaults(&self) -> KeyLimits {
+        self.limits(self.max_inflight, self.max_rate)
+    }
+
+    /// Limits of the kinds the limiter counts.
+    fn limits(&self, inflight: Option<isize>, rate: Option<isize>) -> KeyLimits {
+        let mut limits = KeyLimits::new();
+        if let (Some(_), Some(l)) = (self.max_inflight, inflight) {
+            limits = limits.max_inflight(l);
+        }
+        if let (Some(_), Some(l)) = (self.max_rate, rate) {
+            limits = limits.max_rate(l);
+        }
+        limits
+    }
+
+    /// Key `key`'s own plan, of the kinds the limiter counts: 1–6 in flight, 1–12 per
+    /// interval, different from key to key.
+    fn plan(&self, key: usize) -> KeyLimits {
+        let key = key as isize;
+        self.limits(Some(1 + key % 6), Some(1 + (key * 5 + 3) % 12))
+    }
+
     /// One key and one kind of limit: the sketch and the exact stage count that key alone,
     /// so the limiter must decide exactly as the model does. (With both limits, a demoted and
     /// re-promoted key may carry rejected requests in a window the exact stage did not see,
@@ -139,13 +174,14 @@ impl Settings {
     fn lone(&self) -> bool {
         self.keys == 1 && (self.max_inflight.is_none() || self.max_rate.is_none())
     }
+}
 
-    /// How many requests a key alone gets with nothing held and empty windows.
-    fn alone(&self) -> isize {
-        self.max_inflight
-            .unwrap_or(isize::MAX)
-            .min(self.max_rate.unwrap_or(isize::MAX))
-    }
+/// How many requests a key alone gets under `limits` with nothing held and empty windows.
+fn alone(limits: &KeyLimits) -> isize {
+    limits
+        .inflight_limit()
+        .unwrap_or(isize::MAX)
+        .min(limits.rate_limit().unwrap_or(isize::MAX))
 }
 
 type AnyPermit<'a> = super::permits::AnyPermit<'a, u64>;
@@ -156,12 +192,21 @@ type Windows = BTreeMap<u64, Vec<i128>>;
 /// The exact model: permits held, and admitted and offered requests per window.
 struct Model {
     s: Settings,
+    /// The limiter's defaults now.
+    defaults: KeyLimits,
     /// Clock time at which the limiter (and its windows) began.
     start: u64,
     in_flight: Vec<isize>,
     admitted: Windows,
     offered: Windows,
     rejected: Vec<u64>,
+    /// The limits each key was last decided under, and whether it has been decided under two
+    /// different ones: then a deadline the over-limit cache computed under one rate limit does
+    /// not see what was admitted under the other since. Its `retry_after` may be early, and it
+    /// may answer "rate" for a key now also over its in-flight limit (it never admits more;
+    /// see `Rejected::retry_after`).
+    last_limits: Vec<Option<KeyLimits>>,
+    mixed: Vec<bool>,
 }
 
 impl Model {
@@ -233,7 +278,9 @@ struct Run<'a> {
 ///   exact stage, nothing counted, and the documented estimate `limit + 1`;
 /// - `heavy_hitters` reports bounds at least the exact counts, `stats` stays within capacity;
 ///   when every permit has dropped, every in-flight bound is back at 0; memory is fixed;
-/// - at the end, with every permit dropped, each key alone gets exactly what its limits
+/// - each decision is judged against its own limits: the defaults of the moment (changed by
+///   `SetLimits`) or the key's plan (`AcquireWith`);
+/// - at the end, with every permit dropped, each key alone gets exactly what the defaults
 ///   allow, and the next rejection names the tighter limit.
 pub fn run(input: &LimiterInput) {
     let s = input.config.settings();
@@ -258,11 +305,14 @@ pub fn run(input: &LimiterInput) {
     );
     let model = Model {
         s,
+        defaults: s.defaults(),
         start: time.now,
         in_flight: vec![0; s.keys],
         admitted: Windows::new(),
         offered: Windows::new(),
         rejected: vec![0; s.keys],
+        last_limits: vec![None; s.keys],
+        mixed: vec![false; s.keys],
     };
     let mut run = Run {
         limiter: &limiter,
@@ -285,11 +335,27 @@ impl<'a> Run<'a> {
         let keys = self.model.s.keys;
         match *op {
             LimiterOp::Acquire { key: k, owned } => {
-                self.acquire_and_hold(key(k, keys), owned);
+                self.acquire_and_hold(key(k, keys), owned, None);
+            }
+            LimiterOp::AcquireWith { key: k, owned } => {
+                let key = key(k, keys);
+                self.acquire_and_hold(key, owned, Some(self.model.s.plan(key)));
+            }
+            LimiterOp::SetLimits { inflight, rate } => {
+                let s = &self.model.s;
+                let limits = s.limits(
+                    Some(1 + isize::from(inflight % 6)),
+                    Some(1 + isize::from(rate % 12)),
+                );
+                self.limiter
+                    .set_limits(limits)
+                    .expect("limits of the kinds the limiter counts");
+                assert_eq!(self.limiter.limits(), limits);
+                self.model.defaults = limits;
             }
             LimiterOp::Burst { key: k, n } => {
                 for _ in 0..1 + n % 8 {
-                    self.acquire_and_hold(key(k, keys), false);
+                    self.acquire_and_hold(key(k, keys), false, None);
                 }
             }
             LimiterOp::Drop { pick } => {
@@ -320,11 +386,17 @@ impl<'a> Run<'a> {
         }
     }
 
-    fn acquire_and_hold(&mut self, key: usize, owned: bool) -> Option<Rejected> {
+    /// One request under the defaults (`plan` `None`) or the given limits, its permit held.
+    fn acquire_and_hold(
+        &mut self,
+        key: usize,
+        owned: bool,
+        plan: Option<KeyLimits>,
+    ) -> Option<Rejected> {
         if self.permits.len() >= MAX_PERMITS {
             return None;
         }
-        match self.acquire(key, owned) {
+        match self.acquire(key, owned, plan) {
             Ok(permit) => {
                 self.permits.push((key, permit));
                 None
@@ -333,10 +405,22 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// One request, checked against the model; an admitted one is counted as held.
-    fn acquire(&mut self, key: usize, owned: bool) -> Result<AnyPermit<'a>, Rejected> {
+    /// One request under the defaults (`plan` `None`) or the given limits, checked against
+    /// the model; an admitted one is counted as held.
+    fn acquire(
+        &mut self,
+        key: usize,
+        owned: bool,
+        plan: Option<KeyLimits>,
+    ) -> Result<AnyPermit<'a>, Rejected> {
         let model = &mut self.model;
         let s = model.s;
+        let limits = plan.unwrap_or(model.defaults);
+        let (max_inflight, max_rate) = (limits.inflight_limit(), limits.rate_limit());
+        if model.last_limits[key].is_some_and(|last| last != limits) {
+            model.mixed[key] = true;
+        }
+        model.last_limits[key] = Some(limits);
         let now = self.time.now;
         let (bucket, _) = model.window(now);
         // The exact counts before this request.
@@ -345,32 +429,36 @@ impl<'a> Run<'a> {
         let own_sliding = model.sliding(&model.admitted, now, Some(key));
         let all_offered = model.sliding(&model.offered, now, None);
         // Under the limits even if every other key's requests were this key's.
-        let inflight_fits = s.max_inflight.map_or(true, |l| all_inflight < l);
-        let rate_fits = s
-            .max_rate
-            .map_or(true, |l| all_offered + 1.0 <= l as f64 - slack(l as f64));
+        let inflight_fits = max_inflight.map_or(true, |l| all_inflight < l);
+        let rate_fits = max_rate.map_or(true, |l| all_offered + 1.0 <= l as f64 - slack(l as f64));
         let must_admit = inflight_fits && rate_fits;
         // The key's own exact counts leave room for this request.
-        let clearly_fits = s.max_inflight.map_or(true, |l| own_inflight < l)
-            && s.max_rate
-                .map_or(true, |l| own_sliding + 1.0 <= l as f64 - slack(l as f64));
+        let clearly_fits = max_inflight.map_or(true, |l| own_inflight < l)
+            && max_rate.map_or(true, |l| own_sliding + 1.0 <= l as f64 - slack(l as f64));
 
         let id = key as u64;
-        let result = if owned {
-            self.limiter.try_acquire_owned(&id).map(AnyPermit::Owned)
-        } else {
-            self.limiter.try_acquire(&id).map(AnyPermit::Borrowed)
+        let result = match (plan, owned) {
+            (None, true) => self.limiter.try_acquire_owned(&id).map(AnyPermit::Owned),
+            (None, false) => self.limiter.try_acquire(&id).map(AnyPermit::Borrowed),
+            (Some(l), true) => self
+                .limiter
+                .try_acquire_owned_with(&id, &l)
+                .map(AnyPermit::Owned),
+            (Some(l), false) => self
+                .limiter
+                .try_acquire_with(&id, &l)
+                .map(AnyPermit::Borrowed),
         };
         Model::record(&mut model.offered, bucket, key, s.keys);
         match &result {
             Ok(_) => {
-                if let Some(limit) = s.max_inflight {
+                if let Some(limit) = max_inflight {
                     assert!(
                         own_inflight < limit,
                         "admitted key {key} with {own_inflight} permits live, limit {limit}"
                     );
                 }
-                if let Some(limit) = s.max_rate {
+                if let Some(limit) = max_rate {
                     let sliding = own_sliding + 1.0;
                     assert!(
                         sliding <= limit as f64 + slack(limit as f64),
@@ -388,25 +476,33 @@ impl<'a> Run<'a> {
                      the limits: {all_inflight} in flight, sliding {all_offered} offered"
                 );
                 assert!(
-                    !(s.lone() && clearly_fits),
+                    !(s.lone() && !model.mixed[key] && clearly_fits),
                     "over-rejected the lone key ({rejected}): {own_inflight} in flight, \
                      sliding {own_sliding} admitted"
                 );
                 model.rejected[key] += 1;
-                self.check_rejection(rejected, key, own_inflight, own_sliding);
+                self.check_rejection(rejected, &limits, key, own_inflight, own_sliding);
             }
         }
         result
     }
 
-    fn check_rejection(&self, r: &Rejected, key: usize, own_inflight: isize, own_sliding: f64) {
+    /// A rejection under `limits` against the model.
+    fn check_rejection(
+        &self,
+        r: &Rejected,
+        limits: &KeyLimits,
+        key: usize,
+        own_inflight: isize,
+        own_sliding: f64,
+    ) {
         let (model, now) = (&self.model, self.time.now);
         let s = model.s;
         assert!(r.estimate > r.limit, "{r}: estimate within the limit");
         match r.reason {
             Reason::Inflight => {
-                let limit = s
-                    .max_inflight
+                let limit = limits
+                    .inflight_limit()
                     .expect("an in-flight rejection without an in-flight limit");
                 assert_eq!(r.limit, limit, "{r}");
                 assert!(
@@ -419,15 +515,21 @@ impl<'a> Run<'a> {
                 );
             }
             Reason::Rate => {
-                let limit = s.max_rate.expect("a rate rejection without a rate limit");
+                let limit = limits
+                    .rate_limit()
+                    .expect("a rate rejection without a rate limit");
                 assert_eq!(r.limit, limit, "{r}");
-                let inflight_ok = s.max_inflight.map_or(true, |l| own_inflight < l);
+                let inflight_ok = limits.inflight_limit().map_or(true, |l| own_inflight < l);
                 assert!(
-                    inflight_ok,
+                    inflight_ok || model.mixed[key],
                     "{r}: over the in-flight limit but rejected for rate"
                 );
+                // The over-limit cache answers `limit + 1` (over the limit by at least this
+                // request): below the key's count when it was admitted under a higher limit
+                // than the one it is judged by now.
+                let cached = r.estimate == limit + 1 && own_sliding + 1.0 > (limit + 1) as f64;
                 assert!(
-                    r.estimate as f64 >= own_sliding + 1.0 - slack(own_sliding),
+                    cached || r.estimate as f64 >= own_sliding + 1.0 - slack(own_sliding),
                     "{r}: estimate under the exact sliding count {own_sliding} + 1"
                 );
                 let retry = r.retry_after.expect("a rate rejection has a retry time");
@@ -441,12 +543,12 @@ impl<'a> Run<'a> {
                 let later = model.sliding(&model.admitted, now + retry_nanos, Some(key));
                 let l = limit as f64;
                 assert!(
-                    later + 1.0 <= l + slack(l),
+                    model.mixed[key] || later + 1.0 <= l + slack(l),
                     "{r}: early: {later} + 1 admitted {retry:?} later"
                 );
                 // Tight for a lone key, whose counts are exact: up to one cache unit late
                 // (the cache rounds up), so two units earlier the key does not fit yet.
-                if s.lone() && retry_nanos >= 2 * CACHE_UNIT {
+                if s.lone() && !model.mixed[key] && retry_nanos >= 2 * CACHE_UNIT {
                     let t = now + retry_nanos - 2 * CACHE_UNIT;
                     let sooner = model.sliding(&model.admitted, t, Some(key));
                     assert!(
@@ -461,7 +563,7 @@ impl<'a> Run<'a> {
 
     /// A request and, if rejected for rate, the same one exactly `retry_after` later.
     fn retry(&mut self, key: usize) {
-        let Some(rejected) = self.acquire_and_hold(key, false) else {
+        let Some(rejected) = self.acquire_and_hold(key, false, None) else {
             return;
         };
         let Some(retry) = rejected.retry_after else {
@@ -470,9 +572,9 @@ impl<'a> Run<'a> {
         if !self.time.advance(retry.as_nanos() as u64) {
             return;
         }
-        let again = self.acquire_and_hold(key, false);
+        let again = self.acquire_and_hold(key, false, None);
         // With nothing else admitted meanwhile, a key alone in its sketch is admitted then.
-        if self.model.s.lone() {
+        if self.model.s.lone() && !self.model.mixed[key] {
             assert!(
                 again.is_none(),
                 "rejected again exactly retry_after ({retry:?}) later: {}",
@@ -490,7 +592,7 @@ impl<'a> Run<'a> {
             // Read before counting locks: `stats` may take some.
             let before = self.limiter.stats();
             let locks = self.limiter.exact_locks_taken();
-            let result = self.acquire(key, false);
+            let result = self.acquire(key, false, None);
             let took_lock = self.limiter.exact_locks_taken() != locks;
             let after = self.limiter.stats();
             if cached {
@@ -580,10 +682,11 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// Every permit dropped: each key alone, with empty windows, gets exactly what its
-    /// limits allow, and the next request is rejected for the tighter limit.
+    /// Every permit dropped: each key alone, with empty windows, gets exactly what the
+    /// current defaults allow, and the next request is rejected for the tighter limit.
     fn each_key_alone_gets_its_limits(&mut self) {
         let s = self.model.s;
+        let limits = self.model.defaults;
         for key in 0..s.keys {
             self.time
                 .clock
@@ -596,17 +699,17 @@ impl<'a> Run<'a> {
                     Err(r) => break r,
                 }
                 assert!(
-                    permits.len() as isize <= s.alone(),
+                    permits.len() as isize <= alone(&limits),
                     "key {key} over its limit"
                 );
             };
             assert_eq!(
                 permits.len() as isize,
-                s.alone(),
+                alone(&limits),
                 "key {key} after every permit dropped: {rejected}"
             );
-            let expected = match s.max_inflight {
-                Some(l) if l == s.alone() => Reason::Inflight,
+            let expected = match limits.inflight_limit() {
+                Some(l) if l == alone(&limits) => Reason::Inflight,
                 _ => Reason::Rate,
             };
             assert_eq!(rejected.reason, expected, "key {key}: {rejected}");
@@ -772,6 +875,39 @@ pub fn seeds() -> Vec<(&'static str, LimiterInput)> {
                     Flood { key: 0, n: 10 },
                     Retry { key: 0 },
                     Retry { key: 0 },
+                ],
+            },
+        ),
+        (
+            "per-key-plans-and-live-defaults",
+            LimiterInput {
+                config: config(Limits::Both(2, 6), 4, 127, 16, (2, 8), 6),
+                ops: vec![
+                    AcquireWith {
+                        key: 5,
+                        owned: false,
+                    },
+                    burst(5, 8),
+                    AcquireWith {
+                        key: 5,
+                        owned: true,
+                    },
+                    SetLimits {
+                        inflight: 4,
+                        rate: 9,
+                    },
+                    burst(1, 8),
+                    drop_all,
+                    Flood { key: 2, n: 20 },
+                    SetLimits {
+                        inflight: 0,
+                        rate: 1,
+                    },
+                    Flood { key: 2, n: 5 },
+                    AcquireWith {
+                        key: 2,
+                        owned: false,
+                    },
                 ],
             },
         ),

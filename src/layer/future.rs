@@ -1,5 +1,5 @@
 //! [`ResponseFuture`]: the inner service's future carrying the request's permit, or a ready
-//! 503.
+//! refusal.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -8,15 +8,17 @@ use std::task::{ready, Context, Poll};
 use http::Response;
 use pin_project_lite::pin_project;
 
-use super::service::service_unavailable;
+use super::headers::Admitted;
+use super::service::{refuse, Refusal};
 use super::LimitBody;
 #[cfg(doc)]
 use super::LimitService;
-use crate::{OwnedPermit, Rejected};
+use crate::OwnedPermit;
 
 pin_project! {
     /// The response future of a [`LimitService`]: the inner service's future and the
-    /// request's permit, or a ready 503.
+    /// request's permit, or a ready refusal (503, or 500 for limits the limiter does not
+    /// count).
     ///
     /// Dropping it before it finishes (a cancelled request) gives the permit back.
     #[must_use = "futures do nothing unless polled; dropping this one gives its permit back"]
@@ -34,10 +36,13 @@ pin_project! {
             future: Fut,
             // `None` once the response (and the permit with it) has been handed out.
             permit: Option<OwnedPermit<String>>,
+            // What the RateLimit fields of the response say, when admitted responses carry
+            // them.
+            admitted: Option<Admitted>,
         },
         Rejected {
-            // `None` once the 503 has been handed out.
-            rejected: Option<Rejected>,
+            // `None` once the refusal has been handed out.
+            refusal: Option<Refusal>,
         },
     }
 }
@@ -50,17 +55,23 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
-            StateProj::Admitted { future, permit } => {
+            StateProj::Admitted {
+                future,
+                permit,
+                admitted,
+            } => {
                 let result = ready!(future.poll(cx));
                 // On an error the permit drops here: there is no body to hold it.
                 let permit = permit.take();
-                Poll::Ready(
-                    result.map(|response| response.map(|body| LimitBody::new(body, permit))),
-                )
+                let admitted = admitted.take();
+                Poll::Ready(result.map(|mut response| {
+                    if let Some(admitted) = admitted {
+                        admitted.append_to(response.headers_mut());
+                    }
+                    response.map(|body| LimitBody::new(body, permit))
+                }))
             }
-            StateProj::Rejected { rejected } => {
-                Poll::Ready(Ok(service_unavailable(rejected.take())))
-            }
+            StateProj::Rejected { refusal } => Poll::Ready(Ok(refuse(refusal.take()))),
         }
     }
 }
@@ -83,6 +94,8 @@ mod tests {
     use http_body::Body;
 
     use super::*;
+    use crate::layer::headers::Policies;
+    use crate::{Limits, Rejected};
 
     struct NoopWake;
     impl std::task::Wake for NoopWake {
@@ -101,7 +114,14 @@ mod tests {
             std::future::Ready<Result<Response<http_body_util::Empty<bytes::Bytes>>, ()>>,
         > {
             state: State::Rejected {
-                rejected: Some(rejected.clone()),
+                refusal: Some(Refusal {
+                    rejected: rejected.clone(),
+                    policies: Policies {
+                        limits: Limits::new().max_rate(2),
+                        interval: Some(Duration::from_secs(1)),
+                    },
+                    jitter_secs: 0,
+                }),
             },
         });
         let waker = std::task::Waker::from(std::sync::Arc::new(NoopWake));
@@ -111,6 +131,7 @@ mod tests {
         };
         assert_eq!(first.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(first.headers()[RETRY_AFTER], "2");
+        assert_eq!(first.headers()["ratelimit"], "\"rate\";r=0;t=2");
         assert_eq!(first.extensions().get::<Rejected>(), Some(&rejected));
         assert!(first.body().is_end_stream());
         assert_eq!(first.body().size_hint().exact(), Some(0));
@@ -118,6 +139,6 @@ mod tests {
             panic!("polled again, it answers again");
         };
         assert_eq!(again.status(), StatusCode::SERVICE_UNAVAILABLE);
-        assert!(again.headers().get(RETRY_AFTER).is_none());
+        assert!(again.headers().is_empty());
     }
 }

@@ -1,13 +1,16 @@
 //! [`LimitLayer`]: the tower layer that wraps a service in a [`LimitService`].
 
+use std::time::Duration;
+
 use tower_layer::Layer;
 
-use super::{HostKey, LimitService};
+use super::service::FieldSettings;
+use super::{HostKey, LimitService, LimiterDefaults, RefuseAtOnce, WaitUpTo};
 #[cfg(doc)]
-use super::{KeyExtractor, LimitBody, ResponseFuture};
+use super::{KeyExtractor, LimitBody, LimitsExtractor, ResponseFuture};
 use crate::Limiter;
 #[cfg(doc)]
-use crate::{OwnedPermit, Rejected};
+use crate::{Limits, OwnedPermit, Reason, Rejected};
 
 /// A tower [`Layer`] that puts a [`Limiter`] in front of an HTTP service, for tower, hyper and
 /// axum (feature `tower`, on by default).
@@ -16,7 +19,12 @@ use crate::{OwnedPermit, Rejected};
 ///
 /// 1. It takes the request's key: by default the origin host ([`HostKey`]), or whatever a
 ///    closure `Fn(&Request<B>) -> String` (or any [`KeyExtractor`]) returns.
-/// 2. It asks the limiter for an [`OwnedPermit`] for that key.
+/// 2. It takes the request's [`Limits`]: by default the limiter's ([`Limiter::limits`], read
+///    per request, so a [`Limiter::set_limits`] applies from the next request on), or whatever
+///    a closure `Fn(&Request<B>) -> Limits` given to [`limits_fn`](Self::limits_fn) (or any
+///    [`LimitsExtractor`]) returns: a customer's plan, say.
+/// 3. It asks the limiter for an [`OwnedPermit`] for that key under those limits
+///    ([`Limiter::try_acquire_owned_with`]).
 ///    - **Admitted:** the inner service is called, and the permit travels with the request:
 ///      first in the [`ResponseFuture`], then in the response's [`LimitBody`]. It is given back
 ///      when the body ends (its last frame, or an error), when the body is dropped unfinished
@@ -24,9 +32,75 @@ use crate::{OwnedPermit, Rejected};
 ///      (a cancelled request). A request in flight is therefore counted until its response is
 ///      completely sent, not just until the handler returns its head.
 ///    - **Rejected:** the inner service is **not** called. The answer is `503 Service
-///      Unavailable` with an empty body and, for rate rejections, a `Retry-After` header in
-///      whole seconds (rounded up, at least 1). The [`Rejected`] itself is put in the
-///      response's extensions, so an outer layer can log or count why.
+///      Unavailable` with an empty body and the headers below. The [`Rejected`] itself is put
+///      in the response's extensions, so an outer layer can log or count why. With
+///      [`wait`](Self::wait), a request over a limit first waits (up to its `max_wait`) for a
+///      permit of its key to come back or its window to have room, and is refused only if
+///      none comes in time.
+///    - **Limits the limiter does not count** (an in-flight limit from a `limits_fn` in front
+///      of a limiter built without `max_inflight`, say: [`Reason::InflightNotCounted`] or
+///      [`Reason::RateNotCounted`]): that is the server's configuration error, not the
+///      client's doing, so the answer is `500 Internal Server Error`, with an empty body, no
+///      rate-limit headers, and the [`Rejected`] in its extensions (its `Display` says what to
+///      fix). The inner service is not called.
+///
+/// # Headers
+///
+/// A 503 says when to come back, with `Retry-After` (RFC 9110 §10.2.3), and what the limits
+/// are, with the two fields of the IETF draft *RateLimit header fields for HTTP*,
+/// draft-ietf-httpapi-ratelimit-headers-11
+/// (<https://datatracker.ietf.org/doc/draft-ietf-httpapi-ratelimit-headers/11/>). With
+/// [`ratelimit_headers_on_admitted(true)`](Self::ratelimit_headers_on_admitted), admitted
+/// responses carry the two fields as well.
+///
+/// Both fields are Structured Field lists (RFC 9651) whose items are named by a policy, one
+/// per kind of limit: `"rate"` for the rate limit and `"inflight"` for the in-flight limit.
+/// The names say which limit; they do not name the key (a request's limits apply to its key
+/// alone, and the draft's partition key `pk` is not sent: a key may be a tenant or an API key
+/// that should not be echoed, draft §6.1).
+///
+/// - **`Retry-After`**, on a 503 for the rate limit: the seconds until the same request would
+///   fit, rounded up, at least 1. With [`retry_after_jitter(max)`](Self::retry_after_jitter),
+///   plus a random 0 to `max` whole seconds, so that clients refused together do not all
+///   come back in the same second (draft §8.5); never earlier than the exact time. There is
+///   none for an in-flight refusal (room comes when other requests finish, which no one can
+///   foresee) nor under a rate limit of 0 (nothing ever fits).
+/// - **`RateLimit-Policy`**: the limits the request was judged against (its own, or the
+///   limiter's defaults at that moment), the rate first; a kind the request has no limit of
+///   is left out, and so is the field when it has none.
+///   - `"rate";q=100;w=1`: at most `q` requests per `w` seconds. `w` is the limiter's
+///     interval in whole seconds, rounded up and at least 1 (the draft has no sub-second
+///     windows), so an interval of 1.5 s shows as `w=2`: rounding only ever makes the
+///     advertised rate lower than the real one.
+///   - `"inflight";q=64;qu="concurrent-requests"`: at most `q` requests at once, in the
+///     draft's quota unit for concurrency; no window.
+/// - **`RateLimit`** on a 503: the policy that refused, with nothing left (`r=0`).
+///   - `"rate";r=0;t=2`: `t` is the seconds until the request would fit, exactly as
+///     `Retry-After` before any jitter, so `Retry-After` never points earlier than the end of
+///     `t` (draft §6). No `t` under a rate limit of 0.
+///   - `"inflight";r=0`: no `t` (the draft makes it optional): the wait is unknown.
+/// - **`RateLimit`** on an admitted response (only when switched on): the policy closest to
+///   its limit, i.e. with the smallest share of its quota left after this request.
+///   - `"rate";r=41;t=2`: `r` requests would still fit now. `t` is two intervals in whole
+///     seconds, rounded up: the sliding window forgets a request at most two intervals after
+///     it was counted, so after `t` seconds without requests the whole quota is back (it
+///     comes back gradually before that; spending `r` at any time within `t` stays within
+///     the limit).
+///   - `"inflight";r=3`: `r` more requests may start while this one is in flight; no `t`,
+///     the quota comes back as requests finish.
+///
+///   `r` comes from the counts the limiter decides by ([`Limiter::estimate`]), read just
+///   after admission with this request counted: what the limiter would still admit at that
+///   moment. Those counts never count too few, so `r` is never more than is truly left; it
+///   may be less, when the key shares sketch counters with busy keys, or when more of the
+///   key's requests arrived meanwhile. Reading them is a second lookup of the key per
+///   admitted request, which is why the switch is off by default. A 503's fields cost no
+///   lookup, and nothing is formatted until the refusal is sent.
+///
+/// On an admitted response the two fields are appended, not inserted: fields the inner
+/// service set for policies of its own stay, and the lists join (RFC 9651 §3.1). Their values
+/// are built from integers (at most 15 digits, the most a Structured Field Integer carries)
+/// and fixed ASCII names, so building them never fails or panics.
 ///
 /// # Sharing one limit
 ///
@@ -39,10 +113,10 @@ use crate::{OwnedPermit, Rejected};
 /// # Readiness and panics
 ///
 /// `poll_ready` is the inner service's. Nothing on the request path panics: [`HostKey`], the
-/// limiter and the 503 builder have no panicking paths (a key closure of yours must not panic
-/// either), and a [`ResponseFuture`]
-/// polled again after it finished answers instead of panicking (a rejected one answers 503
-/// again; an admitted one defers to the inner future).
+/// limiter, the headers and the refusals have no panicking paths (key and limits closures of
+/// yours must not panic either), and a [`ResponseFuture`] polled again after it finished
+/// answers instead of panicking (a rejected one answers a bare 503 again; an admitted one
+/// defers to the inner future).
 ///
 /// # Examples
 ///
@@ -113,19 +187,26 @@ use crate::{OwnedPermit, Rejected};
 /// let response = service.clone().oneshot(request("busy.example")).await.unwrap();
 /// assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
 /// assert_eq!(response.headers()[RETRY_AFTER], "2"); // 1.5 s, rounded up
+/// assert_eq!(response.headers()["ratelimit-policy"], r#""rate";q=2;w=1"#);
+/// assert_eq!(response.headers()["ratelimit"], r#""rate";r=0;t=2"#);
 ///
 /// let response = service.clone().oneshot(request("quiet.example")).await.unwrap();
 /// assert_eq!(response.status(), StatusCode::OK, "other origins are not affected");
 /// # }
 /// ```
 #[derive(Clone)]
-pub struct LimitLayer<F = HostKey> {
+pub struct LimitLayer<F = HostKey, L = LimiterDefaults, W = RefuseAtOnce> {
     limiter: Limiter<String>,
     key: F,
+    limits: L,
+    fields: FieldSettings,
+    /// Whether a request over a limit is refused at once or waits.
+    mode: W,
 }
 
 impl LimitLayer {
-    /// A layer that limits requests per origin host ([`HostKey`]) with `limiter`.
+    /// A layer that limits requests per origin host ([`HostKey`]) with `limiter`, against its
+    /// default limits, with the rate-limit headers on 503s only and no jitter.
     ///
     /// # Examples
     ///
@@ -141,11 +222,14 @@ impl LimitLayer {
         LimitLayer {
             limiter,
             key: HostKey,
+            limits: LimiterDefaults,
+            fields: FieldSettings::default(),
+            mode: RefuseAtOnce,
         }
     }
 }
 
-impl<F> LimitLayer<F> {
+impl<F, L, W> LimitLayer<F, L, W> {
     /// The same layer, keying requests with `key` instead: a closure
     /// `Fn(&Request<B>) -> String` or any [`KeyExtractor`].
     ///
@@ -161,10 +245,211 @@ impl<F> LimitLayer<F> {
     /// });
     /// # let _ = layer;
     /// ```
-    pub fn key_fn<G>(self, key: G) -> LimitLayer<G> {
+    pub fn key_fn<G>(self, key: G) -> LimitLayer<G, L, W> {
         LimitLayer {
             limiter: self.limiter,
             key,
+            limits: self.limits,
+            fields: self.fields,
+            mode: self.mode,
+        }
+    }
+
+    /// The same layer, judging each request against the limits `limits` gives it instead of
+    /// the limiter's defaults: a closure `Fn(&Request<B>) -> Limits` (or any
+    /// [`LimitsExtractor`]), from a customer's plan, say. The key is still the key: two
+    /// requests with one key and different limits share one count, each judged against its
+    /// own limit.
+    ///
+    /// The limits must be of kinds the limiter counts (see [`Limits`]); a request whose limits
+    /// are not gets a `500` (see [What it does with a request](Self#what-it-does-with-a-request)).
+    /// The closure runs on every request, before the limiter: keep it cheap, and do not let it
+    /// panic.
+    ///
+    /// # Examples
+    ///
+    /// Two customers, keyed and limited by a header, each admitted up to its own plan's
+    /// limit:
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use floodgate::{clock::ManualClock, Limiter, LimitLayer, Limits};
+    /// use http::{Request, Response, StatusCode};
+    /// use tower::{service_fn, Layer, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let clock = ManualClock::new(); // a real proxy leaves this out
+    /// let limiter = Limiter::builder()
+    ///     .max_rate(100, Duration::from_secs(1))
+    ///     .clock(&clock)
+    ///     .build()
+    ///     .unwrap();
+    /// let customer = |req: &Request<()>| {
+    ///     let value = req.headers().get("x-customer").and_then(|v| v.to_str().ok());
+    ///     value.unwrap_or("anonymous").to_owned()
+    /// };
+    /// let layer = LimitLayer::new(limiter)
+    ///     .key_fn(customer)
+    ///     .limits_fn(move |req: &Request<()>| match customer(req).as_str() {
+    ///         "pro" => Limits::new().max_rate(3),
+    ///         _ => Limits::new().max_rate(1),
+    ///     });
+    /// let origin = service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(String::new())) });
+    /// let service = layer.layer(origin);
+    /// let request = |who: &str| Request::builder().uri("/").header("x-customer", who).body(()).unwrap();
+    ///
+    /// let mut admitted = Vec::new();
+    /// for who in ["pro", "free"] {
+    ///     let mut n = 0;
+    ///     for _ in 0..5 {
+    ///         let response = service.clone().oneshot(request(who)).await.unwrap();
+    ///         n += usize::from(response.status() == StatusCode::OK);
+    ///     }
+    ///     admitted.push(n);
+    /// }
+    /// assert_eq!(admitted, [3, 1]);
+    /// # }
+    /// ```
+    pub fn limits_fn<M>(self, limits: M) -> LimitLayer<F, M, W> {
+        LimitLayer {
+            limiter: self.limiter,
+            key: self.key,
+            limits,
+            fields: self.fields,
+            mode: self.mode,
+        }
+    }
+
+    /// Lets a request over a limit wait up to `max_wait` for room
+    /// ([`Limiter::acquire`]) instead of being refused at once: nginx's `limit_req … delay`.
+    /// It waits on the limiter's 10 ms clock (no timer per request), before the inner service
+    /// is called; one that still finds no room (or cannot fit before `max_wait`, or finds the
+    /// limiter's waiters full) gets the same 503 as without waiting. The services this layer
+    /// makes need an inner service that is `Clone` (the one made ready is kept for the
+    /// waiting request, as tower's buffering layers do).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use floodgate::{Limiter, LimitLayer};
+    /// use http::{Request, Response, StatusCode};
+    /// use tower::{service_fn, Layer, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let limiter: Limiter<String> = Limiter::builder().max_inflight(1).build().unwrap();
+    /// let layer = LimitLayer::new(limiter.clone()).wait(Duration::from_secs(5));
+    /// let origin = service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(String::new())) });
+    /// let service = layer.layer(origin);
+    /// let request = || Request::builder().uri("http://api.example/").body(()).unwrap();
+    ///
+    /// let busy = limiter.try_acquire_owned("api.example").unwrap(); // the one slot, taken
+    /// let waiting = tokio::spawn(service.oneshot(request()));
+    /// tokio::task::yield_now().await; // the request is waiting now, not refused
+    /// drop(busy);
+    /// assert_eq!(waiting.await.unwrap().unwrap().status(), StatusCode::OK);
+    /// # }
+    /// ```
+    pub fn wait(self, max_wait: Duration) -> LimitLayer<F, L, WaitUpTo> {
+        LimitLayer {
+            limiter: self.limiter,
+            key: self.key,
+            limits: self.limits,
+            fields: self.fields,
+            mode: WaitUpTo(max_wait),
+        }
+    }
+
+    /// Adds a random 0 to `max` whole seconds to each `Retry-After`, so that clients refused
+    /// together come back spread over that many seconds rather than all at once (the draft
+    /// recommends it, §8.5). The value is never below the exact wait rounded up, nor below
+    /// `RateLimit`'s `t`. `max` counts in whole seconds, rounded down, like `Retry-After`
+    /// itself: under a second adds nothing. No jitter by default, so `Retry-After` equals `t`.
+    ///
+    /// The random numbers come from std's `RandomState` (fresh random keys each time, from a
+    /// per-thread seed): no lock and no extra dependency, and only drawn for rate refusals.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use floodgate::{clock::ManualClock, Limiter, LimitLayer};
+    /// use http::{header::RETRY_AFTER, Request, Response, StatusCode};
+    /// use tower::{service_fn, Layer, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let clock = ManualClock::new(); // a real proxy leaves this out
+    /// let limiter = Limiter::builder()
+    ///     .max_rate(2, Duration::from_secs(1))
+    ///     .clock(&clock)
+    ///     .build()
+    ///     .unwrap();
+    /// let layer = LimitLayer::new(limiter).retry_after_jitter(Duration::from_secs(5));
+    /// let origin = service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(String::new())) });
+    /// let service = layer.layer(origin);
+    /// let request = || Request::builder().uri("http://busy.example/").body(()).unwrap();
+    /// for _ in 0..2 {
+    ///     service.clone().oneshot(request()).await.unwrap();
+    /// }
+    /// let refused = service.oneshot(request()).await.unwrap();
+    /// assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    /// assert_eq!(refused.headers()["ratelimit"], r#""rate";r=0;t=2"#); // 1.5 s, rounded up
+    /// let secs: u64 = refused.headers()[RETRY_AFTER].to_str().unwrap().parse().unwrap();
+    /// assert!((2..=7).contains(&secs), "2 s, plus 0 to 5 s: {secs}");
+    /// # }
+    /// ```
+    pub fn retry_after_jitter(self, max: Duration) -> Self {
+        LimitLayer {
+            fields: self.fields.jitter(max),
+            ..self
+        }
+    }
+
+    /// Whether admitted responses carry `RateLimit-Policy` and `RateLimit` too (503s always
+    /// do); off by default. See [Headers](Self#headers) for the values, and for the cost: a
+    /// second lookup of the key per admitted request.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use floodgate::{clock::ManualClock, Limiter, LimitLayer};
+    /// use http::{Request, Response, StatusCode};
+    /// use tower::{service_fn, Layer, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let clock = ManualClock::new(); // a real proxy leaves this out
+    /// let limiter = Limiter::builder()
+    ///     .max_inflight(8)
+    ///     .max_rate(5, Duration::from_secs(1))
+    ///     .clock(&clock)
+    ///     .build()
+    ///     .unwrap();
+    /// let layer = LimitLayer::new(limiter).ratelimit_headers_on_admitted(true);
+    /// let origin = service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(String::new())) });
+    /// let service = layer.layer(origin);
+    /// let request = || Request::builder().uri("http://api.example/").body(()).unwrap();
+    ///
+    /// let first = service.clone().oneshot(request()).await.unwrap();
+    /// assert_eq!(first.status(), StatusCode::OK);
+    /// assert_eq!(
+    ///     first.headers()["ratelimit-policy"],
+    ///     r#""rate";q=5;w=1, "inflight";q=8;qu="concurrent-requests""#
+    /// );
+    /// // 4 of 5 left for the rate, 7 of 8 in flight: the rate is closer to its limit.
+    /// assert_eq!(first.headers()["ratelimit"], r#""rate";r=4;t=2"#);
+    /// let second = service.oneshot(request()).await.unwrap();
+    /// assert_eq!(second.headers()["ratelimit"], r#""rate";r=3;t=2"#);
+    /// # }
+    /// ```
+    pub fn ratelimit_headers_on_admitted(self, on: bool) -> Self {
+        LimitLayer {
+            fields: self.fields.on_admitted(on),
+            ..self
         }
     }
 
@@ -186,22 +471,28 @@ impl<F> LimitLayer<F> {
     }
 }
 
-impl<S, F: Clone> Layer<S> for LimitLayer<F> {
-    type Service = LimitService<S, F>;
+impl<S, F: Clone, L: Clone, W: Clone> Layer<S> for LimitLayer<F, L, W> {
+    type Service = LimitService<S, F, L, W>;
 
     fn layer(&self, inner: S) -> Self::Service {
         LimitService {
             inner,
             limiter: self.limiter.clone(),
             key: self.key.clone(),
+            limits: self.limits.clone(),
+            fields: self.fields,
+            mode: self.mode.clone(),
         }
     }
 }
 
-impl<F> std::fmt::Debug for LimitLayer<F> {
+impl<F, L, W: std::fmt::Debug> std::fmt::Debug for LimitLayer<F, L, W> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LimitLayer")
             .field("limiter", &self.limiter)
+            .field("ratelimit_headers_on_admitted", &self.fields.on_admitted)
+            .field("retry_after_jitter_secs", &self.fields.jitter_secs)
+            .field("mode", &self.mode)
             .finish_non_exhaustive()
     }
 }

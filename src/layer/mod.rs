@@ -1,6 +1,7 @@
 //! The tower layer (feature `tower`): [`LimitLayer`], [`LimitService`], [`ResponseFuture`],
-//! [`LimitBody`], and the request keys [`HostKey`] and [`KeyExtractor`]. The behaviour is
-//! documented on [`LimitLayer`], which is where users look.
+//! [`LimitBody`], the request keys [`HostKey`] and [`KeyExtractor`], and the per-request limits
+//! [`LimitsExtractor`] and [`LimiterDefaults`]. The behaviour, and every header the layer
+//! sends, is documented on [`LimitLayer`], which is where users look.
 //!
 //! The default key, [`HostKey`], is the request's host in one canonical spelling (so a flooder
 //! cannot respell its way to fresh limits) and never longer than [`HostKey::MAX_LEN`] bytes
@@ -8,19 +9,26 @@
 //! bytes are keyed by a prefix and a keyed hash of the whole host.
 //!
 //! The files follow tower's own layers: [`LimitLayer`] in `layer.rs`, [`LimitService`] and
-//! its 503 in `service.rs`, [`ResponseFuture`] in `future.rs`, [`LimitBody`] in `body.rs`, and
-//! the keys in `key.rs`.
+//! its refusals in `service.rs`, [`ResponseFuture`] in `future.rs`, [`LimitBody`] in
+//! `body.rs`, the keys in `key.rs`, the per-request limits in `limits.rs`, the
+//! `RateLimit-Policy`, `RateLimit` and `Retry-After` values in `headers.rs`, and the waiting
+//! mode ([`WaitUpTo`], [`WaitFuture`]) in `wait.rs`.
 
 mod body;
 mod future;
+mod headers;
 mod key;
 // `layer::layer` on purpose: tower's folder shape, with `LimitLayer` in `layer.rs`.
 #[allow(clippy::module_inception)]
 mod layer;
+mod limits;
 mod service;
+mod wait;
 
 pub use body::LimitBody;
 pub use future::ResponseFuture;
 pub use key::{HostKey, KeyExtractor};
 pub use layer::LimitLayer;
+pub use limits::{LimiterDefaults, LimitsExtractor};
 pub use service::LimitService;
+pub use wait::{RefuseAtOnce, WaitFuture, WaitUpTo};

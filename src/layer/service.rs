@@ -1,24 +1,31 @@
-//! [`LimitService`]: takes each request's key, asks the limiter, and calls the inner service
-//! or answers 503 (`service_unavailable`, with `Retry-After` from `retry_after_secs`).
+//! [`LimitService`]: takes each request's key and limits, asks the limiter, and calls the inner
+//! service or refuses (`refuse`: 503 with `Retry-After` and the RateLimit fields, or 500 for
+//! limits the limiter does not count).
 
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http::header::{HeaderValue, RETRY_AFTER};
+use http::header::RETRY_AFTER;
 use http::{Request, Response, StatusCode};
 use tower_service::Service;
 
 use super::body::Inner;
 use super::future::State;
+use super::headers::{self, Admitted, Policies};
 #[cfg(doc)]
 use super::LimitLayer;
-use super::{HostKey, KeyExtractor, LimitBody, ResponseFuture};
-use crate::{Limiter, Rejected};
+use super::{
+    HostKey, KeyExtractor, LimitBody, LimiterDefaults, LimitsExtractor, RefuseAtOnce,
+    ResponseFuture, WaitUpTo,
+};
+use crate::{Limiter, OwnedPermit, Reason, Rejected};
 
-/// The service a [`LimitLayer`] makes: limits requests per key, answers 503 to the rejected
-/// ones, and holds each admitted request's permit until its response body is done.
+/// The service a [`LimitLayer`] makes: limits requests per key, refuses the rejected ones
+/// (503, see [`LimitLayer`] for the headers), and holds each admitted request's permit until
+/// its response body is done.
 ///
-/// Clones share the limiter.
+/// Clones share the limiter. The builder methods are the layer's, for a service built
+/// without one.
 ///
 /// # Examples
 ///
@@ -45,14 +52,47 @@ use crate::{Limiter, Rejected};
 /// # }
 /// ```
 #[derive(Clone)]
-pub struct LimitService<S, F = HostKey> {
+pub struct LimitService<S, F = HostKey, L = LimiterDefaults, W = RefuseAtOnce> {
     pub(super) inner: S,
     pub(super) limiter: Limiter<String>,
     pub(super) key: F,
+    pub(super) limits: L,
+    pub(super) fields: FieldSettings,
+    /// Whether a request over a limit is refused at once or waits (`wait.rs`).
+    pub(super) mode: W,
+}
+
+/// What a service says beyond its decision; the layer's switches, copied into each service.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct FieldSettings {
+    /// Send `RateLimit-Policy` and `RateLimit` on admitted responses too (503s always have
+    /// them).
+    pub(super) on_admitted: bool,
+    /// The most jitter added to `Retry-After`, in whole seconds.
+    pub(super) jitter_secs: u64,
+}
+
+impl FieldSettings {
+    pub(super) fn jitter(self, max: Duration) -> Self {
+        FieldSettings {
+            // Retry-After counts whole seconds: a jitter is whole seconds too, never more
+            // than asked for.
+            jitter_secs: max.as_secs(),
+            ..self
+        }
+    }
+
+    pub(super) fn on_admitted(self, on: bool) -> Self {
+        FieldSettings {
+            on_admitted: on,
+            ..self
+        }
+    }
 }
 
 impl<S> LimitService<S> {
-    /// `inner`, limited per origin host ([`HostKey`]) by `limiter`.
+    /// `inner`, limited per origin host ([`HostKey`]) by `limiter`, against its default
+    /// limits.
     ///
     /// # Examples
     ///
@@ -68,11 +108,141 @@ impl<S> LimitService<S> {
             inner,
             limiter,
             key: HostKey,
+            limits: LimiterDefaults,
+            fields: FieldSettings::default(),
+            mode: RefuseAtOnce,
         }
     }
 }
 
-impl<S, F> LimitService<S, F> {
+impl<S, F, L, W> LimitService<S, F, L, W> {
+    /// The same service, judging each request against the limits `limits` gives it (see
+    /// [`LimitLayer::limits_fn`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use floodgate::{clock::ManualClock, Limiter, LimitService, Limits};
+    /// use http::{Request, Response, StatusCode};
+    /// use tower::{service_fn, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let clock = ManualClock::new();
+    /// let limiter = Limiter::builder().max_rate(100, Duration::from_secs(1)).clock(&clock).build().unwrap();
+    /// let origin = service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(String::new())) });
+    /// let service = LimitService::new(origin, limiter)
+    ///     .limits_fn(|_: &Request<()>| Limits::new().max_rate(1));
+    /// let request = || Request::builder().uri("http://api.example/").body(()).unwrap();
+    /// assert_eq!(service.clone().oneshot(request()).await.unwrap().status(), StatusCode::OK);
+    /// let refused = service.oneshot(request()).await.unwrap();
+    /// assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE, "its own limit: 1, not 100");
+    /// # }
+    /// ```
+    pub fn limits_fn<M>(self, limits: M) -> LimitService<S, F, M, W> {
+        LimitService {
+            inner: self.inner,
+            limiter: self.limiter,
+            key: self.key,
+            limits,
+            fields: self.fields,
+            mode: self.mode,
+        }
+    }
+
+    /// Lets a request over a limit wait up to `max_wait` for room (see
+    /// [`LimitLayer::wait`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use floodgate::{Limiter, LimitService};
+    /// use http::{Request, Response, StatusCode};
+    /// use tower::{service_fn, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let limiter: Limiter<String> = Limiter::builder().max_inflight(1).build().unwrap();
+    /// let origin = service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(String::new())) });
+    /// let service = LimitService::new(origin, limiter.clone()).wait(Duration::from_millis(50));
+    /// let _busy = limiter.try_acquire_owned("api.example").unwrap();
+    /// let request = Request::builder().uri("http://api.example/").body(()).unwrap();
+    /// // Nothing comes back within 50 ms: the same 503 as without waiting, only later.
+    /// let refused = service.oneshot(request).await.unwrap();
+    /// assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    /// # }
+    /// ```
+    pub fn wait(self, max_wait: Duration) -> LimitService<S, F, L, WaitUpTo> {
+        LimitService {
+            inner: self.inner,
+            limiter: self.limiter,
+            key: self.key,
+            limits: self.limits,
+            fields: self.fields,
+            mode: WaitUpTo(max_wait),
+        }
+    }
+
+    /// Adds a random 0 to `max` whole seconds to `Retry-After` (see
+    /// [`LimitLayer::retry_after_jitter`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use floodgate::{clock::ManualClock, Limiter, LimitService};
+    /// use http::{header::RETRY_AFTER, Request, Response};
+    /// use tower::{service_fn, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let clock = ManualClock::new();
+    /// let limiter = Limiter::builder().max_rate(1, Duration::from_secs(1)).clock(&clock).build().unwrap();
+    /// let origin = service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(String::new())) });
+    /// let service = LimitService::new(origin, limiter).retry_after_jitter(Duration::from_secs(3));
+    /// let request = || Request::builder().uri("http://api.example/").body(()).unwrap();
+    /// service.clone().oneshot(request()).await.unwrap();
+    /// let refused = service.oneshot(request()).await.unwrap();
+    /// let secs: u64 = refused.headers()[RETRY_AFTER].to_str().unwrap().parse().unwrap();
+    /// assert!((2..=5).contains(&secs), "2 s exactly, plus 0 to 3 s: {secs}");
+    /// # }
+    /// ```
+    pub fn retry_after_jitter(self, max: Duration) -> Self {
+        LimitService {
+            fields: self.fields.jitter(max),
+            ..self
+        }
+    }
+
+    /// Whether admitted responses carry `RateLimit-Policy` and `RateLimit` too (see
+    /// [`LimitLayer::ratelimit_headers_on_admitted`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use floodgate::{Limiter, LimitService};
+    /// use http::{Request, Response};
+    /// use tower::{service_fn, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let limiter: Limiter<String> = Limiter::builder().max_inflight(4).build().unwrap();
+    /// let origin = service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(String::new())) });
+    /// let service = LimitService::new(origin, limiter).ratelimit_headers_on_admitted(true);
+    /// let request = Request::builder().uri("http://api.example/").body(()).unwrap();
+    /// let admitted = service.oneshot(request).await.unwrap();
+    /// assert_eq!(admitted.headers()["ratelimit"], r#""inflight";r=3"#);
+    /// # }
+    /// ```
+    pub fn ratelimit_headers_on_admitted(self, on: bool) -> Self {
+        LimitService {
+            fields: self.fields.on_admitted(on),
+            ..self
+        }
+    }
+
     /// The limiter.
     ///
     /// # Examples
@@ -134,24 +304,84 @@ impl<S, F> LimitService<S, F> {
     pub fn into_inner(self) -> S {
         self.inner
     }
+
+    /// What a request is judged against: its own limits, or the limiter's defaults as they
+    /// are now (`set_limits` can change them at any time), read once so that the decision and
+    /// the fields that describe it use the same limits.
+    pub(super) fn judged_against<B>(&self, req: &Request<B>) -> Policies
+    where
+        L: LimitsExtractor<B>,
+    {
+        let limits = self
+            .limits
+            .limits(req)
+            .unwrap_or_else(|| self.limiter.limits());
+        Policies {
+            limits,
+            interval: self.limiter.rate_interval(),
+        }
+    }
+
+    /// What the RateLimit fields of an admitted response say, if admitted responses carry
+    /// them: the key's counts with this request in them, for `r`. A second lookup of the key,
+    /// so only when switched on.
+    pub(super) fn admitted_fields(&self, key: &str, policies: Policies) -> Option<Admitted> {
+        self.fields.on_admitted.then(|| Admitted {
+            policies,
+            estimate: self.limiter.estimate(key),
+        })
+    }
+
+    /// The state of an admitted request: the inner service called, the permit held.
+    pub(super) fn admit<B>(
+        &mut self,
+        req: Request<B>,
+        permit: OwnedPermit<String>,
+        admitted: Option<Admitted>,
+    ) -> State<S::Future>
+    where
+        S: Service<Request<B>>,
+    {
+        State::Admitted {
+            future: self.inner.call(req),
+            permit: Some(permit),
+            admitted,
+        }
+    }
+
+    /// The state of a refused request.
+    pub(super) fn refuse<Fut>(&self, rejected: Rejected, policies: Policies) -> State<Fut> {
+        State::Rejected {
+            refusal: Some(Refusal {
+                rejected,
+                policies,
+                jitter_secs: self.fields.jitter_secs,
+            }),
+        }
+    }
 }
 
-impl<S, F> std::fmt::Debug for LimitService<S, F>
+impl<S, F, L, W> std::fmt::Debug for LimitService<S, F, L, W>
 where
     S: std::fmt::Debug,
+    W: std::fmt::Debug,
 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LimitService")
             .field("inner", &self.inner)
             .field("limiter", &self.limiter)
+            .field("ratelimit_headers_on_admitted", &self.fields.on_admitted)
+            .field("retry_after_jitter_secs", &self.fields.jitter_secs)
+            .field("mode", &self.mode)
             .finish_non_exhaustive()
     }
 }
 
-impl<S, F, ReqBody, ResBody> Service<Request<ReqBody>> for LimitService<S, F>
+impl<S, F, L, ReqBody, ResBody> Service<Request<ReqBody>> for LimitService<S, F, L, RefuseAtOnce>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
     F: KeyExtractor<ReqBody>,
+    L: LimitsExtractor<ReqBody>,
 {
     type Response = Response<LimitBody<ResBody>>;
     type Error = S::Error;
@@ -162,62 +392,125 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        let acquired = {
-            let key = self.key.key(&req);
-            self.limiter.try_acquire_owned(&*key)
-        };
-        let state = match acquired {
-            Ok(permit) => State::Admitted {
-                future: self.inner.call(req),
-                permit: Some(permit),
-            },
-            Err(rejected) => State::Rejected {
-                rejected: Some(rejected),
-            },
+        let policies = self.judged_against(&req);
+        let key = self.key.key(&req);
+        let state = match self.limiter.try_acquire_owned_with(&*key, &policies.limits) {
+            Ok(permit) => {
+                let admitted = self.admitted_fields(&key, policies);
+                drop(key); // it may borrow the request
+                self.admit(req, permit, admitted)
+            }
+            Err(rejected) => self.refuse(rejected, policies),
         };
         ResponseFuture { state }
     }
 }
 
-/// The 503 for a rejected request: `Retry-After` where the wait is known, the [`Rejected`]
-/// in the extensions.
-pub(super) fn service_unavailable<B>(rejected: Option<Rejected>) -> Response<LimitBody<B>> {
+/// A refused request: what its response is built from when the future is polled (nothing is
+/// formatted or allocated before then).
+#[derive(Debug, Clone)]
+pub(super) struct Refusal {
+    pub(super) rejected: Rejected,
+    /// The limits the decision was judged against.
+    pub(super) policies: Policies,
+    pub(super) jitter_secs: u64,
+}
+
+/// The response to a refused request, with an empty body and the [`Rejected`] in its
+/// extensions:
+///
+/// - over a limit: 503, with `Retry-After` where the wait is known, `RateLimit-Policy` and
+///   `RateLimit`;
+/// - limits of a kind the limiter does not count: 500 and nothing else; the client did
+///   nothing wrong, the server's configuration did.
+///
+/// `None` (a future polled again after it answered) gives a bare 503.
+pub(super) fn refuse<B>(refusal: Option<Refusal>) -> Response<LimitBody<B>> {
     let mut response = Response::new(LimitBody {
         inner: Inner::Rejected,
         permit: None,
     });
     *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-    if let Some(rejected) = rejected {
+    let Some(Refusal {
+        rejected,
+        policies,
+        jitter_secs,
+    }) = refusal
+    else {
+        return response;
+    };
+    if matches!(
+        rejected.reason,
+        Reason::InflightNotCounted | Reason::RateNotCounted
+    ) {
+        *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+    } else {
+        let fields = response.headers_mut();
         if let Some(wait) = rejected.retry_after {
-            let seconds = HeaderValue::from(retry_after_secs(wait));
-            response.headers_mut().insert(RETRY_AFTER, seconds);
+            fields.insert(RETRY_AFTER, headers::retry_after(wait, jitter_secs));
         }
-        response.extensions_mut().insert(rejected);
+        if let Some(policy) = policies.policy_field() {
+            fields.insert(headers::ratelimit_policy(), policy);
+        }
+        if let Some(limit) = policies.rejected_field(&rejected) {
+            fields.insert(headers::ratelimit(), limit);
+        }
     }
+    response.extensions_mut().insert(rejected);
     response
-}
-
-/// `Retry-After` is in whole seconds: round up, so a client that waits that long finds room,
-/// and never say 0, which some clients take as "retry at once, in a loop".
-fn retry_after_secs(wait: Duration) -> u64 {
-    let seconds = wait
-        .as_secs()
-        .saturating_add(u64::from(wait.subsec_nanos() > 0));
-    seconds.max(1)
 }
 
 #[cfg(all(test, not(floodgate_loom)))]
 mod tests {
     use super::*;
+    use crate::Limits;
+
+    fn refusal(reason: Reason, retry_after: Option<Duration>) -> Refusal {
+        Refusal {
+            rejected: Rejected {
+                reason,
+                estimate: 3,
+                limit: 2,
+                retry_after,
+            },
+            policies: Policies {
+                limits: Limits::new().max_inflight(2).max_rate(2),
+                interval: Some(Duration::from_secs(1)),
+            },
+            jitter_secs: 0,
+        }
+    }
 
     #[test]
-    fn retry_after_rounds_up_to_whole_seconds_and_is_never_zero() {
-        let secs = |ms| retry_after_secs(Duration::from_millis(ms));
-        assert_eq!(secs(0), 1);
-        assert_eq!(secs(1), 1);
-        assert_eq!(secs(1000), 1);
-        assert_eq!(secs(1001), 2);
-        assert_eq!(secs(1500), 2);
-        assert_eq!(retry_after_secs(Duration::MAX), u64::MAX);
+    fn limits_the_limiter_does_not_count_are_a_500_without_fields() {
+        for reason in [Reason::InflightNotCounted, Reason::RateNotCounted] {
+            let response = refuse::<()>(Some(refusal(reason, None)));
+            assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+            assert!(response.headers().is_empty(), "{:?}", response.headers());
+            assert_eq!(
+                response.extensions().get::<Rejected>().unwrap().reason,
+                reason
+            );
+        }
+    }
+
+    #[test]
+    fn a_rate_refusal_is_a_503_with_all_three_fields() {
+        let response = refuse::<()>(Some(refusal(
+            Reason::Rate,
+            Some(Duration::from_millis(1500)),
+        )));
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let fields = response.headers();
+        assert_eq!(fields[RETRY_AFTER], "2");
+        assert_eq!(
+            fields["ratelimit-policy"],
+            "\"rate\";q=2;w=1, \"inflight\";q=2;qu=\"concurrent-requests\""
+        );
+        assert_eq!(fields["ratelimit"], "\"rate\";r=0;t=2");
+        let response = refuse::<()>(Some(refusal(Reason::Inflight, None)));
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(response.headers().get(RETRY_AFTER).is_none());
+        assert_eq!(response.headers()["ratelimit"], "\"inflight\";r=0");
     }
 }

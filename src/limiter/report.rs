@@ -59,6 +59,12 @@ pub struct Rejected {
     /// arrives meanwhile; `None` for in-flight rejections (that depends on other requests
     /// finishing), for a rate limit of 0 (nothing ever fits) and for limits the limiter does
     /// not count.
+    ///
+    /// Never early for a key judged under the same limits from one request to the next. A key
+    /// whose limits change (a new plan, [`set_limits`](super::Limiter::set_limits)) may be
+    /// answered from a deadline computed under its earlier limit, before what it was admitted
+    /// under the other one: that `retry_after` may be early, and the reason `Rate` where the
+    /// in-flight limit is now exceeded too. It never admits more.
     pub retry_after: Option<Duration>,
 }
 

@@ -5,6 +5,8 @@
 //!   name it `common::CountingAlloc`); a test file installs it with
 //!   `#[global_allocator] static GLOBAL: common::CountingAlloc = common::CountingAlloc;`.
 //! - [`fork`]: forking with a child that reports back, and waiting for it with a deadline.
+//! - `layer` (feature `tower`): requests in origin form, and a strict reader of the
+//!   `RateLimit-Policy` and `RateLimit` fields, for tests/layer.rs and tests/axum.rs.
 //! - [`ops`]: proptest strategies for the operation types of the fuzz harness's exact models.
 //! - [`permits`]: [`permits::AnyPermit`], a permit of either kind.
 //! - [`redis`]: real `redis-server`s (one, or a Cluster) on free loopback ports for the fleet's
@@ -17,6 +19,8 @@
 
 pub mod alloc;
 pub mod fork;
+#[cfg(feature = "tower")]
+pub mod layer;
 pub mod ops;
 // One source for the harness and the tests: a test that includes fuzz/harness/ loads the
 // file there as well.

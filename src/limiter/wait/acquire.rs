@@ -20,7 +20,9 @@ where
     /// refused: governor's `until_key_ready`, nginx's `limit_req … delay`, with a deadline.
     ///
     /// The first attempt is made now, in this call: a request with room gets its permit at
-    /// once (the future is then ready at its first poll) and allocates nothing. Otherwise the
+    /// once (the future is then ready at its first poll) and allocates nothing, unless
+    /// requests of its key (or, rarely, of another key sharing its counter of waiters) are
+    /// waiting: then it queues behind them, and tries when first polled. Otherwise the
     /// future parks the request until a permit of its key comes back (in flight), its rate
     /// window has room (the time its rejection's `retry_after` gives), or `max_wait` passes,
     /// rounded up to the next tick of the 10 ms clock; then it resolves to the last
@@ -179,9 +181,10 @@ where
         let now = shared.time.coarse();
         let max_wait = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
         let deadline = now.saturating_add(max_wait).div_ceil(TICK_NANOS);
-        // Waiters of this key go first: join their line without trying.
-        let queued =
-            max_wait > 0 && shared.waiters.any_parked(hash) && shared.waiters.lock().has_line(hash);
+        // Waiters of this key may be parked: they go first, so join their line without
+        // trying (no lock here). If the bucket was counted by another key's waiters, the
+        // request heads a new line at its first poll, and a head tries at once.
+        let queued = max_wait > 0 && shared.waiters.any_parked(hash);
         if !queued {
             let attempt = match limits {
                 Some(limits) => shared

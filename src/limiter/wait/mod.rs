@@ -39,13 +39,18 @@
 //!
 //! What makes that enough is that some waiter of a line always makes an attempt after any
 //! permit comes back:
-//! - a new line's first waiter starts with the turn and tries at once;
-//! - a release that finds every waiter with the turn already credits the line, and the next
-//!   attempt that fails tries again instead of waiting (or, if its waiter leaves admitted, the
-//!   credit passes the turn on);
-//! - a head that leaves without a permit (cancelled, given up) passes the turn on, since the
-//!   waiters behind it may have joined counting on it to try; so does a waiter that leaves
-//!   with the turn unused.
+//! - a waiter that joins a line with no head starts with the turn and tries at once, after
+//!   counting itself, so it sees every permit given back before a release could miss it;
+//! - a release that finds the bucket counted takes the lock and gives the turn to the oldest
+//!   waiting waiter; finding every waiter with the turn already, it credits the line, and
+//!   the next attempt that fails tries again instead of waiting (or, if its waiter leaves
+//!   admitted, the credit passes the turn on);
+//! - a waiter that leaves with the turn unused (cancelled, given up) passes it on.
+//!
+//! A waiter that joins behind a head relies on it: a release either finds the head counted
+//! (and the turn goes to a waiting waiter of the line, or to its credit), or comes after the
+//! head has left and before the joiner counted itself, and then the joiner, finding no head,
+//! tries itself. Cancelling a whole line therefore wakes no one.
 //!
 //! The loom models in `tests/loom_wait.rs` check the handshake and the passing on.
 //!
@@ -70,6 +75,8 @@ use crate::sync::{lock, AtomicU32, AtomicU64, Mutex, MutexGuard, Ordering};
 /// Buckets of the parked counts per waiter the limiter allows: a release for a key with no
 /// waiter then rarely finds a bucket counted by another key's waiters.
 const BUCKETS_PER_WAITER: usize = 4;
+/// The most buckets (256 KiB): every release loads one, so the array should stay in cache.
+const MAX_BUCKETS: usize = 1 << 16;
 
 /// The waiters of one limiter.
 pub(crate) struct Waiters {
@@ -85,7 +92,9 @@ impl Waiters {
     /// Room for `max_total` waiters, at most `max_per_key` of one key, on a clock now at
     /// `now` (nanoseconds).
     pub(crate) fn new(max_total: usize, max_per_key: usize, now: u64) -> Self {
-        let buckets = (max_total * BUCKETS_PER_WAITER).next_power_of_two();
+        let buckets = (max_total * BUCKETS_PER_WAITER)
+            .clamp(1, MAX_BUCKETS)
+            .next_power_of_two();
         Waiters {
             parked: (0..buckets).map(|_| AtomicU32::new(0)).collect(),
             queue: Mutex::new(Queue::new(max_total, max_per_key, now / TICK_NANOS)),
