@@ -9,6 +9,8 @@
 //! never share a counter. The empty key, whose tag would be empty (and an empty tag is no tag:
 //! Redis would hash the whole name), is written `%` alone, which no escaped key can be.
 
+use super::resp::Digits;
+
 /// The slots of a Redis Cluster.
 pub(crate) const SLOTS: usize = 16_384;
 
@@ -71,33 +73,6 @@ fn crc16(bytes: &[u8]) -> u16 {
         }
     }
     crc
-}
-
-/// The decimal digits of a `u64`, formatted on the stack (the RESP encoder writes many numbers
-/// per sync and should not allocate for them).
-pub(crate) struct Digits {
-    buf: [u8; 20],
-    start: usize,
-}
-
-impl Digits {
-    pub(crate) fn new(mut n: u64) -> Digits {
-        let mut buf = [0u8; 20];
-        let mut start = buf.len();
-        loop {
-            start -= 1;
-            buf[start] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        Digits { buf, start }
-    }
-
-    pub(crate) fn as_bytes(&self) -> &[u8] {
-        &self.buf[self.start..]
-    }
 }
 
 #[cfg(test)]
@@ -175,12 +150,5 @@ mod tests {
         // Known slots (from CLUSTER KEYSLOT): "foo" is 12182, "bar" 5061.
         assert_eq!(slot(b"foo"), 12182);
         assert_eq!(slot(b"bar"), 5061);
-    }
-
-    #[test]
-    fn digits() {
-        for n in [0, 7, 10, 12345, u64::MAX] {
-            assert_eq!(Digits::new(n).as_bytes(), n.to_string().as_bytes());
-        }
     }
 }

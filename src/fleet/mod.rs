@@ -35,6 +35,7 @@ use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 use crate::ConfigError;
 
 mod keys;
+mod resp;
 // The limiter's sync thread drives the store; until it lands only the tests do.
 #[cfg_attr(not(test), allow(dead_code))]
 mod store;

@@ -1,0 +1,104 @@
+//! The two Lua scripts a sync runs (`src/fleet/window.lua`, `src/fleet/nodes.lua`): how each
+//! is loaded, how a call of each is written into a pipeline, and how the window script's
+//! reply is read. The scripts are called by their SHA1 (`EVALSHA`), loaded with `SCRIPT LOAD`
+//! on every new connection.
+
+use redis::Value;
+
+use super::Push;
+use crate::fleet::resp;
+
+/// Adds a node's count to a key's counter of a window and reads the fleet's totals.
+const WINDOW: &str = include_str!("../window.lua");
+/// Marks a node alive and counts the nodes alive.
+const NODES: &str = include_str!("../nodes.lua");
+
+/// The scripts' SHA1s, as `EVALSHA` takes them.
+pub(super) struct Scripts {
+    window_sha: String,
+    nodes_sha: String,
+}
+
+impl Scripts {
+    pub(super) fn new() -> Scripts {
+        Scripts {
+            window_sha: redis::Script::new(WINDOW).get_hash().to_owned(),
+            nodes_sha: redis::Script::new(NODES).get_hash().to_owned(),
+        }
+    }
+
+    /// Appends a `SCRIPT LOAD` of each script; returns how many replies they will have.
+    pub(super) fn load(out: &mut Vec<u8>) -> usize {
+        for script in [WINDOW, NODES] {
+            resp::array(out, 3);
+            resp::bulk(out, b"SCRIPT");
+            resp::bulk(out, b"LOAD");
+            resp::bulk(out, script.as_bytes());
+        }
+        2
+    }
+
+    /// Appends the window script's call for `push`. `name` holds the name of the key's counter
+    /// of `push.window`; it is left holding the name of the previous window's.
+    pub(super) fn window(
+        &self,
+        out: &mut Vec<u8>,
+        name: &mut Vec<u8>,
+        push: &Push<'_>,
+        expiry_ms: u64,
+    ) {
+        resp::array(out, 7);
+        resp::bulk(out, b"EVALSHA");
+        resp::bulk(out, self.window_sha.as_bytes());
+        resp::bulk(out, b"2");
+        resp::bulk(out, name);
+        // The previous window's counter: the same name with the window before.
+        let tail = name.iter().rposition(|&b| b == b':').map_or(0, |p| p + 1);
+        name.truncate(tail);
+        match push.window.checked_sub(1) {
+            Some(previous) => name.extend_from_slice(resp::Digits::new(previous).as_bytes()),
+            // Window 0 has no predecessor: a name no counter has.
+            None => name.extend_from_slice(b"-1"),
+        }
+        resp::bulk(out, name);
+        resp::number(out, push.delta.min(i64::MAX as u64));
+        resp::number(out, expiry_ms);
+    }
+
+    /// Appends the nodes script's call: `node` is alive at `now_unix_ms`, and nodes stay
+    /// alive for `node_ttl_ms` after their last sync.
+    pub(super) fn nodes(
+        &self,
+        out: &mut Vec<u8>,
+        nodes_key: &str,
+        node: &str,
+        now_unix_ms: u64,
+        node_ttl_ms: u64,
+    ) {
+        resp::array(out, 8);
+        resp::bulk(out, b"EVALSHA");
+        resp::bulk(out, self.nodes_sha.as_bytes());
+        resp::bulk(out, b"1");
+        resp::bulk(out, nodes_key.as_bytes());
+        resp::bulk(out, node.as_bytes());
+        resp::number(out, now_unix_ms);
+        resp::number(out, now_unix_ms.saturating_sub(node_ttl_ms));
+        // The whole set outlives its last node by a time to live.
+        resp::number(out, node_ttl_ms.saturating_mul(2));
+    }
+}
+
+/// The totals in the window script's reply, `(this window's, the previous window's)`;
+/// `None` for a reply of another shape.
+pub(super) fn window_totals(reply: &[Value]) -> Option<(u64, u64)> {
+    match reply {
+        [Value::Int(current), Value::Int(previous)] => {
+            Some((non_negative(*current), non_negative(*previous)))
+        }
+        _ => None,
+    }
+}
+
+fn non_negative(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
