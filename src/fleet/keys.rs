@@ -1,20 +1,22 @@
 //! The names of the fleet's Redis keys, and the Cluster slot each one lands in.
 //!
-//! A counter is `<prefix>:{<key>}:<window>`: the user key, escaped, is the key name's hash tag,
-//! so the counters of one key (this window's and the previous one's, which one script touches)
-//! share a Cluster slot while different keys spread over the slots. The escape keeps the tag
-//! free of braces and readable for the usual keys (host names): the bytes `%`, `{` and `}`, and
-//! every byte outside printable ASCII (`!` to `~`), are written `%XX` (two upper-case hex
-//! digits); all other bytes stand for themselves. That is one-to-one, so two different keys
-//! never share a counter. The empty key, whose tag would be empty (and an empty tag is no tag:
-//! Redis would hash the whole name), is written `%` alone, which no escaped key can be.
+//! A key's counts of a window are a hash named `<prefix>:{<key>}:<window>` (a field per node):
+//! the user key, escaped, is the name's hash tag, so the hashes of one key (this window's and
+//! the previous one's, which one script touches) share a Cluster slot while different keys
+//! spread over the slots. The escape keeps the tag free of braces and readable for the usual
+//! keys (host names): the bytes `%`, `{` and `}`, and every byte outside printable ASCII (`!`
+//! to `~`), are written `%XX` (two upper-case hex digits); all other bytes stand for
+//! themselves. That is one-to-one, so two different keys never share a hash. The empty key,
+//! whose tag would be empty (and an empty tag is no tag: Redis would hash the whole name), is
+//! written `%` alone, which no escaped key can be.
 
 use super::resp::Digits;
 
 /// The slots of a Redis Cluster.
 pub(crate) const SLOTS: usize = 16_384;
 
-/// Appends the name of `key`'s counter for `window` to `out`: `<prefix>:{<escaped key>}:<window>`.
+/// Appends the name of `key`'s hash of counts for `window` to `out`:
+/// `<prefix>:{<escaped key>}:<window>`.
 pub(crate) fn window_key(out: &mut Vec<u8>, prefix: &str, key: &[u8], window: u64) {
     out.extend_from_slice(prefix.as_bytes());
     out.extend_from_slice(b":{");

@@ -41,7 +41,7 @@ mod resp;
 mod store;
 
 #[allow(unused_imports)]
-pub(crate) use store::{Push, Store, StoreError, Synced};
+pub(crate) use store::{KeyTotals, Push, Store, StoreError, Synced, MAX_COUNT};
 
 /// Where the fleet's Redis is, how the fleet's keys are named there, and how often a node syncs.
 ///

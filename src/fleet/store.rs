@@ -42,31 +42,58 @@ use scripts::Scripts;
 /// a cluster in flux, and the next sync will try again).
 const ROUNDS: usize = 3;
 
-/// One key's push: what this node counted for `key` in `window` since its last push (0 for a
-/// pure read of the totals).
+/// The largest count a push carries, 2^53 − 1: the scripts compare and add counts as Lua
+/// numbers (doubles), which hold every integer up to it exactly. Larger counts are pushed as
+/// this one; no window of a rate limit counts that far.
+pub(crate) const MAX_COUNT: u64 = (1 << 53) - 1;
+
+/// One key's push: this node's count of `key` in `window` so far.
+///
+/// The count is absolute (every request of the window this node counted), not what it counted
+/// since its last push: Redis keeps each node's count apart and keeps the larger of what it has
+/// and what is pushed, so a push sent twice (a sync retried after a timeout that Redis did
+/// run) or overtaken by a later one counts once, and a push that never arrived is made good by
+/// the next. A count of 0 only reads the totals, and writes nothing.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Push<'a> {
     /// The user key, any bytes.
     pub(crate) key: &'a [u8],
     /// The window number: Unix time in ms divided by the window's length, the same on every node.
     pub(crate) window: u64,
-    /// This node's count to add (saturated at `i64::MAX`, Redis's largest integer).
-    pub(crate) delta: u64,
+    /// This node's count of `key` in `window` (capped at [`MAX_COUNT`]).
+    pub(crate) count: u64,
 }
 
-/// What a sync learnt: the fleet's totals, one per push and in push order, and the number of
+/// The fleet's counts of one pushed key, as Redis had them once the push was applied.
+///
+/// A sender is a node with a count above 0 of the key in the window (the number of fields of
+/// its hash): the fleet limiter tells a key sent through one node from one sent through all of
+/// them by it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct KeyTotals {
+    /// The sum of every node's count of the key in the push's window, this node's included.
+    pub(crate) current: u64,
+    /// The same in the window before (0 for window 0).
+    pub(crate) previous: u64,
+    /// The nodes that pushed the key in the push's window (this one, unless it only read).
+    pub(crate) current_senders: u32,
+    /// The nodes that pushed the key in the window before.
+    pub(crate) previous_senders: u32,
+}
+
+/// What a sync learnt: the fleet's counts of each pushed key, in push order, and the number of
 /// nodes seen recently (this one included).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Synced<'a> {
-    /// `(this window's total, the previous window's total)` for each push.
-    pub(crate) totals: &'a [(u64, u64)],
+    /// The counts of each push's key, `totals[i]` for `pushes[i]`.
+    pub(crate) totals: &'a [KeyTotals],
     /// Nodes whose last sync is within the nodes' time to live.
     pub(crate) nodes: usize,
 }
 
 /// Why a sync failed. When a sync fails its pushes may have been applied in part or in whole
-/// (a timeout cannot tell whether Redis ran what it was sent); the caller decides whether to
-/// push those counts again.
+/// (a timeout cannot tell whether Redis ran what it was sent); since counts are absolute, the
+/// next sync pushes the same keys' counts again (grown, or not) without counting anything twice.
 #[derive(Debug)]
 pub(crate) struct StoreError {
     what: String,
@@ -167,7 +194,7 @@ pub(crate) struct Store {
     pending: Vec<Pending>,
     retry: Vec<Pending>,
     name: Vec<u8>,
-    totals: Vec<(u64, u64)>,
+    totals: Vec<KeyTotals>,
 }
 
 impl fmt::Debug for Store {
@@ -225,15 +252,19 @@ impl Store {
         self.routing.masters.len()
     }
 
-    /// How long a window's counter lives after each push: two windows and a margin.
+    /// How long a key's hash of a window lives after each push that raises a count: two
+    /// windows and a margin.
     pub(crate) fn expiry_ms(&self, window_ms: u64) -> u64 {
         window_ms.saturating_mul(2).saturating_add(self.margin_ms)
     }
 
-    /// Pushes this node's counts and pulls the fleet's totals: for each push, its key's
-    /// counters of `push.window` and the window before; and marks `node` alive at `now_unix_ms`
-    /// (on this node's clock) and counts the nodes alive. `window_ms` is the windows' length,
-    /// for the counters' expiry. Returns within about the configured timeout, whatever Redis
+    /// Pushes this node's counts and pulls the fleet's: for each push, stores `node`'s count
+    /// of the key in `push.window` (unless Redis has a larger one) and reads the key's totals
+    /// and senders in that window and the one before; and marks `node` alive at `now_unix_ms`
+    /// (on this node's clock) and counts the nodes alive. `node` must be this process's own:
+    /// a node restarted under its old id has none of its requests seen in the window until
+    /// its new count passes the old one, still stored. `window_ms` is the windows' length,
+    /// for the hashes' expiry. Returns within about the configured timeout, whatever Redis
     /// does.
     pub(crate) fn sync(
         &mut self,
@@ -244,7 +275,7 @@ impl Store {
     ) -> Result<Synced<'_>, StoreError> {
         let deadline = Instant::now() + self.timeout;
         self.totals.clear();
-        self.totals.resize(pushes.len(), (0, 0));
+        self.totals.resize(pushes.len(), KeyTotals::default());
         self.pending.clear();
         self.pending.extend((0..pushes.len()).map(|i| Pending {
             job: Job::Window(i),
@@ -374,8 +405,13 @@ impl Store {
         }
         match pending.job {
             Job::Window(i) => {
-                self.scripts
-                    .window(out, &mut self.name, &args.pushes[i], args.expiry_ms);
+                self.scripts.window(
+                    out,
+                    &mut self.name,
+                    args.node,
+                    &args.pushes[i],
+                    args.expiry_ms,
+                );
             }
             Job::Nodes => self.scripts.nodes(
                 out,

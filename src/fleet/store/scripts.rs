@@ -5,10 +5,10 @@
 
 use redis::Value;
 
-use super::Push;
+use super::{KeyTotals, Push, MAX_COUNT};
 use crate::fleet::resp;
 
-/// Adds a node's count to a key's counter of a window and reads the fleet's totals.
+/// Stores a node's count of a key in a window and reads the fleet's counts of the key.
 const WINDOW: &str = include_str!("../window.lua");
 /// Marks a node alive and counts the nodes alive.
 const NODES: &str = include_str!("../nodes.lua");
@@ -38,30 +38,32 @@ impl Scripts {
         2
     }
 
-    /// Appends the window script's call for `push`. `name` holds the name of the key's counter
-    /// of `push.window`; it is left holding the name of the previous window's.
+    /// Appends the window script's call for `node`'s `push`. `name` holds the name of the
+    /// key's hash for `push.window`; it is left holding the name of the previous window's.
     pub(super) fn window(
         &self,
         out: &mut Vec<u8>,
         name: &mut Vec<u8>,
+        node: &str,
         push: &Push<'_>,
         expiry_ms: u64,
     ) {
-        resp::array(out, 7);
+        resp::array(out, 8);
         resp::bulk(out, b"EVALSHA");
         resp::bulk(out, self.window_sha.as_bytes());
         resp::bulk(out, b"2");
         resp::bulk(out, name);
-        // The previous window's counter: the same name with the window before.
+        // The previous window's hash: the same name with the window before.
         let tail = name.iter().rposition(|&b| b == b':').map_or(0, |p| p + 1);
         name.truncate(tail);
         match push.window.checked_sub(1) {
             Some(previous) => name.extend_from_slice(resp::Digits::new(previous).as_bytes()),
-            // Window 0 has no predecessor: a name no counter has.
+            // Window 0 has no predecessor: a name no hash has.
             None => name.extend_from_slice(b"-1"),
         }
         resp::bulk(out, name);
-        resp::number(out, push.delta.min(i64::MAX as u64));
+        resp::bulk(out, node.as_bytes());
+        resp::number(out, push.count.min(MAX_COUNT));
         resp::number(out, expiry_ms);
     }
 
@@ -88,12 +90,17 @@ impl Scripts {
     }
 }
 
-/// The totals in the window script's reply, `(this window's, the previous window's)`;
-/// `None` for a reply of another shape.
-pub(super) fn window_totals(reply: &[Value]) -> Option<(u64, u64)> {
+/// The counts in the window script's reply, `{current, current senders, previous, previous
+/// senders}`; `None` for a reply of another shape.
+pub(super) fn window_totals(reply: &[Value]) -> Option<KeyTotals> {
     match reply {
-        [Value::Int(current), Value::Int(previous)] => {
-            Some((non_negative(*current), non_negative(*previous)))
+        [Value::Int(current), Value::Int(current_senders), Value::Int(previous), Value::Int(previous_senders)] => {
+            Some(KeyTotals {
+                current: non_negative(*current),
+                previous: non_negative(*previous),
+                current_senders: senders(*current_senders),
+                previous_senders: senders(*previous_senders),
+            })
         }
         _ => None,
     }
@@ -101,4 +108,8 @@ pub(super) fn window_totals(reply: &[Value]) -> Option<(u64, u64)> {
 
 fn non_negative(n: i64) -> u64 {
     u64::try_from(n).unwrap_or(0)
+}
+
+fn senders(n: i64) -> u32 {
+    u32::try_from(n.max(0)).unwrap_or(u32::MAX)
 }
