@@ -25,9 +25,9 @@ where
     /// waiting: then it joins the end of their line when first polled, and tries when its
     /// turn comes (at once, if it finds no line). Otherwise the future parks the request
     /// until a permit of its key comes back (in flight), its rate window has room (the time
-    /// its rejection's `retry_after` gives), or `max_wait` passes (by the OS clock from this
-    /// call, rounded up to the next tick of the 10 ms clock: never early); then it resolves
-    /// to the last rejection. A rate rejection whose `retry_after` is beyond `max_wait` is returned at
+    /// its rejection's `retry_after` gives), or `max_wait` passes (from this call, rounded up
+    /// to the next tick of the 10 ms clock: never early, at most about two ticks late); then
+    /// it resolves to the last rejection. A rate rejection whose `retry_after` is beyond `max_wait` is returned at
     /// once, as are rejections no waiting can help (a limit of 0, a kind not counted), and
     /// requests beyond the waiters the limiter allows
     /// ([`max_waiters`](crate::LimiterBuilder::max_waiters),
@@ -209,9 +209,9 @@ where
                 Err(rejected) => first = Some(rejected),
             }
         }
-        // Only a request that must wait reads the exact time: its deadline is `max_wait` from
-        // now by the OS clock, rounded up to the tick, never early.
-        let now = shared.time.precise();
+        // Its deadline is `max_wait` from now, rounded up to the tick, never early: from the
+        // coarse time (one load, no OS clock) plus the most it can trail the exact time.
+        let now = latest_now(shared);
         let deadline = now.saturating_add(max_wait).div_ceil(TICK_NANOS);
         if let Some(rejected) = first.take_if(|r| !worth_waiting(r, now, deadline)) {
             return Self::ready(shared, Err(rejected));
@@ -240,6 +240,13 @@ fn worth_waiting(rejected: &Rejected, now: u64, deadline: u64) -> bool {
         }),
         _ => false,
     }
+}
+
+/// The latest the time can be now: the coarse time plus the most it trails the exact time
+/// (two ticks on the shared clock, none on a manual one). Deadlines and retry times counted
+/// from it are never early, and at most that much late.
+fn latest_now<K>(shared: &Shared<K>) -> u64 {
+    shared.time.coarse().saturating_add(shared.time.lag())
 }
 
 /// The tick at which a rate rejection at `now` says one more request fits.
@@ -300,7 +307,7 @@ where
         };
         let (id, deadline) = (*id, wait.deadline);
         let result = attempt(&self.shared, wait);
-        let now = self.shared.time.precise();
+        let now = latest_now(&self.shared);
         match result {
             Err(rejected) if worth_waiting(&rejected, now, deadline) => {
                 let waiters = &self.shared.waiters;
@@ -329,7 +336,7 @@ where
             let retry = result
                 .as_ref()
                 .err()
-                .and_then(|r| retry_tick(r, self.shared.time.precise()));
+                .and_then(|r| retry_tick(r, latest_now(&self.shared)));
             leave(&self.shared, wait.hash, id, result.is_ok(), retry);
         }
         result
