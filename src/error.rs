@@ -103,6 +103,14 @@ pub enum ConfigError {
         /// The most allowed.
         max: usize,
     },
+    /// More waiters asked for than a limiter allows
+    /// ([`MAX_WAITERS`](crate::limiter::MAX_WAITERS)); their room is allocated up front.
+    Waiters {
+        /// Waiters asked for.
+        asked: usize,
+        /// The most allowed.
+        max: usize,
+    },
     /// A limit or threshold outside what is allowed; the message names it.
     InvalidLimit(&'static str),
     /// A fleet configuration (`floodgate::fleet::FleetConfig`, feature `redis`) that cannot
@@ -187,6 +195,11 @@ impl fmt::Display for ConfigError {
             ConfigError::ExactCapacity { asked, max } => write!(
                 f,
                 "the exact stage needs a capacity between 1 and {max} keys, got {asked}"
+            ),
+            ConfigError::Waiters { asked, max } => write!(
+                f,
+                "a limiter holds at most {max} waiters (their room is allocated when it is \
+                 built), got {asked}"
             ),
             ConfigError::InvalidLimit(what) => f.write_str(what),
             ConfigError::Fleet(what) => f.write_str(what),

@@ -428,3 +428,111 @@ fn with_the_shared_clock_waiters_are_admitted_as_permits_come_back() {
     let permit = runtime.block_on(rated.acquire("origin", 10 * SECOND));
     assert!(permit.is_ok(), "{permit:?}");
 }
+
+#[test]
+fn when_a_rate_limited_head_is_cancelled_the_next_waiter_wakes_at_its_retry_time() {
+    let clock = ManualClock::new();
+    let limiter: Limiter<String> = Limiter::builder()
+        .max_rate(1, SECOND)
+        .clock(&clock)
+        .build()
+        .unwrap();
+    drop(limiter.try_acquire("origin").unwrap());
+    let mut head = Polled::new(limiter.acquire("origin", 30 * SECOND));
+    // It tried, and waits for its retry time: with 1 admitted in the first window, one more
+    // fits once that window has slid out entirely, 2 s on.
+    head.pending();
+    let mut next = Polled::new(limiter.acquire("origin", 30 * SECOND));
+    next.pending(); // behind it, never tried: only its deadline in 30 s
+    clock.advance(SECOND / 2);
+    drop(head); // cancelled: wakes no one, but the new head inherits the retry time
+    assert_eq!(next.woken(), 0);
+    clock.advance(SECOND * 14 / 10);
+    assert_eq!(next.woken(), 0, "woken before the window has room");
+    clock.advance(SECOND / 10 + 2 * TICK);
+    assert_eq!(next.woken(), 1, "the line waited for its deadline");
+    let _permit = next.admitted();
+}
+
+#[test]
+fn a_waiter_woken_for_a_permit_that_times_out_unpolled_and_is_dropped_passes_it_on() {
+    let clock = ManualClock::new();
+    let limiter = inflight_limiter(1, &clock);
+    let held = limiter.try_acquire_owned("origin").unwrap();
+    let mut first = Polled::new(limiter.acquire("origin", Duration::from_millis(100)));
+    let mut second = Polled::new(limiter.acquire("origin", 30 * SECOND));
+    first.pending();
+    second.pending();
+    clock.advance(Duration::from_millis(95));
+    drop(held); // the first gets the turn...
+    assert_eq!((first.woken(), second.woken()), (1, 0));
+    clock.advance(Duration::from_millis(10)); // ...times out before it is polled...
+    drop(first); // ...and is dropped unpolled: the permit's turn goes on
+    assert_eq!(second.woken(), 1);
+    let _permit = second.admitted();
+}
+
+#[test]
+fn a_request_no_waiting_can_help_is_refused_at_once_even_behind_a_line() {
+    let clock = ManualClock::new();
+    let limiter = inflight_limiter(1, &clock);
+    let _held = limiter.try_acquire_owned("origin").unwrap();
+    let mut waiter = Polled::new(limiter.acquire("origin", 30 * SECOND));
+    waiter.pending();
+    let suspended = Limits::new().max_inflight(0);
+    let mut refused = Polled::new(limiter.acquire_with("origin", &suspended, 30 * SECOND));
+    assert_eq!(refused.rejected().limit, 0);
+    let wrong = Limits::new().max_rate(5);
+    let mut refused = Polled::new(limiter.acquire_with("origin", &wrong, 30 * SECOND));
+    assert_eq!(refused.rejected().reason, Reason::RateNotCounted);
+    assert_eq!(
+        limiter.stats().waiting,
+        1,
+        "neither took a place in the line"
+    );
+}
+
+/// A waker whose executor panics when woken.
+struct Panics;
+
+impl Wake for Panics {
+    fn wake(self: Arc<Self>) {
+        panic!("an executor's waker panicked (injected by the test)");
+    }
+}
+
+#[test]
+fn a_waker_that_panics_does_not_stop_the_clock_for_the_other_waiters() {
+    let clock = ManualClock::new();
+    let limiter = inflight_limiter(1, &clock);
+    let _held = limiter.try_acquire_owned("a").unwrap();
+    let _held_b = limiter.try_acquire_owned("b").unwrap();
+    let mut bad = limiter.acquire("a", Duration::from_millis(50));
+    let panics = Waker::from(Arc::new(Panics));
+    assert!(Pin::new(&mut bad)
+        .poll(&mut Context::from_waker(&panics))
+        .is_pending());
+    let mut good = Polled::new(limiter.acquire("b", Duration::from_millis(200)));
+    good.pending();
+    clock.advance(Duration::from_millis(100)); // the bad waker panics here, caught
+    clock.advance(Duration::from_millis(100));
+    assert_eq!(good.woken(), 1, "the later deadline still fired");
+    assert_eq!(good.rejected().reason, Reason::Inflight);
+}
+
+#[test]
+fn more_waiters_than_a_limiter_can_hold_is_a_clear_error() {
+    let err = Limiter::<String>::builder()
+        .max_inflight(1)
+        .max_waiters(usize::MAX)
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(err, floodgate::ConfigError::Waiters { .. }),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("at most 16777216 waiters"),
+        "{err}"
+    );
+}

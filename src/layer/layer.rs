@@ -62,7 +62,9 @@ use crate::{Limits, OwnedPermit, Reason, Rejected};
 /// - **`Retry-After`**, on a 503 for the rate limit: the seconds until the same request would
 ///   fit, rounded up, at least 1. With [`retry_after_jitter(max)`](Self::retry_after_jitter),
 ///   plus a random 0 to `max` whole seconds, so that clients refused together do not all
-///   come back in the same second (draft §8.5); never earlier than the exact time. There is
+///   come back in the same second (draft §8.5); never earlier than the exact time (for a
+///   key judged under the same limits from one request to the next: see
+///   [`Rejected::retry_after`]). There is
 ///   none for an in-flight refusal (room comes when other requests finish, which no one can
 ///   foresee) nor under a rate limit of 0 (nothing ever fits).
 /// - **`RateLimit-Policy`**: the limits the request was judged against (its own, or the

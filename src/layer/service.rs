@@ -18,7 +18,7 @@ use super::{
     HostKey, KeyExtractor, LimitBody, LimiterDefaults, LimitsExtractor, RefuseAtOnce,
     ResponseFuture, WaitUpTo,
 };
-use crate::{Limiter, OwnedPermit, Reason, Rejected};
+use crate::{Limiter, Limits, OwnedPermit, Reason, Rejected};
 
 /// The service a [`LimitLayer`] makes: limits requests per key, refuses the rejected ones
 /// (503, see [`LimitLayer`] for the headers), and holds each admitted request's permit until
@@ -312,12 +312,13 @@ impl<S, F, L, W> LimitService<S, F, L, W> {
     where
         L: LimitsExtractor<B>,
     {
-        let limits = self
-            .limits
-            .limits(req)
-            .unwrap_or_else(|| self.limiter.limits());
+        self.policies(self.limits.limits(req))
+    }
+
+    /// The policies of a request's own limits, or of the limiter's defaults as they are now.
+    pub(super) fn policies(&self, own: Option<Limits>) -> Policies {
         Policies {
-            limits,
+            limits: own.unwrap_or_else(|| self.limiter.limits()),
             interval: self.limiter.rate_interval(),
         }
     }
@@ -463,7 +464,6 @@ pub(super) fn refuse<B>(refusal: Option<Refusal>) -> Response<LimitBody<B>> {
 #[cfg(all(test, not(floodgate_loom)))]
 mod tests {
     use super::*;
-    use crate::Limits;
 
     fn refusal(reason: Reason, retry_after: Option<Duration>) -> Refusal {
         Refusal {

@@ -43,11 +43,16 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        let policies = self.judged_against(&req);
+        // A request's own limits, or none: then each attempt while it waits is judged against
+        // the defaults of that moment, so a `set_limits` that raises them frees the waiters.
+        // The fields of its response describe the defaults as they were when it came.
+        let own = self.limits.limits(&req);
+        let policies = self.policies(own);
         let key = self.key.key(&req);
-        let acquire = self
-            .limiter
-            .acquire_with(&*key, &policies.limits, self.mode.0);
+        let acquire = match own {
+            Some(limits) => self.limiter.acquire_with(&*key, &limits, self.mode.0),
+            None => self.limiter.acquire(&*key, self.mode.0),
+        };
         let key = key.into_owned();
         // The service made ready for this request goes with it; this one keeps a clone (what
         // tower's buffering layers do), so that the request is sent where readiness was
@@ -130,10 +135,13 @@ where
             let state = match self.as_mut().project().state.project() {
                 WaitStateProj::Decided { response } => return response.poll(cx),
                 WaitStateProj::Waiting { acquire, waiting } => {
+                    if waiting.is_none() {
+                        // Polled again after a panic in the inner service's `call`: refuse
+                        // rather than panic or hang.
+                        return Poll::Ready(Ok(super::service::refuse(None)));
+                    }
                     let decided = ready!(Pin::new(acquire).poll(cx));
                     let Some(mut w) = waiting.take() else {
-                        // Polled again after a panic in the inner service's `call`: refuse
-                        // rather than panic.
                         return Poll::Ready(Ok(super::service::refuse(None)));
                     };
                     let state: State<S::Future> = match decided {

@@ -239,10 +239,10 @@ impl<K> LimiterBuilder<K> {
     }
 
     /// The most requests that may wait in [`Limiter::acquire`] at once, all keys together
-    /// (default [`DEFAULT_MAX_WAITERS`]); a request beyond them is refused at once. Their
-    /// room (about 150 bytes each) is allocated when the limiter is built, so memory stays
-    /// fixed whatever the traffic. 0 turns waiting off: `acquire` then decides like
-    /// `try_acquire`.
+    /// (default [`DEFAULT_MAX_WAITERS`], at most [`MAX_WAITERS`]: more is
+    /// [`ConfigError::Waiters`]); a request beyond them is refused at once. Their room (about
+    /// 150 bytes each) is allocated when the limiter is built, so memory stays fixed whatever
+    /// the traffic. 0 turns waiting off: `acquire` then decides like `try_acquire`.
     ///
     /// # Examples
     ///
@@ -353,6 +353,12 @@ impl<K> LimiterBuilder<K> {
             return Err(ConfigError::ExactCapacity {
                 asked,
                 max: MAX_EXACT_CAPACITY,
+            });
+        }
+        if self.max_waiters > MAX_WAITERS {
+            return Err(ConfigError::Waiters {
+                asked: self.max_waiters,
+                max: MAX_WAITERS,
             });
         }
         if self.peak_rate == 0 {

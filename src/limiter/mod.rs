@@ -116,6 +116,9 @@ pub const DEFAULT_PROMOTION: f64 = 0.5;
 /// The most requests a limiter lets wait in [`Limiter::acquire`] at once, unless told
 /// otherwise ([`LimiterBuilder::max_waiters`]).
 pub const DEFAULT_MAX_WAITERS: usize = 4096;
+/// The most waiters a limiter accepts ([`LimiterBuilder::max_waiters`]): 2^24, about 2.5 GB
+/// of room allocated up front.
+pub const MAX_WAITERS: usize = 1 << 24;
 /// The most requests of one key a limiter lets wait at once, unless told otherwise
 /// ([`LimiterBuilder::max_waiters_per_key`]).
 pub const DEFAULT_MAX_WAITERS_PER_KEY: usize = 64;
@@ -156,7 +159,8 @@ struct Shared<K> {
     sketches: Sketches,
     /// The default limits with their promotion thresholds, replaced whole by
     /// [`Limiter::set_limits`]. `AtomicCell` (a sequence lock for a value this size): a read
-    /// takes no lock and writes nothing, and always sees one `set_limits`'s value whole.
+    /// writes nothing and takes no lock unless it races a `set_limits` (then it waits for
+    /// it), and always sees one `set_limits`'s value whole.
     defaults: AtomicCell<Thresholds>,
     /// The fraction of each limit at which a key is promoted.
     promotion: f64,

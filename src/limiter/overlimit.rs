@@ -35,6 +35,7 @@
 
 use std::time::Duration;
 
+use crate::estimator::remix;
 use crate::sync::{AtomicU64, Ordering};
 
 /// Bits of a slot's deadline; the rest is the tag.
@@ -47,8 +48,10 @@ const UNIT: u64 = 1 << UNIT_SHIFT;
 /// deadline that has passed is never read as one far ahead.
 const MAX_AHEAD: u64 = 1 << (DEADLINE_BITS - 1);
 
-/// Mixes a rate limit into a key's tag (an odd constant: different limits, different tags).
-const LIMIT_MIX: u64 = 0x9E37_79B9_7F4A_7C15;
+/// The seed of the remix that mixes a rate limit into a key's tag: two limits give tags
+/// that differ in every bit with probability 1/2, so a changed limit misses (but for a 2^-24
+/// chance, as for two keys).
+const LIMIT_SEED: u64 = 0x6c69_6d69_7473_7467;
 
 /// Slots per key the exact stage can hold: over-limit keys are a subset of the keys near
 /// their limits, and spare slots keep two flooding keys from taking turns in one.
@@ -76,7 +79,7 @@ impl OverLimit {
     /// computed under, so a key whose limit changed (its plan, or the defaults) misses and is
     /// decided the usual way.
     fn tag(spread: u64, limit: isize) -> u64 {
-        (spread ^ (limit as u64).wrapping_mul(LIMIT_MIX)) >> DEADLINE_BITS
+        (spread ^ remix(limit as u64, LIMIT_SEED)) >> DEADLINE_BITS
     }
 
     /// How long the key with spread hash `spread` is still over its limit at time `now`

@@ -22,11 +22,12 @@ where
     /// The first attempt is made now, in this call: a request with room gets its permit at
     /// once (the future is then ready at its first poll) and allocates nothing, unless
     /// requests of its key (or, rarely, of another key sharing its counter of waiters) are
-    /// waiting: then it queues behind them, and tries when first polled. Otherwise the
-    /// future parks the request until a permit of its key comes back (in flight), its rate
-    /// window has room (the time its rejection's `retry_after` gives), or `max_wait` passes,
-    /// rounded up to the next tick of the 10 ms clock; then it resolves to the last
-    /// rejection. A rate rejection whose `retry_after` is beyond `max_wait` is returned at
+    /// waiting: then it joins the end of their line when first polled, and tries when its
+    /// turn comes (at once, if it finds no line). Otherwise the future parks the request
+    /// until a permit of its key comes back (in flight), its rate window has room (the time
+    /// its rejection's `retry_after` gives), or `max_wait` passes (from this call, rounded up
+    /// to the next tick of the 10 ms clock: never early, at most about two ticks late); then
+    /// it resolves to the last rejection. A rate rejection whose `retry_after` is beyond `max_wait` is returned at
     /// once, as are rejections no waiting can help (a limit of 0, a kind not counted), and
     /// requests beyond the waiters the limiter allows
     /// ([`max_waiters`](crate::LimiterBuilder::max_waiters),
@@ -42,7 +43,9 @@ where
     /// permit, the turn passes to the next waiter.
     ///
     /// Without an explicit `Limits`, each attempt is judged against the defaults current at
-    /// that attempt (see [`set_limits`](Self::set_limits)).
+    /// that attempt (see [`set_limits`](Self::set_limits)). Waiters of one key are served in
+    /// one line whatever their limits: a waiter under a lower limit of its own than those
+    /// behind it holds their turn until it is admitted or gives up.
     ///
     /// # Errors
     ///
@@ -153,6 +156,9 @@ struct Wait<K> {
     limits: Option<Limits>,
     /// The tick after which it gives up.
     deadline: u64,
+    /// The rejection of the attempt `acquire` made, if it made one: what a request that
+    /// finds no place to wait is answered (it is not tried, and counted, again).
+    first: Option<Rejected>,
 }
 
 impl<K> Acquire<K>
@@ -177,28 +183,38 @@ where
         K: Borrow<Q> + Clone,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        // What no waiting can help is answered at once, uncounted, queued or not: limits of
+        // a kind the limiter does not count, and limits of 0.
+        let thresholds = match limits {
+            Some(limits) => shared.thresholds(&limits),
+            None => Ok(shared.defaults.load()),
+        };
+        let thresholds = match thresholds {
+            Ok(t) => match t.refuses_all() {
+                Some(rejected) => return Self::ready(shared, Err(rejected)),
+                None => t,
+            },
+            Err(rejected) => return Self::ready(shared, Err(rejected)),
+        };
         let hash = shared.sketches.hash(key);
-        let now = shared.time.coarse();
         let max_wait = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
-        let deadline = now.saturating_add(max_wait).div_ceil(TICK_NANOS);
         // Waiters of this key may be parked: they go first, so join their line without
         // trying (no lock here). If the bucket was counted by another key's waiters, the
         // request heads a new line at its first poll, and a head tries at once.
         let queued = max_wait > 0 && shared.waiters.any_parked(hash);
+        let mut first = None;
         if !queued {
-            let attempt = match limits {
-                Some(limits) => shared
-                    .thresholds(&limits)
-                    .and_then(|t| shared.acquire_hashed(key, hash, &t)),
-                None => shared.acquire_hashed(key, hash, &shared.defaults.load()),
-            };
-            match attempt {
+            match shared.acquire_hashed(key, hash, &thresholds) {
                 Ok(ticket) => return Self::ready(shared, Ok(OwnedPermit::new(shared, ticket))),
-                Err(rejected) if !worth_waiting(&rejected, now, deadline) => {
-                    return Self::ready(shared, Err(rejected))
-                }
-                Err(_) => {}
+                Err(rejected) => first = Some(rejected),
             }
+        }
+        // Its deadline is `max_wait` from now, rounded up to the tick, never early: from the
+        // coarse time (one load, no OS clock) plus the most it can trail the exact time.
+        let now = latest_now(shared);
+        let deadline = now.saturating_add(max_wait).div_ceil(TICK_NANOS);
+        if let Some(rejected) = first.take_if(|r| !worth_waiting(r, now, deadline)) {
+            return Self::ready(shared, Err(rejected));
         }
         Acquire {
             shared: Arc::clone(shared),
@@ -207,6 +223,7 @@ where
                 hash,
                 limits,
                 deadline,
+                first,
             }),
         }
     }
@@ -225,6 +242,13 @@ fn worth_waiting(rejected: &Rejected, now: u64, deadline: u64) -> bool {
     }
 }
 
+/// The latest the time can be now: the coarse time plus the most it trails the exact time
+/// (two ticks on the shared clock, none on a manual one). Deadlines and retry times counted
+/// from it are never early, and at most that much late.
+fn latest_now<K>(shared: &Shared<K>) -> u64 {
+    shared.time.coarse().saturating_add(shared.time.lag())
+}
+
 /// The tick at which a rate rejection at `now` says one more request fits.
 fn retry_tick(rejected: &Rejected, now: u64) -> Option<u64> {
     let retry = rejected.retry_after?;
@@ -236,17 +260,6 @@ impl<K> Acquire<K>
 where
     K: Hash + Eq + Clone + Send + Sync,
 {
-    /// One attempt for a waiting request.
-    fn attempt(&self, wait: &Wait<K>) -> Result<OwnedPermit<K>, Rejected> {
-        let s = &self.shared;
-        let thresholds = match &wait.limits {
-            Some(limits) => s.thresholds(limits)?,
-            None => s.defaults.load(),
-        };
-        let ticket = s.acquire_hashed(&wait.key, wait.hash, &thresholds)?;
-        Ok(OwnedPermit::new(s, ticket))
-    }
-
     /// Tells the clock to run sooner when a waiter is due before it would.
     fn prompt_if_sooner(&self, sooner: bool) {
         if sooner {
@@ -254,17 +267,49 @@ where
         }
     }
 
-    /// An attempt of a waiter with the turn: admitted, given up, or back in the line.
-    fn take_turn(
-        &mut self,
-        wait: Wait<K>,
-        id: WaiterId,
-        cx: &mut Context<'_>,
-    ) -> Poll<Result<OwnedPermit<K>, Rejected>> {
-        let result = self.attempt(&wait);
-        let now = self.shared.time.coarse();
+    /// Joins the key's line: `Ok(true)` when it heads the line with the turn (it must try at
+    /// once), `Err` with the answer when there is no place to wait.
+    fn park(&mut self, cx: &mut Context<'_>) -> Result<bool, Result<OwnedPermit<K>, Rejected>> {
+        let Step::Park(wait) = &mut self.step else {
+            return Ok(false);
+        };
+        let waiters = &self.shared.waiters;
+        // Counted before it is in the line, and so before any attempt it makes: its half of
+        // the wake-up handshake.
+        waiters.count_parked(wait.hash);
+        let mut queue = waiters.lock();
+        let Some(parked) = queue.park(wait.hash, wait.deadline, cx.waker()) else {
+            // As many waiters as the limiter allows: the first rejection, or one attempt.
+            drop(queue);
+            waiters.count_left(wait.hash);
+            let answer = match wait.first.take() {
+                Some(rejected) => Err(rejected),
+                None => attempt(&self.shared, wait),
+            };
+            self.step = Step::Done;
+            return Err(answer);
+        };
+        let sooner = waiters.sooner(&queue, parked.due);
+        drop(queue);
+        self.prompt_if_sooner(sooner);
+        if let Step::Park(wait) = std::mem::replace(&mut self.step, Step::Done) {
+            self.step = Step::Parked(wait, parked.id);
+        }
+        Ok(parked.has_turn)
+    }
+
+    /// An attempt of a waiter with the turn: admitted, given up, or back in the line. The
+    /// step stays `Parked` while user code (the key's `Hash` and `Eq`) runs, so a panic there
+    /// leaves the waiter for `Drop` to take out.
+    fn take_turn(&mut self, cx: &mut Context<'_>) -> Poll<Result<OwnedPermit<K>, Rejected>> {
+        let Step::Parked(wait, id) = &self.step else {
+            return Poll::Pending;
+        };
+        let (id, deadline) = (*id, wait.deadline);
+        let result = attempt(&self.shared, wait);
+        let now = latest_now(&self.shared);
         match result {
-            Err(rejected) if worth_waiting(&rejected, now, wait.deadline) => {
+            Err(rejected) if worth_waiting(&rejected, now, deadline) => {
                 let waiters = &self.shared.waiters;
                 let mut queue = waiters.lock();
                 let again = queue.wait_again(id, retry_tick(&rejected, now), cx.waker());
@@ -275,15 +320,40 @@ where
                     // A permit came back while it was trying: try again, after yielding.
                     cx.waker().wake_by_ref();
                 }
-                self.step = Step::Parked(wait, id);
                 Poll::Pending
             }
-            result => {
-                leave(&self.shared, wait.hash, id, result.is_ok());
-                Poll::Ready(result)
-            }
+            result => Poll::Ready(self.finish(result)),
         }
     }
+
+    /// Leaves the line with `result`: admitted, or given up with its last rejection (whose
+    /// retry time the next waiter inherits, if it is to head the line).
+    fn finish(
+        &mut self,
+        result: Result<OwnedPermit<K>, Rejected>,
+    ) -> Result<OwnedPermit<K>, Rejected> {
+        if let Step::Parked(wait, id) = std::mem::replace(&mut self.step, Step::Done) {
+            let retry = result
+                .as_ref()
+                .err()
+                .and_then(|r| retry_tick(r, latest_now(&self.shared)));
+            leave(&self.shared, wait.hash, id, result.is_ok(), retry);
+        }
+        result
+    }
+}
+
+/// One attempt for a waiting request.
+fn attempt<K>(shared: &Arc<Shared<K>>, wait: &Wait<K>) -> Result<OwnedPermit<K>, Rejected>
+where
+    K: Hash + Eq + Clone,
+{
+    let thresholds = match &wait.limits {
+        Some(limits) => shared.thresholds(limits)?,
+        None => shared.defaults.load(),
+    };
+    let ticket = shared.acquire_hashed(&wait.key, wait.hash, &thresholds)?;
+    Ok(OwnedPermit::new(shared, ticket))
 }
 
 impl<K> Future for Acquire<K>
@@ -294,50 +364,38 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        match std::mem::replace(&mut this.step, Step::Done) {
-            Step::Ready(result) => Poll::Ready(result),
+        match &this.step {
+            Step::Ready(_) => match std::mem::replace(&mut this.step, Step::Done) {
+                Step::Ready(result) => Poll::Ready(result),
+                _ => Poll::Pending,
+            },
             // Polled after it resolved: stays pending rather than panicking.
             Step::Done => Poll::Pending,
-            Step::Park(wait) => {
-                let waiters = &this.shared.waiters;
-                // Counted before it is in the line, and so before any attempt it makes: its
-                // half of the wake-up handshake.
-                waiters.count_parked(wait.hash);
-                let mut queue = waiters.lock();
-                let Some(parked) = queue.park(wait.hash, wait.deadline, cx.waker()) else {
-                    // As many waiters as the limiter allows: one attempt, whatever it says.
-                    drop(queue);
-                    waiters.count_left(wait.hash);
-                    return Poll::Ready(this.attempt(&wait));
-                };
-                let sooner = waiters.sooner(&queue, parked.due);
-                drop(queue);
-                this.prompt_if_sooner(sooner);
-                if parked.has_turn {
-                    return this.take_turn(wait, parked.id, cx);
-                }
-                this.step = Step::Parked(wait, parked.id);
-                Poll::Pending
-            }
-            Step::Parked(wait, id) => {
+            Step::Park(_) => match this.park(cx) {
+                Err(answer) => Poll::Ready(answer),
+                Ok(true) => this.take_turn(cx),
+                Ok(false) => Poll::Pending,
+            },
+            Step::Parked(_, id) => {
+                let id = *id;
                 let mut queue = this.shared.waiters.lock();
                 match queue.state(id) {
                     Some(State::Waiting) => {
                         queue.set_waker(id, cx.waker());
-                        drop(queue);
-                        this.step = Step::Parked(wait, id);
                         Poll::Pending
                     }
                     Some(State::Notified) => {
                         drop(queue);
-                        this.take_turn(wait, id, cx)
+                        this.take_turn(cx)
                     }
                     // Its deadline passed (or, never, it was taken out): a last attempt.
                     Some(State::TimedOut) | None => {
                         drop(queue);
-                        let result = this.attempt(&wait);
-                        leave(&this.shared, wait.hash, id, result.is_ok());
-                        Poll::Ready(result)
+                        let Step::Parked(wait, _) = &this.step else {
+                            return Poll::Pending;
+                        };
+                        let result = attempt(&this.shared, wait);
+                        Poll::Ready(this.finish(result))
                     }
                 }
             }
@@ -348,21 +406,22 @@ where
 impl<K: Hash + Eq> Drop for Acquire<K> {
     fn drop(&mut self) {
         if let Step::Parked(wait, id) = std::mem::replace(&mut self.step, Step::Done) {
-            leave(&self.shared, wait.hash, id, false);
+            leave(&self.shared, wait.hash, id, false, None);
         }
     }
 }
 
-/// Takes a waiter of `hash` out of its line (admitted, given up or cancelled), passing its
-/// turn on if it did not use it. An admitted head also wakes the next waiter when the limiter
-/// counts a rate: the window may have room for more than one (an in-flight permit is one).
-fn leave<K>(shared: &Shared<K>, hash: u64, id: WaiterId, admitted: bool) {
+/// Takes a waiter of `hash` out of its line (admitted, given up or cancelled), passing on a
+/// turn it did not use. An admitted head also wakes the next waiter when the limiter counts a
+/// rate: the window may have room for more than one (an in-flight permit is one). A head that
+/// leaves without a permit hands its retry time (`retry`, else its last one) to the next.
+fn leave<K>(shared: &Shared<K>, hash: u64, id: WaiterId, admitted: bool, retry: Option<u64>) {
     let waiters = &shared.waiters;
     let pass_on = shared.sketches.rate.is_some();
-    let next = waiters.lock().remove(id, admitted, pass_on);
+    let next = waiters.lock().remove(id, admitted, pass_on, retry);
     waiters.count_left(hash);
     if let Some(waker) = next {
-        waker.wake();
+        super::wake(waker);
     }
 }
 

@@ -18,8 +18,11 @@
 //! - a permit of its key comes back (in flight): one waiter per permit, the oldest waiting;
 //! - its rate retry time comes: only the head of a line is scheduled for it, so a thousand
 //!   waiters of one flooded key do not all wake at the same tick;
-//! - the waiter before it leaves admitted, or leaves with the turn (cancelled): the turn
-//!   passes on, so the window's room is used and no permit is lost with a cancelled waiter.
+//! - the head of its line leaves admitted and the limiter counts a rate (the window may have
+//!   room for more than one), or the waiter before it leaves with the turn unused
+//!   (cancelled, or timed out before it was polled): no permit is lost with it;
+//! - it becomes the head of a rate-limited line whose old head left without a permit: it
+//!   inherits the old head's retry time, so the line does not wait for its deadline.
 //!
 //! Each wake is one attempt, so a wake-up storm cannot happen: per permit that came back at
 //! most one waiter is woken, per retry time one per key. A new request for a key that has a
@@ -64,6 +67,7 @@
 mod acquire;
 mod queue;
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::task::Waker;
 
 pub use acquire::Acquire;
@@ -77,6 +81,13 @@ use crate::sync::{lock, AtomicU32, AtomicU64, Mutex, MutexGuard, Ordering};
 const BUCKETS_PER_WAITER: usize = 4;
 /// The most buckets (256 KiB): every release loads one, so the array should stay in cache.
 const MAX_BUCKETS: usize = 1 << 16;
+
+/// Wakes a waiter's task. A waker is the executor's code: one that panics must not take the
+/// clock's pass (and with it every later deadline of the limiter) or a permit's release down
+/// with it, so the panic stops here; that task is not woken, and its deadline still fires.
+pub(crate) fn wake(waker: Waker) {
+    let _ = catch_unwind(AssertUnwindSafe(|| waker.wake()));
+}
 
 /// The waiters of one limiter.
 pub(crate) struct Waiters {
@@ -92,7 +103,8 @@ impl Waiters {
     /// Room for `max_total` waiters, at most `max_per_key` of one key, on a clock now at
     /// `now` (nanoseconds).
     pub(crate) fn new(max_total: usize, max_per_key: usize, now: u64) -> Self {
-        let buckets = (max_total * BUCKETS_PER_WAITER)
+        let buckets = max_total
+            .saturating_mul(BUCKETS_PER_WAITER)
             .clamp(1, MAX_BUCKETS)
             .next_power_of_two();
         Waiters {
@@ -141,7 +153,7 @@ impl Waiters {
         }
         let waker = self.lock().released(hash);
         if let Some(waker) = waker {
-            waker.wake();
+            wake(waker);
         }
     }
 
@@ -168,7 +180,7 @@ impl Waiters {
             next
         };
         // Outside the lock: a waker may run the task at once.
-        woken.into_iter().for_each(Waker::wake);
+        woken.into_iter().for_each(wake);
         next
     }
 

@@ -58,6 +58,9 @@ struct Slot {
     retry: Option<u64>,
     /// Its entry in the wheel: at `deadline`, or at `retry` while it heads its line.
     timer: Option<TimerKey>,
+    /// It was given the turn and has not used it yet (whatever happened since: a waiter
+    /// woken for a permit can time out before it is polled).
+    turn: bool,
     /// Neighbours in its key's line.
     prev: u32,
     next: u32,
@@ -123,6 +126,7 @@ impl Queue {
                     deadline: 0,
                     retry: None,
                     timer: None,
+                    turn: false,
                     prev: NIL,
                     next: NIL,
                 })
@@ -191,6 +195,7 @@ impl Queue {
             slot.deadline = deadline;
             slot.retry = None;
             slot.timer = None;
+            slot.turn = line.is_none();
             slot.prev = prev;
             slot.next = NIL;
         }
@@ -269,6 +274,7 @@ impl Queue {
         let index = id.index;
         let slot = &mut self.slots[index as usize];
         slot.state = State::Waiting;
+        slot.turn = false;
         slot.retry = retry;
         slot.waker = Some(waker.clone());
         Some(self.schedule(index, heads))
@@ -293,6 +299,7 @@ impl Queue {
             let slot = &mut self.slots[index as usize];
             if slot.state == State::Waiting {
                 slot.state = State::Notified;
+                slot.turn = true;
                 return slot.waker.take();
             }
             index = slot.next;
@@ -303,19 +310,28 @@ impl Queue {
     /// Removes a waiter: admitted, given up, or cancelled. The turn passes to the first
     /// waiting waiter of its line, whose waker is returned, when the one leaving
     /// - had the turn and did not use it (`admitted` false): a cancelled waiter never
-    ///   swallows a permit that came back;
+    ///   swallows a permit that came back, even one that timed out before it was polled;
     /// - headed the line, was admitted, and `pass_on` is set: there may be room for more (a
     ///   rate window);
     /// - leaves credits behind: permits that came back while every waiter had its turn.
     ///
-    /// A head that leaves without the turn passes nothing on: no release was meant for it
-    /// (see the module `wait` on why the waiters behind it lose nothing), so cancelling a
-    /// whole line wakes no one.
-    pub(crate) fn remove(&mut self, id: WaiterId, admitted: bool, pass_on: bool) -> Option<Waker> {
+    /// A head that leaves without a permit and without the turn wakes no one, so cancelling
+    /// a whole line wakes no one (see the module `wait` on why the waiters behind it lose no
+    /// permit); but the new head inherits the rate retry time (`retry`, else the one the old
+    /// head was waiting for), so that a rate-limited line never waits for its deadline.
+    pub(crate) fn remove(
+        &mut self,
+        id: WaiterId,
+        admitted: bool,
+        pass_on: bool,
+        retry: Option<u64>,
+    ) -> Option<Waker> {
         let slot = self.slot_mut(id)?;
-        let (hash, prev, next, state) = (slot.hash, slot.prev, slot.next, slot.state);
+        let (hash, prev, next, had_turn) = (slot.hash, slot.prev, slot.next, slot.turn);
+        let retry = retry.or(slot.retry);
         slot.generation = 0;
         slot.waker = None;
+        slot.turn = false;
         let timer = slot.timer.take();
         if let Some(timer) = timer {
             self.wheel.remove(timer);
@@ -338,7 +354,6 @@ impl Queue {
             self.lines.remove(&hash);
             return None;
         }
-        let had_turn = state == State::Notified;
         let pass = (had_turn && !admitted) || (was_head && admitted && pass_on);
         let credited = !pass && line.credits > 0;
         if credited {
@@ -348,6 +363,14 @@ impl Queue {
         self.lines.insert(hash, line);
         if pass || credited {
             return self.notify_first_waiting(line.head);
+        }
+        if was_head && !admitted {
+            let head = line.head;
+            let slot = &mut self.slots[head as usize];
+            if slot.state == State::Waiting && retry.is_some() {
+                slot.retry = slot.retry.or(retry);
+                self.schedule(head, true);
+            }
         }
         None
     }
@@ -367,6 +390,7 @@ impl Queue {
                 // Its retry time: from now on only its deadline.
                 if slot.state == State::Waiting {
                     slot.state = State::Notified;
+                    slot.turn = true;
                     woken.extend(slot.waker.take());
                 }
                 slot.retry = None;
@@ -431,12 +455,12 @@ mod tests {
         assert!(first.has_turn);
         let first = first.id;
         assert!(
-            q.remove(first, false, false).is_some(),
+            q.remove(first, false, false, None).is_some(),
             "the turn goes to the next"
         );
         assert_eq!(q.state(second), Some(State::Notified));
         assert_eq!(q.state(first), None);
-        assert!(q.remove(second, false, false).is_none());
+        assert!(q.remove(second, false, false, None).is_none());
         assert_eq!(q.len(), 0);
         assert!(!q.has_line(7));
     }
@@ -449,12 +473,12 @@ mod tests {
         let second = q.park(7, 100, &w).unwrap().id;
         let third = q.park(7, 100, &w).unwrap().id;
         assert!(
-            q.remove(head, true, false).is_none(),
+            q.remove(head, true, false, None).is_none(),
             "in flight: one permit, one waiter"
         );
         assert_eq!(q.state(second), Some(State::Waiting));
         assert!(
-            q.remove(second, true, true).is_some(),
+            q.remove(second, true, true, None).is_some(),
             "a rate window may have more room"
         );
         assert_eq!(q.state(third), Some(State::Notified));
@@ -467,7 +491,7 @@ mod tests {
         let ids: Vec<_> = (0..5).map(|_| q.park(7, 100, &w).unwrap().id).collect();
         assert_eq!(q.wait_again(ids[0], None, &w), Some(100)); // the head waits too now
         for &id in &ids {
-            assert!(q.remove(id, false, false).is_none());
+            assert!(q.remove(id, false, false, None).is_none());
         }
         assert_eq!(q.len(), 0);
     }
@@ -480,7 +504,7 @@ mod tests {
         assert!(q.released(7).is_none()); // a second permit back meanwhile: a credit
         let second = q.park(7, 100, &w).unwrap().id;
         assert!(
-            q.remove(head, true, false).is_some(),
+            q.remove(head, true, false, None).is_some(),
             "the credit is not left dormant"
         );
         assert_eq!(q.state(second), Some(State::Notified));
@@ -548,10 +572,10 @@ mod tests {
         let mut q = Queue::new(1, 1, 0);
         let (_, w) = waker();
         let old = q.park(7, 100, &w).unwrap().id;
-        q.remove(old, false, false);
+        q.remove(old, false, false, None);
         let new = q.park(9, 100, &w).unwrap().id;
         assert_eq!(q.state(old), None);
-        assert!(q.remove(old, false, false).is_none());
+        assert!(q.remove(old, false, false, None).is_none());
         assert_eq!(q.state(new), Some(State::Notified));
         assert_eq!(q.len(), 1);
     }
