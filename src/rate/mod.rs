@@ -176,8 +176,12 @@ struct RateCore {
     /// The one hasher of every slot's table.
     hasher: KeyHasher,
     time: TimeSource,
-    /// The time the Rate was created, on `time`: the anchor of every window.
+    /// The time the Rate was created, on `time` (or, for windows aligned to the Unix epoch,
+    /// the start of the window then in progress): the anchor of every window.
     start: u64,
+    /// The number since the Unix epoch of the window that starts at `start` (0 unless
+    /// aligned): what a fleet names the window by.
+    first_window: u64,
     /// Length of a bucket (interval / sub_windows), in nanoseconds; at least one tick.
     bucket_nanos: u64,
     sub_windows: u64,
@@ -280,6 +284,7 @@ impl Rate {
             columns: DEFAULT_COLUMNS,
             sub_windows: 1,
             clock: None,
+            aligned: false,
         }
     }
 
@@ -498,6 +503,14 @@ impl RateCore {
         let slot = self.slot(bucket);
         let _ordered_after_clearing = slot.bucket.load(Ordering::Acquire);
         slot
+    }
+
+    /// The number since the Unix epoch of the window that holds `bucket`, for windows
+    /// aligned to the epoch: what every node of a fleet calls it.
+    // Work in progress on this branch: the fleet's sync (next) names windows with it.
+    #[allow(dead_code)]
+    pub(crate) fn window_number(&self, bucket: u64) -> u64 {
+        self.first_window.saturating_add(bucket / self.sub_windows)
     }
 
     /// The current bucket and the time since `start`, in nanoseconds.
