@@ -34,14 +34,18 @@ use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 
 use crate::ConfigError;
 
+mod key;
 mod keys;
+mod node;
 mod resp;
-// The limiter's sync thread drives the store; until it lands only the tests do.
-#[cfg_attr(not(test), allow(dead_code))]
 mod store;
+mod view;
 
+pub use key::FleetKey;
+pub(crate) use node::FleetNode;
 #[allow(unused_imports)]
 pub(crate) use store::{KeyTotals, Push, Store, StoreError, Synced, MAX_COUNT};
+pub(crate) use view::FleetView;
 
 /// Where the fleet's Redis is, how the fleet's keys are named there, and how often a node syncs.
 ///

@@ -99,6 +99,7 @@ pub(crate) struct StoreError {
     what: String,
     source: Option<redis::RedisError>,
     /// The sync's deadline passed before this step could start.
+    #[cfg_attr(not(test), allow(dead_code))]
     out_of_time: bool,
 }
 
@@ -128,6 +129,7 @@ impl StoreError {
 
     /// Whether the sync ran out of time (its deadline passed, or a read or a connection
     /// attempt timed out), rather than meeting an error.
+    #[cfg(test)]
     pub(crate) fn is_timeout(&self) -> bool {
         self.out_of_time || self.source.as_ref().is_some_and(|e| e.is_timeout())
     }
@@ -248,6 +250,7 @@ impl Store {
     }
 
     /// The masters the store knows (1 for a standalone server; 0 for a cluster not yet reached).
+    #[cfg(test)]
     pub(crate) fn masters(&self) -> usize {
         self.routing.masters.len()
     }

@@ -49,6 +49,8 @@
 
 mod builder;
 mod exact;
+#[cfg(feature = "redis")]
+mod fleet;
 mod limits;
 mod overlimit;
 mod permit;
@@ -168,6 +170,9 @@ struct Shared<K> {
     over_limit: OverLimit,
     /// Requests waiting for a permit ([`Limiter::acquire`]).
     waiters: Waiters,
+    /// The fleet this limiter holds its rate limit with (feature `redis`).
+    #[cfg(feature = "redis")]
+    fleet: Option<Arc<crate::fleet::FleetNode>>,
     /// The clock the rate windows, the over-limit deadlines and the sweep follow.
     time: TimeSource,
     /// The sweep's registration with `time`, cancelled on drop.
@@ -631,6 +636,10 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        #[cfg(feature = "redis")]
+        let in_fleet = self.fleet.as_ref().map(|node| fleet::in_fleet(node, t));
+        #[cfg(feature = "redis")]
+        let t = in_fleet.as_ref().unwrap_or(t);
         if let Some(rejected) = t.refuses_all() {
             return Err(rejected);
         }

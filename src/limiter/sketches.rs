@@ -102,7 +102,12 @@ impl Sketches {
             }
             _ => ExactWindows::new(0, 0),
         };
-        Counts { inflight, rate }
+        Counts {
+            inflight,
+            rate,
+            #[cfg(feature = "redis")]
+            fleet: Default::default(),
+        }
     }
 
     /// Decides with the smaller of the sketch estimates and the exact counts, under the exact
@@ -136,10 +141,22 @@ impl Sketches {
                 view.prev = rate.count_hashed(s.hash, prev);
             }
             counts.rate.roll_to(view.bucket);
+            #[cfg(feature = "redis")]
+            let local = view;
             view.lower_to(&counts.rate, 1);
             if let Some(t) = t.rate.filter(|t| !view.fits(t.limit)) {
                 // The exact stage does not keep a rejected request: a retry finds one less.
                 return Err(Rejected::rate(&view, t.limit, view.curr - 1));
+            }
+            // A fleet's: the same limit on the fleet's counts as the last sync left them.
+            #[cfg(feature = "redis")]
+            if let Some(t) = t.rate {
+                let window = rate.window_number(view.bucket);
+                let own = counts.rate.bound(view.bucket).unwrap_or(0).max(0) as u64;
+                let fleet = counts.fleet.judged(&local, window, own);
+                if let Some(fleet) = fleet.filter(|f| !f.fits(t.limit)) {
+                    return Err(Rejected::rate(&fleet, t.limit, fleet.curr - 1));
+                }
             }
             counts.rate.current += 1;
         }

@@ -162,6 +162,18 @@ impl Rate {
         prev * (1.0 - core.fraction(bucket, elapsed)) + curr
     }
 
+    /// The number since the Unix epoch of the window of `bucket` (windows aligned to it).
+    #[cfg(feature = "redis")]
+    pub(crate) fn window_number(&self, bucket: u64) -> u64 {
+        self.core.window_number(bucket)
+    }
+
+    /// The current bucket.
+    #[cfg(feature = "redis")]
+    pub(crate) fn current_bucket(&self) -> u64 {
+        self.core.now().0
+    }
+
     /// The key's estimate in `bucket`.
     pub(crate) fn count_hashed(&self, hash: u64, bucket: u64) -> isize {
         self.core.count(hash, bucket)
