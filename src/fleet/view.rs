@@ -4,20 +4,22 @@
 //! the key's set lock) and read by the key's requests (under the same lock). A request is
 //! admitted when, with `P` the fleet's total of the previous window and `C` that of the
 //! current one at the last sync (this node's count then, `c₀`, included), `c` this node's count
-//! now and `n` the nodes that send the key,
+//! now, `r` the rate at which the other nodes admitted the key between the last two syncs and
+//! `t` the time since the last sync,
 //!
 //! ```text
-//! P·(1−f) + C + n·(c − c₀) + 1 ≤ L
+//! P·(1−f) + C + (c − c₀) + r·t + 1 ≤ L
 //! ```
 //!
-//! Each node assumes that since the last sync the others admitted what it did: exact for a
-//! key that floods every node alike, and, for a key that only this node sends (`n = 1`), its
-//! own count: a key under the limit fleet-wide is never refused for the others' sake.
+//! This node's own requests count exactly; the others' are extrapolated from what they did,
+//! not from what this node does, so a burst here is not taken for a burst everywhere, and a
+//! key only this node sends (`r = 0`) is judged on its own count: a key under the limit
+//! fleet-wide is never refused for the others' sake.
 
 use crate::rate::WindowView;
 
 /// The fleet's counts of one key at the last sync that reached Redis.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub(crate) struct FleetView {
     /// The window (its number since the Unix epoch) the counts are of; `None` before the
     /// first sync of the key.
@@ -28,28 +30,68 @@ pub(crate) struct FleetView {
     pub(crate) previous: u64,
     /// This node's count in `window` as pushed.
     pub(crate) own: u64,
-    /// The nodes that sent the key in `window` or the one before (this one included).
-    pub(crate) senders: u32,
+    /// When the sync's counts were taken, on the limiter's clock (nanoseconds).
+    pub(crate) at: u64,
+    /// The other nodes' admissions of the key per nanosecond, between the last two syncs (or
+    /// over the window before, at a window's first sync).
+    pub(crate) others_rate: f64,
 }
 
 impl FleetView {
-    /// The view of the key's window `window` as the fleet sees it now: its previous-window
-    /// total and the current window's total extrapolated from `own_now` (this node's count
-    /// in `window` now, this request not included). `None` when the view is older than the
-    /// window before (the key was not synced lately: only the local counts decide).
-    pub(crate) fn estimate(&self, window: u64, own_now: u64) -> Option<(u64, u64)> {
+    /// The view after a sync at `at` that found the fleet's `total` and `previous` totals of
+    /// `window` with this node's count `own` in it, and `own_previous` in the window before;
+    /// `len` is a window's length in nanoseconds.
+    pub(crate) fn synced(
+        &self,
+        window: u64,
+        at: u64,
+        (total, previous): (u64, u64),
+        (own, own_previous): (u64, u64),
+        len: u64,
+    ) -> FleetView {
+        let others = total.saturating_sub(own) as f64;
+        let others_rate = match self.window {
+            Some(w) if w == window && at > self.at => {
+                let before = self.total.saturating_sub(self.own) as f64;
+                ((others - before) / (at - self.at) as f64).max(0.0)
+            }
+            // A window's first sync: the others' pace over the whole window before.
+            _ => previous.saturating_sub(own_previous) as f64 / len.max(1) as f64,
+        };
+        FleetView {
+            window: Some(window),
+            total,
+            previous,
+            own,
+            at,
+            others_rate,
+        }
+    }
+
+    /// The fleet's counts of the key in window `window` (and the one before) as they stand
+    /// at `local.at`, this node's count there being `own_now` (this request not included).
+    /// `None` when the view is older than the window before (the key was not synced lately:
+    /// only the local counts decide).
+    pub(crate) fn estimate(
+        &self,
+        window: u64,
+        local: &WindowView,
+        own_now: u64,
+    ) -> Option<(u64, u64)> {
         let synced = self.window?;
-        let senders = u64::from(self.senders.max(1));
+        let others_since = |since: u64| (self.others_rate * since as f64).ceil() as u64;
         if synced == window {
-            let since = own_now.saturating_sub(self.own);
+            let since = local.at.saturating_sub(self.at);
             Some((
                 self.previous,
-                self.total.saturating_add(senders.saturating_mul(since)),
+                self.total
+                    .saturating_add(own_now.saturating_sub(self.own))
+                    .saturating_add(others_since(since)),
             ))
         } else if synced.checked_add(1) == Some(window) {
-            // A new window since the last sync: what was this one's total is now the previous
-            // window's, and all of this node's count is new.
-            Some((self.total, senders.saturating_mul(own_now)))
+            // A new window since the last sync: that window's total is now the previous
+            // window's, and this one holds this node's count and the others' since it began.
+            Some((self.total, own_now.saturating_add(others_since(local.into))))
         } else {
             None
         }
@@ -63,7 +105,7 @@ impl FleetView {
         window: u64,
         own_now: u64,
     ) -> Option<WindowView> {
-        let (previous, current) = self.estimate(window, own_now)?;
+        let (previous, current) = self.estimate(window, local, own_now)?;
         let clamp = |n: u64| isize::try_from(n).unwrap_or(isize::MAX);
         Some(WindowView {
             prev: clamp(previous),
@@ -77,31 +119,52 @@ impl FleetView {
 mod tests {
     use super::*;
 
-    fn view(window: u64, total: u64, previous: u64, own: u64, senders: u32) -> FleetView {
-        FleetView {
-            window: Some(window),
-            total,
-            previous,
-            own,
-            senders,
+    fn local(at: u64, into: u64) -> WindowView {
+        WindowView {
+            bucket: 5,
+            prev: 0,
+            curr: 0,
+            into,
+            len: 1_000,
+            at,
         }
     }
 
     #[test]
-    fn others_are_assumed_to_have_admitted_what_this_node_did_since_the_sync() {
-        // Three senders; at the sync the fleet had 30 (10 of them ours), now we have 14.
-        let v = view(5, 30, 90, 10, 3);
-        assert_eq!(v.estimate(5, 14), Some((90, 42)));
-        // Only this node sends the key: its own count, nothing more.
-        let alone = view(5, 30, 0, 30, 1);
-        assert_eq!(alone.estimate(5, 34), Some((0, 34)));
+    fn this_nodes_counts_are_exact_and_the_others_are_extrapolated_from_their_pace() {
+        // First sync of window 5 at t=100: fleet 30 (10 ours); the window before: 90 (30 ours).
+        let v = FleetView::default().synced(5, 100, (30, 90), (10, 30), 1_000);
+        assert!((v.others_rate - 0.06).abs() < 1e-9, "{v:?}"); // 60 others over 1,000 ns
+                                                               // Next sync at t=200: fleet 50, 15 ours: the others went from 20 to 35 in 100 ns.
+        let v = v.synced(5, 200, (50, 90), (15, 30), 1_000);
+        assert!((v.others_rate - 0.15).abs() < 1e-9, "{v:?}");
+        // At t=300 with 40 of ours: 50 + 25 (ours since) + 15 (the others' pace).
+        assert_eq!(v.estimate(5, &local(300, 300), 40), Some((90, 90)));
+        // A burst here is counted once, not once per node.
+        assert_eq!(v.estimate(5, &local(200, 200), 115), Some((90, 150)));
+    }
+
+    #[test]
+    fn a_key_only_this_node_sends_is_judged_on_its_own_count() {
+        let v = FleetView::default().synced(5, 100, (30, 40), (30, 40), 1_000);
+        assert_eq!(v.others_rate, 0.0);
+        assert_eq!(v.estimate(5, &local(900, 900), 34), Some((40, 34)));
     }
 
     #[test]
     fn a_view_from_the_window_before_becomes_the_previous_total() {
-        let v = view(5, 60, 90, 20, 3);
-        assert_eq!(v.estimate(6, 4), Some((60, 12)));
-        assert_eq!(v.estimate(7, 4), None, "too old to say anything");
-        assert_eq!(FleetView::default().estimate(5, 4), None, "never synced");
+        let v = FleetView::default().synced(5, 100, (60, 90), (20, 30), 1_000);
+        // Window 6, 100 ns in: the previous total is 60, and the others' 0.06/ns since.
+        assert_eq!(v.estimate(6, &local(1_100, 100), 4), Some((60, 10)));
+        assert_eq!(
+            v.estimate(7, &local(2_100, 100), 4),
+            None,
+            "too old to say anything"
+        );
+        assert_eq!(
+            FleetView::default().estimate(5, &local(0, 0), 4),
+            None,
+            "never synced"
+        );
     }
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::limits::Thresholds;
 use super::{Limiter, LimiterBuilder, Shared};
-use crate::fleet::{FleetConfig, FleetKey, FleetNode, FleetStatus, FleetView, Push, Store};
+use crate::fleet::{FleetConfig, FleetKey, FleetNode, FleetStatus, Push, Store};
 
 /// What `LimiterBuilder::fleet` was given, and how to start the sync of this key type.
 pub(super) struct FleetSetup<K> {
@@ -90,7 +90,9 @@ pub(super) fn in_fleet(node: &FleetNode, t: &Thresholds) -> Thresholds {
         if node.degraded() {
             rate.limit = (rate.limit as f64 / nodes).ceil() as isize;
         }
-        rate.promote_at = (rate.promote_at / nodes).max(1.0).min(rate.limit.max(1) as f64);
+        rate.promote_at = (rate.promote_at / nodes)
+            .max(1.0)
+            .min(rate.limit.max(1) as f64);
     }
     t
 }
@@ -113,8 +115,9 @@ struct Pushed {
     hash: u64,
     generation: u64,
     key: Vec<u8>,
-    /// This node's count in the current window.
+    /// This node's count in the current window, and in the one before.
     count: u64,
+    previous: u64,
 }
 
 fn sync_loop<K>(shared: &Weak<Shared<K>>, node: &FleetNode)
@@ -160,18 +163,22 @@ fn sync_once<K>(
     let Some(rate) = shared.sketches.rate.as_ref() else {
         return;
     };
-    let bucket = rate.current_bucket();
+    let (bucket, at) = rate.now_bucket();
     let window = rate.window_number(bucket);
     keys.clear();
     shared.exact.for_each(|entry| {
         let mut counts = entry.counts.rate;
         counts.roll_to(bucket);
-        let count = counts.bound(bucket).unwrap_or(0).max(0) as u64;
+        let own = |b: Option<u64>| {
+            b.and_then(|b| counts.bound(b))
+                .map_or(0, |n| n.max(0) as u64)
+        };
         keys.push(Pushed {
             hash: entry.hash,
             generation: entry.generation,
             key: entry.key.fleet_key().into_owned(),
-            count,
+            count: own(Some(bucket)),
+            previous: own(bucket.checked_sub(1)),
         });
     });
     let pushes: Vec<Push<'_>> = keys
@@ -188,17 +195,17 @@ fn sync_once<K>(
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     match store.sync(&node.id, now_ms, window_ms, &pushes) {
         Ok(synced) => {
+            let len = u64::try_from(rate.interval().as_nanos()).unwrap_or(u64::MAX);
             for (pushed, totals) in keys.iter().zip(synced.totals) {
-                let view = FleetView {
-                    window: Some(window),
-                    total: totals.current,
-                    previous: totals.previous,
-                    own: pushed.count,
-                    senders: totals.current_senders.max(totals.previous_senders).max(1),
-                };
-                shared
-                    .exact
-                    .update(pushed.hash, pushed.generation, |e| e.counts.fleet = view);
+                shared.exact.update(pushed.hash, pushed.generation, |e| {
+                    e.counts.fleet = e.counts.fleet.synced(
+                        window,
+                        at,
+                        (totals.current, totals.previous),
+                        (pushed.count, pushed.previous),
+                        len,
+                    );
+                });
             }
             node.succeeded(synced.nodes, pushes.len());
         }

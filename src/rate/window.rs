@@ -168,10 +168,11 @@ impl Rate {
         self.core.window_number(bucket)
     }
 
-    /// The current bucket.
+    /// The current bucket and the time now on the Rate's clock.
     #[cfg(feature = "redis")]
-    pub(crate) fn current_bucket(&self) -> u64 {
-        self.core.now().0
+    pub(crate) fn now_bucket(&self) -> (u64, u64) {
+        let (bucket, elapsed) = self.core.now();
+        (bucket, self.core.start.saturating_add(elapsed))
     }
 
     /// The key's estimate in `bucket`.
