@@ -176,19 +176,20 @@ impl RateBuilder {
         };
         let margin = time.lag();
         let now = time.precise();
-        let (start, first_window) = if self.aligned {
+        let (start, shift, first_window) = if self.aligned {
             let unix_now = match &time {
                 TimeSource::Manual(_) => now,
                 TimeSource::Shared => unix_nanos(),
             };
             aligned_start(now, unix_now, interval_nanos)
         } else {
-            (now, 0)
+            (now, 0, 0)
         };
         let core = Arc::new(RateCore {
             slots,
             hasher,
             start,
+            shift,
             first_window,
             time,
             bucket_nanos: interval_nanos / k64,
@@ -211,18 +212,14 @@ fn unix_nanos() -> u64 {
 }
 
 /// Where windows of `interval` nanoseconds aligned to the Unix epoch start on a clock that
-/// reads `now` when Unix time is `unix_now`: the anchor `start` (on the clock) of the window
-/// in progress, and that window's number since the epoch. A clock too young to reach back to
-/// the window's start (the shared clock starts near 0 with the process) anchors at the next
-/// window instead, and the part of the current window before it counts in that window too
-/// (over-counting only, for one window).
-fn aligned_start(now: u64, unix_now: u64, interval: u64) -> (u64, u64) {
+/// reads `now` when Unix time is `unix_now`: the anchor of the window in progress, moved
+/// forward by the returned shift (one interval, so that a window that began before the
+/// clock's zero, as the shared clock's does when the process is young, is still anchored at
+/// its true start), the shift, and that window's number since the epoch.
+fn aligned_start(now: u64, unix_now: u64, interval: u64) -> (u64, u64, u64) {
     let into = unix_now % interval;
-    let window = unix_now / interval;
-    match now.checked_sub(into) {
-        Some(start) => (start, window),
-        None => (now + (interval - into), window + 1),
-    }
+    let shifted = now.saturating_add(interval) - into;
+    (shifted, interval, unix_now / interval)
 }
 
 #[cfg(all(test, not(floodgate_loom)))]
@@ -231,13 +228,14 @@ mod tests {
 
     #[test]
     fn aligned_windows_start_at_multiples_of_the_interval_in_unix_time() {
-        // 1,000 ns windows; Unix time 12,345 ns: window 12 began 345 ns ago.
-        assert_eq!(aligned_start(10_000, 12_345, 1_000), (9_655, 12));
-        // A clock at 100 cannot go back 345 ns: window 13, starting 655 ns from now.
-        assert_eq!(aligned_start(100, 12_345, 1_000), (755, 13));
+        // 1,000 ns windows; Unix time 12,345 ns: window 12 began 345 ns ago (anchors are
+        // shifted forward by one interval).
+        assert_eq!(aligned_start(10_000, 12_345, 1_000), (10_655, 1_000, 12));
+        // A clock at 100 still anchors 345 ns back, before its zero.
+        assert_eq!(aligned_start(100, 12_345, 1_000), (755, 1_000, 12));
         // Two clocks with different zeros agree on the windows' Unix boundaries.
-        let (a, wa) = aligned_start(5_000, 12_345, 1_000);
-        let (b, wb) = aligned_start(70_000, 12_345, 1_000);
-        assert_eq!((5_000 - a, wa), (70_000 - b, wb));
+        let (a, _, wa) = aligned_start(5_000, 12_345, 1_000);
+        let (b, _, wb) = aligned_start(70_000, 12_345, 1_000);
+        assert_eq!((5_000 + 1_000 - a, wa), (70_000 + 1_000 - b, wb));
     }
 }

@@ -172,7 +172,7 @@ impl Rate {
     #[cfg(feature = "redis")]
     pub(crate) fn now_bucket(&self) -> (u64, u64) {
         let (bucket, elapsed) = self.core.now();
-        (bucket, self.core.start.saturating_add(elapsed))
+        (bucket, self.core.time_at(elapsed))
     }
 
     /// The key's estimate in `bucket`.
@@ -185,8 +185,7 @@ impl Rate {
     #[inline]
     pub(crate) fn settled_now(&self) -> Option<u64> {
         let core = &*self.core;
-        core.settled()
-            .map(|(_, elapsed)| core.start.saturating_add(elapsed))
+        core.settled().map(|(_, elapsed)| core.time_at(elapsed))
     }
 
     /// The current window as `observe_hashed` would see it, without counting anything.
@@ -209,7 +208,7 @@ impl Rate {
             curr,
             into: elapsed.saturating_sub(bucket * core.bucket_nanos),
             len: core.bucket_nanos,
-            at: core.start.saturating_add(elapsed),
+            at: core.time_at(elapsed),
         }
     }
 }
