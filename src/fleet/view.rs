@@ -77,6 +77,7 @@ impl FleetView {
         window: u64,
         local: &WindowView,
         own_now: u64,
+        own_previous: u64,
     ) -> Option<(u64, u64)> {
         let synced = self.window?;
         let others_since = |since: u64| (self.others_rate * since as f64).ceil() as u64;
@@ -89,9 +90,15 @@ impl FleetView {
                     .saturating_add(others_since(since)),
             ))
         } else if synced.checked_add(1) == Some(window) {
-            // A new window since the last sync: that window's total is now the previous
-            // window's, and this one holds this node's count and the others' since it began.
-            Some((self.total, own_now.saturating_add(others_since(local.into))))
+            // A new window since the last sync: that window's total, with what this node and
+            // (at their pace) the others admitted in it after the sync, is now the previous
+            // window's; this one holds this node's count and the others' since it began.
+            let began = local.at.saturating_sub(local.into);
+            let previous = self
+                .total
+                .saturating_add(own_previous.saturating_sub(self.own))
+                .saturating_add(others_since(began.saturating_sub(self.at)));
+            Some((previous, own_now.saturating_add(others_since(local.into))))
         } else {
             None
         }
@@ -104,8 +111,9 @@ impl FleetView {
         local: &WindowView,
         window: u64,
         own_now: u64,
+        own_previous: u64,
     ) -> Option<WindowView> {
-        let (previous, current) = self.estimate(window, local, own_now)?;
+        let (previous, current) = self.estimate(window, local, own_now, own_previous)?;
         let clamp = |n: u64| isize::try_from(n).unwrap_or(isize::MAX);
         Some(WindowView {
             prev: clamp(previous),
@@ -139,32 +147,31 @@ mod tests {
         let v = v.synced(5, 200, (50, 90), (15, 30), 1_000);
         assert!((v.others_rate - 0.15).abs() < 1e-9, "{v:?}");
         // At t=300 with 40 of ours: 50 + 25 (ours since) + 15 (the others' pace).
-        assert_eq!(v.estimate(5, &local(300, 300), 40), Some((90, 90)));
+        assert_eq!(v.estimate(5, &local(300, 300), 40, 30), Some((90, 90)));
         // A burst here is counted once, not once per node.
-        assert_eq!(v.estimate(5, &local(200, 200), 115), Some((90, 150)));
+        assert_eq!(v.estimate(5, &local(200, 200), 115, 30), Some((90, 150)));
     }
 
     #[test]
     fn a_key_only_this_node_sends_is_judged_on_its_own_count() {
         let v = FleetView::default().synced(5, 100, (30, 40), (30, 40), 1_000);
         assert_eq!(v.others_rate, 0.0);
-        assert_eq!(v.estimate(5, &local(900, 900), 34), Some((40, 34)));
+        assert_eq!(v.estimate(5, &local(900, 900), 34, 40), Some((40, 34)));
     }
 
     #[test]
     fn a_view_from_the_window_before_becomes_the_previous_total() {
         let v = FleetView::default().synced(5, 100, (60, 90), (20, 30), 1_000);
-        // Window 6, 100 ns in: the previous total is 60, and the others' 0.06/ns since.
-        assert_eq!(v.estimate(6, &local(1_100, 100), 4), Some((60, 10)));
+        // Window 6, 100 ns in: the previous total is 60 at the sync (t=100), plus this node's
+        // 5 after it and the others' 0.06/ns for the 900 ns left of it (54); and the others'
+        // pace since window 6 began.
+        assert_eq!(v.estimate(6, &local(1_100, 100), 4, 25), Some((119, 10)));
         assert_eq!(
-            v.estimate(7, &local(2_100, 100), 4),
+            v.estimate(7, &local(2_100, 100), 4, 25),
             None,
             "too old to say anything"
         );
-        assert_eq!(
-            FleetView::default().estimate(5, &local(0, 0), 4),
-            None,
-            "never synced"
-        );
+        let never = FleetView::default();
+        assert_eq!(never.estimate(5, &local(0, 0), 4, 0), None, "never synced");
     }
 }

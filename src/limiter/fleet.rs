@@ -118,6 +118,8 @@ struct Pushed {
     /// This node's count in the current window, and in the one before.
     count: u64,
     previous: u64,
+    /// Whether this sync also pushes the final count of the window before.
+    closes: bool,
 }
 
 fn sync_loop<K>(shared: &Weak<Shared<K>>, node: &FleetNode)
@@ -179,16 +181,23 @@ fn sync_once<K>(
             key: entry.key.fleet_key().into_owned(),
             count: own(Some(bucket)),
             previous: own(bucket.checked_sub(1)),
+            // The key's first sync in this window also pushes its final count of the window
+            // before, which the syncs of that window missed the last moments of: every node's
+            // total of it is then complete for the rest of this window.
+            closes: entry.counts.fleet.window != Some(window) && window > 0,
         });
     });
-    let pushes: Vec<Push<'_>> = keys
-        .iter()
-        .map(|k| Push {
-            key: &k.key,
-            window,
-            count: k.count,
-        })
-        .collect();
+    let mut pushes: Vec<Push<'_>> = Vec::with_capacity(keys.len() * 2);
+    pushes.extend(keys.iter().map(|k| Push {
+        key: &k.key,
+        window,
+        count: k.count,
+    }));
+    pushes.extend(keys.iter().filter(|k| k.closes).map(|k| Push {
+        key: &k.key,
+        window: window - 1,
+        count: k.previous,
+    }));
     let window_ms = u64::try_from(rate.interval().as_millis()).unwrap_or(u64::MAX);
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -196,12 +205,20 @@ fn sync_once<K>(
     match store.sync(&node.id, now_ms, window_ms, &pushes) {
         Ok(synced) => {
             let len = u64::try_from(rate.interval().as_nanos()).unwrap_or(u64::MAX);
-            for (pushed, totals) in keys.iter().zip(synced.totals) {
+            let (current, closing) = synced.totals.split_at(keys.len().min(synced.totals.len()));
+            let mut closing = closing.iter();
+            for (pushed, totals) in keys.iter().zip(current) {
+                // The window before, as complete as it will be: with this node's final count.
+                let closed = pushed
+                    .closes
+                    .then(|| closing.next().map(|t| t.current))
+                    .flatten()
+                    .unwrap_or(0);
                 shared.exact.update(pushed.hash, pushed.generation, |e| {
                     e.counts.fleet = e.counts.fleet.synced(
                         window,
                         at,
-                        (totals.current, totals.previous),
+                        (totals.current, totals.previous.max(closed)),
                         (pushed.count, pushed.previous),
                         len,
                     );

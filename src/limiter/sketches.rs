@@ -152,8 +152,12 @@ impl Sketches {
             #[cfg(feature = "redis")]
             if let Some(t) = t.rate {
                 let window = rate.window_number(view.bucket);
-                let own = counts.rate.bound(view.bucket).unwrap_or(0).max(0) as u64;
-                let fleet = counts.fleet.judged(&local, window, own);
+                let own = |b: Option<u64>| {
+                    b.and_then(|b| counts.rate.bound(b))
+                        .map_or(0, |n| n.max(0) as u64)
+                };
+                let (now, before) = (own(Some(view.bucket)), own(view.bucket.checked_sub(1)));
+                let fleet = counts.fleet.judged(&local, window, now, before);
                 if let Some(fleet) = fleet.filter(|f| !f.fits(t.limit)) {
                     return Err(Rejected::rate(&fleet, t.limit, fleet.curr - 1));
                 }
