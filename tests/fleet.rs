@@ -44,6 +44,19 @@ fn node(redis: &RedisServer, prefix: &str) -> Limiter<String> {
         .unwrap()
 }
 
+/// Waits until every node has synced and sees the whole fleet (a running fleet's state; a
+/// node that has not synced yet knows of no other).
+fn wait_for_fleet(nodes: &[Limiter<String>]) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !nodes.iter().all(|n| {
+        let s = n.fleet_status().unwrap();
+        s.syncs > 0 && s.nodes == nodes.len()
+    }) {
+        assert!(Instant::now() < deadline, "the fleet never formed");
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Runs `per_node` requests per second of `key` through each node for `run`, paced, and
 /// returns the requests admitted per Unix window (all nodes together) and the number refused.
 fn drive(
@@ -97,6 +110,7 @@ fn a_key_flooding_every_node_is_held_to_about_its_limit_fleet_wide() {
         return;
     };
     let nodes: Vec<_> = (0..NODES).map(|_| node(&redis, "flood")).collect();
+    wait_for_fleet(&nodes);
     // Each node alone would admit LIMIT per window: 3× the limit without the fleet.
     let (admitted, _) = drive(&nodes, "flooded.example", 1_000, Duration::from_secs(6));
     let statuses: Vec<_> = nodes.iter().map(|n| n.fleet_status().unwrap()).collect();
@@ -127,6 +141,7 @@ fn a_key_under_the_limit_fleet_wide_is_never_refused() {
         return;
     };
     let nodes: Vec<_> = (0..NODES).map(|_| node(&redis, "steady")).collect();
+    wait_for_fleet(&nodes);
     // 0.8 × the limit in all, spread over the three nodes.
     let per_node = (LIMIT as u32 * 8 / 10) / NODES as u32;
     let (_, refused) = drive(&nodes, "steady.example", per_node, Duration::from_secs(4));

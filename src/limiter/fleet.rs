@@ -87,9 +87,11 @@ pub(super) fn in_fleet(node: &FleetNode, t: &Thresholds) -> Thresholds {
     let mut t = *t;
     if let Some(rate) = t.rate.as_mut() {
         let nodes = node.nodes() as f64;
+        let share = (rate.limit as f64 / nodes).ceil() as isize;
         if node.degraded() {
-            rate.limit = (rate.limit as f64 / nodes).ceil() as isize;
+            rate.limit = share;
         }
+        rate.share = (node.nodes() > 1).then_some(share);
         rate.promote_at = (rate.promote_at / nodes)
             .max(1.0)
             .min(rate.limit.max(1) as f64);

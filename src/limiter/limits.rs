@@ -129,6 +129,10 @@ pub(crate) struct InflightThreshold {
 pub(crate) struct RateThreshold {
     pub(crate) limit: isize,
     pub(crate) promote_at: f64,
+    /// In a fleet of more than one node: this node's share of the limit, what it admits of
+    /// a key in a window before the fleet has told it anything of that key.
+    #[cfg(feature = "redis")]
+    pub(crate) share: Option<isize>,
 }
 
 impl Thresholds {
@@ -142,6 +146,8 @@ impl Thresholds {
                 promote_at: ((limit as f64 * promotion).ceil() as isize).clamp(1, limit.max(1)),
             }),
             rate: limits.rate.map(|limit| RateThreshold {
+                #[cfg(feature = "redis")]
+                share: None,
                 limit,
                 promote_at: (limit as f64 * promotion).max(1.0).min(limit.max(1) as f64),
             }),

@@ -157,9 +157,18 @@ impl Sketches {
                         .map_or(0, |n| n.max(0) as u64)
                 };
                 let (now, before) = (own(Some(view.bucket)), own(view.bucket.checked_sub(1)));
-                let fleet = counts.fleet.judged(&local, window, now, before);
-                if let Some(fleet) = fleet.filter(|f| !f.fits(t.limit)) {
-                    return Err(Rejected::rate(&fleet, t.limit, fleet.curr - 1));
+                match counts.fleet.judged(&local, window, now, before) {
+                    Some(fleet) if !fleet.fits(t.limit) => {
+                        return Err(Rejected::rate(&fleet, t.limit, fleet.curr - 1));
+                    }
+                    Some(_) => {}
+                    // Not synced in this window or the one before: this node's share, on its
+                    // own exact counts, until the fleet says more.
+                    None => {
+                        if let Some(share) = t.share.filter(|&share| !view.fits(share)) {
+                            return Err(Rejected::rate(&view, share, view.curr - 1));
+                        }
+                    }
                 }
             }
             counts.rate.current += 1;
