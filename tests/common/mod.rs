@@ -4,6 +4,8 @@
 //! - [`alloc`]: the counting global allocator (re-exported here, as the tests and benches
 //!   name it `common::CountingAlloc`); a test file installs it with
 //!   `#[global_allocator] static GLOBAL: common::CountingAlloc = common::CountingAlloc;`.
+//! - `fleet` (feature `redis`): paced traffic through fleet nodes in the background, tallied
+//!   by Unix time, for the fleet's fault tests.
 //! - [`fork`]: forking with a child that reports back, and waiting for it with a deadline.
 //! - `layer` (feature `tower`): requests in origin form, and a strict reader of the
 //!   `RateLimit-Policy` and `RateLimit` fields, for tests/layer.rs and tests/axum.rs.
@@ -18,6 +20,8 @@
 #![allow(dead_code)]
 
 pub mod alloc;
+#[cfg(feature = "redis")]
+pub mod fleet;
 pub mod fork;
 #[cfg(feature = "tower")]
 pub mod layer;
