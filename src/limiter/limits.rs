@@ -129,6 +129,8 @@ pub(crate) struct InflightThreshold {
 pub(crate) struct RateThreshold {
     pub(crate) limit: isize,
     pub(crate) promote_at: f64,
+    /// What the limit mixes into the over-limit cache's tags (see the `overlimit` module).
+    pub(crate) tag_mix: u64,
 }
 
 impl Thresholds {
@@ -142,6 +144,7 @@ impl Thresholds {
                 promote_at: ((limit as f64 * promotion).ceil() as isize).clamp(1, limit.max(1)),
             }),
             rate: limits.rate.map(|limit| RateThreshold {
+                tag_mix: super::overlimit::limit_mix(limit),
                 limit,
                 promote_at: (limit as f64 * promotion).max(1.0).min(limit.max(1) as f64),
             }),

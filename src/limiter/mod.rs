@@ -658,7 +658,7 @@ where
                     (over_until, sketched.window, t.rate)
                 {
                     self.over_limit
-                        .insert(spread, rate.limit, window.at, deadline);
+                        .insert(spread, rate.tag_mix, window.at, deadline);
                 }
                 Err(rejected)
             }
@@ -669,13 +669,16 @@ where
     /// under the same limit.
     #[inline]
     fn over_limit_now(&self, spread: u64, t: &Thresholds) -> Option<Rejected> {
-        let (rate, limit) = (self.sketches.rate.as_ref()?, t.rate?.limit);
+        let (rate, threshold) = (self.sketches.rate.as_ref()?, t.rate?);
+        let limit = threshold.limit;
         // The time the usual path would decide on; near a window's end that is the exact time,
         // and the request goes the usual way.
         let now = rate.settled_now()?;
         // No rate rejection waits more than two windows.
         let cap = rate.interval().saturating_mul(2);
-        let remaining = self.over_limit.remaining(spread, limit, now, cap)?;
+        let remaining = self
+            .over_limit
+            .remaining(spread, threshold.tag_mix, now, cap)?;
         Some(Rejected::still_over(limit, remaining))
     }
 
