@@ -377,6 +377,26 @@ where
         })
     }
 
+    /// [`try_acquire_owned`](Self::try_acquire_owned), and the default limits it was judged
+    /// against (read once: a `set_limits` meanwhile cannot make them disagree), for the
+    /// layer's fields.
+    #[cfg(feature = "tower")]
+    pub(crate) fn try_acquire_owned_judged<Q>(
+        &self,
+        key: &Q,
+    ) -> (Result<OwnedPermit<K>, Rejected>, Limits)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let thresholds = self.shared.defaults.load();
+        let result = self
+            .shared
+            .acquire(key, &thresholds)
+            .map(|ticket| OwnedPermit::new(&self.shared, ticket));
+        (result, thresholds.limits())
+    }
+
     /// Replaces the default limits (those of [`try_acquire`](Self::try_acquire)) of a running
     /// limiter. The next decision on every thread sees them, whole: a decision never mixes
     /// an old in-flight limit with a new rate limit. Permits already given are not taken
