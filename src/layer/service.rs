@@ -305,16 +305,6 @@ impl<S, F, L, W> LimitService<S, F, L, W> {
         self.inner
     }
 
-    /// What a request is judged against: its own limits, or the limiter's defaults as they
-    /// are now (`set_limits` can change them at any time), read once so that the decision and
-    /// the fields that describe it use the same limits.
-    pub(super) fn judged_against<B>(&self, req: &Request<B>) -> Policies
-    where
-        L: LimitsExtractor<B>,
-    {
-        self.policies(self.limits.limits(req))
-    }
-
     /// The policies of a request's own limits, or of the limiter's defaults as they are now.
     pub(super) fn policies(&self, own: Option<Limits>) -> Policies {
         Policies {
@@ -393,9 +383,17 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        let policies = self.judged_against(&req);
+        // The limits this request is judged against, read once so that the decision and the
+        // fields that describe it agree: its own, or the defaults as the decision read them
+        // (no thresholds worked out again per request).
+        let own = self.limits.limits(&req);
         let key = self.key.key(&req);
-        let state = match self.limiter.try_acquire_owned_with(&*key, &policies.limits) {
+        let (result, limits) = match own {
+            Some(limits) => (self.limiter.try_acquire_owned_with(&*key, &limits), limits),
+            None => self.limiter.try_acquire_owned_judged(&*key),
+        };
+        let policies = self.policies(Some(limits));
+        let state = match result {
             Ok(permit) => {
                 let admitted = self.admitted_fields(&key, policies);
                 drop(key); // it may borrow the request

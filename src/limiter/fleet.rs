@@ -90,6 +90,7 @@ pub(super) fn in_fleet(node: &FleetNode, t: &Thresholds) -> Thresholds {
         let share = (rate.limit as f64 / nodes).ceil() as isize;
         if node.degraded() {
             rate.limit = share;
+            rate.tag_mix = super::overlimit::limit_mix(share);
         }
         rate.share = (node.nodes() > 1).then_some(share);
         rate.promote_at = (rate.promote_at / nodes)

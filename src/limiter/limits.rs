@@ -129,6 +129,8 @@ pub(crate) struct InflightThreshold {
 pub(crate) struct RateThreshold {
     pub(crate) limit: isize,
     pub(crate) promote_at: f64,
+    /// What the limit mixes into the over-limit cache's tags (see the `overlimit` module).
+    pub(crate) tag_mix: u64,
     /// In a fleet of more than one node: this node's share of the limit, what it admits of
     /// a key in a window before the fleet has told it anything of that key.
     #[cfg(feature = "redis")]
@@ -146,6 +148,7 @@ impl Thresholds {
                 promote_at: ((limit as f64 * promotion).ceil() as isize).clamp(1, limit.max(1)),
             }),
             rate: limits.rate.map(|limit| RateThreshold {
+                tag_mix: super::overlimit::limit_mix(limit),
                 #[cfg(feature = "redis")]
                 share: None,
                 limit,

@@ -382,6 +382,26 @@ where
         })
     }
 
+    /// [`try_acquire_owned`](Self::try_acquire_owned), and the default limits it was judged
+    /// against (read once: a `set_limits` meanwhile cannot make them disagree), for the
+    /// layer's fields.
+    #[cfg(feature = "tower")]
+    pub(crate) fn try_acquire_owned_judged<Q>(
+        &self,
+        key: &Q,
+    ) -> (Result<OwnedPermit<K>, Rejected>, Limits)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let thresholds = self.shared.defaults.load();
+        let result = self
+            .shared
+            .acquire(key, &thresholds)
+            .map(|ticket| OwnedPermit::new(&self.shared, ticket));
+        (result, thresholds.limits())
+    }
+
     /// Replaces the default limits (those of [`try_acquire`](Self::try_acquire)) of a running
     /// limiter. The next decision on every thread sees them, whole: a decision never mixes
     /// an old in-flight limit with a new rate limit. Permits already given are not taken
@@ -667,7 +687,7 @@ where
                     (over_until, sketched.window, t.rate)
                 {
                     self.over_limit
-                        .insert(spread, rate.limit, window.at, deadline);
+                        .insert(spread, rate.tag_mix, window.at, deadline);
                 }
                 Err(rejected)
             }
@@ -678,13 +698,16 @@ where
     /// under the same limit.
     #[inline]
     fn over_limit_now(&self, spread: u64, t: &Thresholds) -> Option<Rejected> {
-        let (rate, limit) = (self.sketches.rate.as_ref()?, t.rate?.limit);
+        let (rate, threshold) = (self.sketches.rate.as_ref()?, t.rate?);
+        let limit = threshold.limit;
         // The time the usual path would decide on; near a window's end that is the exact time,
         // and the request goes the usual way.
         let now = rate.settled_now()?;
         // No rate rejection waits more than two windows.
         let cap = rate.interval().saturating_mul(2);
-        let remaining = self.over_limit.remaining(spread, limit, now, cap)?;
+        let remaining = self
+            .over_limit
+            .remaining(spread, threshold.tag_mix, now, cap)?;
         Some(Rejected::still_over(limit, remaining))
     }
 

@@ -53,6 +53,12 @@ const MAX_AHEAD: u64 = 1 << (DEADLINE_BITS - 1);
 /// chance, as for two keys).
 const LIMIT_SEED: u64 = 0x6c69_6d69_7473_7467;
 
+/// What a rate limit mixes into its keys' tags: computed once with the limit's thresholds
+/// (not per request), so the flood path stays one load.
+pub(crate) fn limit_mix(limit: isize) -> u64 {
+    remix(limit as u64, LIMIT_SEED)
+}
+
 /// Slots per key the exact stage can hold: over-limit keys are a subset of the keys near
 /// their limits, and spare slots keep two flooding keys from taking turns in one.
 pub(crate) const SLOTS_PER_EXACT_KEY: usize = 4;
@@ -75,11 +81,11 @@ impl OverLimit {
         &self.slots[spread as usize & (self.slots.len() - 1)]
     }
 
-    /// The tag of a key under a rate limit: a deadline holds only for the limit it was
-    /// computed under, so a key whose limit changed (its plan, or the defaults) misses and is
-    /// decided the usual way.
-    fn tag(spread: u64, limit: isize) -> u64 {
-        (spread ^ remix(limit as u64, LIMIT_SEED)) >> DEADLINE_BITS
+    /// The tag of a key under a rate limit whose [`limit_mix`] is `mix`: a deadline holds
+    /// only for the limit it was computed under, so a key whose limit changed (its plan, or
+    /// the defaults) misses and is decided the usual way.
+    fn tag(spread: u64, mix: u64) -> u64 {
+        (spread ^ mix) >> DEADLINE_BITS
     }
 
     /// How long the key with spread hash `spread` is still over its limit at time `now`
@@ -88,12 +94,12 @@ impl OverLimit {
     pub(crate) fn remaining(
         &self,
         spread: u64,
-        limit: isize,
+        limit_mix: u64,
         now: u64,
         cap: Duration,
     ) -> Option<Duration> {
         let word = self.slot(spread).load(Ordering::Relaxed);
-        if word == 0 || word >> DEADLINE_BITS != Self::tag(spread, limit) {
+        if word == 0 || word >> DEADLINE_BITS != Self::tag(spread, limit_mix) {
             return None;
         }
         // Units from now's unit to the deadline's, modulo the deadline's range.
@@ -111,12 +117,12 @@ impl OverLimit {
 
     /// Remembers that the key is over its rate limit `limit` until `deadline` (nanoseconds on
     /// the limiter's clock, `now` being the time of the rejection).
-    pub(crate) fn insert(&self, spread: u64, limit: isize, now: u64, deadline: u64) {
+    pub(crate) fn insert(&self, spread: u64, limit_mix: u64, now: u64, deadline: u64) {
         let units = deadline >> UNIT_SHIFT;
         if units.saturating_sub(now >> UNIT_SHIFT) >= MAX_AHEAD {
             return;
         }
-        let word = (Self::tag(spread, limit) << DEADLINE_BITS) | (units & DEADLINE_MASK);
+        let word = (Self::tag(spread, limit_mix) << DEADLINE_BITS) | (units & DEADLINE_MASK);
         self.slot(spread).store(word, Ordering::Relaxed);
     }
 
@@ -150,16 +156,16 @@ mod tests {
     fn a_key_is_rejected_until_its_deadline_and_not_at_it() {
         let cache = OverLimit::new(16);
         let key = 0xABCD_EF01_2345_6789;
-        assert_eq!(cache.remaining(key, L, 0, CAP), None);
-        cache.insert(key, L, 0, 5_000_000);
-        let left = cache.remaining(key, L, 0, CAP).unwrap();
+        assert_eq!(cache.remaining(key, limit_mix(L), 0, CAP), None);
+        cache.insert(key, limit_mix(L), 0, 5_000_000);
+        let left = cache.remaining(key, limit_mix(L), 0, CAP).unwrap();
         assert!(left >= Duration::from_millis(5), "reported early: {left:?}");
         assert!(left <= Duration::from_nanos(5_000_000 + UNIT), "{left:?}");
         let short = Duration::from_millis(1);
-        assert_eq!(cache.remaining(key, L, 0, short), Some(short));
-        assert!(cache.remaining(key, L, 4_000_000, CAP).is_some());
+        assert_eq!(cache.remaining(key, limit_mix(L), 0, short), Some(short));
+        assert!(cache.remaining(key, limit_mix(L), 4_000_000, CAP).is_some());
         assert_eq!(
-            cache.remaining(key, L, 5_000_000, CAP),
+            cache.remaining(key, limit_mix(L), 5_000_000, CAP),
             None,
             "rejects at the deadline"
         );
@@ -167,7 +173,7 @@ mod tests {
         // ahead again (at 2^60 ns it would, being a multiple of 2^56).
         cache.forget_expired(5_000_000);
         assert_eq!(
-            cache.remaining(key, L, 1 << 60, CAP),
+            cache.remaining(key, limit_mix(L), 1 << 60, CAP),
             None,
             "rejects long after it"
         );
@@ -179,14 +185,17 @@ mod tests {
         let key = 7;
         // Past the deadline field's range: 2^56 ns is about 2.3 years.
         let now = (1 << 56) + 123_456_789;
-        cache.insert(key, L, now, now + 2_000_000_000);
-        let left = cache.remaining(key, L, now, CAP).unwrap();
+        cache.insert(key, limit_mix(L), now, now + 2_000_000_000);
+        let left = cache.remaining(key, limit_mix(L), now, CAP).unwrap();
         assert!(left >= Duration::from_secs(2), "{left:?}");
         assert!(
             left <= Duration::from_nanos(2_000_000_000 + UNIT),
             "{left:?}"
         );
-        assert_eq!(cache.remaining(key, L, now + 2_000_000_000, CAP), None);
+        assert_eq!(
+            cache.remaining(key, limit_mix(L), now + 2_000_000_000, CAP),
+            None
+        );
     }
 
     #[test]
@@ -194,12 +203,12 @@ mod tests {
         let cache = OverLimit::new(16);
         let key = 0x1111_0000_0000_0003;
         let same_slot = 0x2222_0000_0000_0003;
-        cache.insert(key, L, 0, 1_000_000_000);
-        assert!(cache.remaining(key, L, 0, CAP).is_some());
-        assert_eq!(cache.remaining(same_slot, L, 0, CAP), None);
-        cache.insert(same_slot, L, 0, 1_000_000_000);
+        cache.insert(key, limit_mix(L), 0, 1_000_000_000);
+        assert!(cache.remaining(key, limit_mix(L), 0, CAP).is_some());
+        assert_eq!(cache.remaining(same_slot, limit_mix(L), 0, CAP), None);
+        cache.insert(same_slot, limit_mix(L), 0, 1_000_000_000);
         assert_eq!(
-            cache.remaining(key, L, 0, CAP),
+            cache.remaining(key, limit_mix(L), 0, CAP),
             None,
             "the newer rejection took the slot"
         );
@@ -209,15 +218,15 @@ mod tests {
     fn a_deadline_holds_only_for_the_limit_it_was_computed_under() {
         let cache = OverLimit::new(16);
         let key = 0xABCD_EF01_2345_6789;
-        cache.insert(key, L, 0, 1_000_000_000);
-        assert!(cache.remaining(key, L, 0, CAP).is_some());
+        cache.insert(key, limit_mix(L), 0, 1_000_000_000);
+        assert!(cache.remaining(key, limit_mix(L), 0, CAP).is_some());
         assert_eq!(
-            cache.remaining(key, L + 1, 0, CAP),
+            cache.remaining(key, limit_mix(L + 1), 0, CAP),
             None,
             "a raised limit misses"
         );
         assert_eq!(
-            cache.remaining(key, L - 1, 0, CAP),
+            cache.remaining(key, limit_mix(L - 1), 0, CAP),
             None,
             "a lowered one too"
         );
