@@ -125,6 +125,14 @@ fn a_key_flooding_every_node_is_held_to_about_its_limit_fleet_wide() {
         .take(admitted.len().saturating_sub(3))
         .collect();
     assert!(full.len() >= 2, "{admitted:?}");
+    let ratios: Vec<_> = full
+        .iter()
+        .map(|(_, &n)| format!("{:.2}", n as f64 / LIMIT as f64))
+        .collect();
+    eprintln!(
+        "full windows, admitted fleet-wide ÷ the limit: {}",
+        ratios.join(" ")
+    );
     for (window, &n) in full {
         let ratio = n as f64 / LIMIT as f64;
         assert!(

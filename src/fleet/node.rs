@@ -1,6 +1,6 @@
 //! A node of a fleet: its id, what it last learnt of the fleet, and its report.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -14,13 +14,14 @@ pub(crate) struct FleetNode {
     /// This node's name in Redis: the process and random bits, so that a restarted process
     /// is a new node (its old counts are not taken for its new ones).
     pub(crate) id: String,
-    /// The length of a window, which bounds how long the last view of Redis is trusted.
-    pub(crate) window: Duration,
     /// Nodes seen at the last sync that reached Redis (at least 1: this one). `Relaxed`: a
     /// size a sync later or earlier only moves a threshold.
     nodes: AtomicUsize,
-    /// Redis has been away for longer than a window: decide on the local share of the limit.
-    degraded: AtomicBool,
+    /// When the last sync that reached Redis ended (or the node was made), on the shared
+    /// coarse clock, in nanoseconds.
+    last_ok: AtomicU64,
+    /// How long the last view is trusted: after that the node decides on its local share.
+    stale_after: u64,
     report: Mutex<Report>,
 }
 
@@ -38,12 +39,19 @@ struct Report {
 
 impl FleetNode {
     pub(crate) fn new(config: FleetConfig, window: Duration) -> Self {
+        let stale_after = {
+            let interval = config.get_sync_interval();
+            let after = (interval * 3)
+                .max(config.get_timeout() + interval)
+                .min(window);
+            u64::try_from(after.as_nanos()).unwrap_or(u64::MAX)
+        };
         FleetNode {
             config,
             id: node_id(),
-            window,
             nodes: AtomicUsize::new(1),
-            degraded: AtomicBool::new(false),
+            last_ok: AtomicU64::new(coarse_nanos()),
+            stale_after,
             report: Mutex::new(Report::default()),
         }
     }
@@ -54,16 +62,17 @@ impl FleetNode {
         self.nodes.load(Ordering::Relaxed).max(1)
     }
 
-    /// Whether Redis has been away longer than a window.
+    /// Whether the last sync that reached Redis is too old to trust its view: decided on the
+    /// request path, so that a sync blocked on a stalled Redis does not delay it.
     #[inline]
     pub(crate) fn degraded(&self) -> bool {
-        self.degraded.load(Ordering::Relaxed)
+        coarse_nanos().saturating_sub(self.last_ok.load(Ordering::Relaxed)) > self.stale_after
     }
 
     /// A sync reached Redis: `nodes` seen, `keys` pushed.
     pub(crate) fn succeeded(&self, nodes: usize, keys: usize) {
         self.nodes.store(nodes.max(1), Ordering::Relaxed);
-        self.degraded.store(false, Ordering::Relaxed);
+        self.last_ok.store(coarse_nanos(), Ordering::Relaxed);
         let mut report = lock(&self.report);
         if report.logged {
             log::info!("floodgate fleet: Redis is back, syncing again");
@@ -76,24 +85,21 @@ impl FleetNode {
         report.logged = false;
     }
 
-    /// A sync failed with `error`. After a window without a sync the node decides on its
-    /// share of each limit until Redis is back.
-    pub(crate) fn failed(&self, error: String, since_start: Instant) {
+    /// A sync failed with `error` (counted and, once per outage, logged). Whether the node
+    /// decides on its share is a matter of time since the last success: see
+    /// [`degraded`](Self::degraded).
+    pub(crate) fn failed(&self, error: String) {
         let mut report = lock(&self.report);
         report.connected = false;
         report.errors += 1;
         if !report.logged {
             log::warn!(
                 "floodgate fleet: sync failed ({error}); deciding locally, and on this node's \
-                 share of each limit after a window without a sync"
+                 share of each limit once its last view is stale"
             );
             report.logged = true;
         }
         report.last_error = Some(error);
-        let last = report.last_success.unwrap_or(since_start);
-        if last.elapsed() > self.window {
-            self.degraded.store(true, Ordering::Relaxed);
-        }
     }
 
     /// The report of `Limiter::fleet_status`.
@@ -121,4 +127,8 @@ fn node_id() -> String {
             .map_or(0, |d| d.as_nanos()),
     );
     format!("{}-{:016x}", std::process::id(), random.finish())
+}
+
+fn coarse_nanos() -> u64 {
+    u64::try_from(crate::clock::coarse_now().as_nanos()).unwrap_or(u64::MAX)
 }

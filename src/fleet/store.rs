@@ -62,6 +62,14 @@ pub(crate) struct Push<'a> {
     pub(crate) window: u64,
     /// This node's count of `key` in `window` (capped at [`MAX_COUNT`]).
     pub(crate) count: u64,
+    /// This node's count of `key` in the window before: final, since that window is over
+    /// (pushed again so that the end of the window, which the last sync of it missed, is
+    /// counted, and so that a Redis that restarted empty has it back).
+    pub(crate) previous: u64,
+    /// The requests of `key` this node refused in `window`, and in the window before: the
+    /// other nodes learn from them that this node takes any room the limit leaves.
+    pub(crate) refused: u64,
+    pub(crate) refused_previous: u64,
 }
 
 /// The fleet's counts of one pushed key, as Redis had them once the push was applied.
@@ -79,6 +87,10 @@ pub(crate) struct KeyTotals {
     pub(crate) current_senders: u32,
     /// The nodes that pushed the key in the window before.
     pub(crate) previous_senders: u32,
+    /// The other nodes (this one not included) that refused the key in the push's window,
+    /// and in the window before.
+    pub(crate) current_refusers: u32,
+    pub(crate) previous_refusers: u32,
 }
 
 /// What a sync learnt: the fleet's counts of each pushed key, in push order, and the number of

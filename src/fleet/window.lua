@@ -1,24 +1,38 @@
--- floodgate fleet: one node's count of one key in one window, and what the whole fleet counted.
--- KEYS[1]: the key's hash for this window; KEYS[2]: its hash for the window before. Both carry
---          the same hash tag, so they share a Cluster slot. In each hash, a field is a node's
---          id and its value that node's count of the key in that window.
+-- floodgate fleet: one node's counts of one key in a window and the window before, and what
+-- the whole fleet counted in both.
+-- KEYS[1]: the key's hash of counts for this window; KEYS[2]: for the window before;
+-- KEYS[3]: the key's hash of refusals for this window; KEYS[4]: for the window before. All
+--          four carry the same hash tag, so they share a Cluster slot. In each hash, a field
+--          is a node's id and its value that node's count (of admitted requests, or of
+--          refusals) of the key in that window.
 -- ARGV[1]: this node's id;
 -- ARGV[2]: this node's count of the key in this window so far, in decimal (absolute, not what
---          it counted since its last push; "0": only read);
--- ARGV[3]: the hash's time to live in milliseconds, renewed whenever the count is raised.
--- Returns {this window's total, its senders, the previous window's total, its senders}: a
--- hash's total is the sum of its counts and its senders the number of its fields (the nodes
--- that pushed the key in that window); a missing hash has 0 and 0.
-local count = tonumber(ARGV[2])
-if count > 0 then
-  local stored = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0') or 0
-  -- Within a window a node's count only grows: a push sent again, or overtaken by a later
-  -- one, leaves a larger count alone. A pure read writes nothing, so creates no hash.
-  if count > stored then
-    redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+--          it counted since its last push; "0": nothing to store);
+-- ARGV[3]: the hashes' time to live in milliseconds, renewed whenever a count is raised;
+-- ARGV[4]: this node's count of the key in the window before (that window is over: its final
+--          count, so that a push that missed its end, or a Redis that lost it, has it);
+-- ARGV[5]: this node's refusals of the key in this window so far;
+-- ARGV[6]: its refusals of the key in the window before.
+-- Returns {this window's total, its senders, the previous window's total, its senders, the
+-- other nodes that refused the key in this window, in the window before}: a hash's total is
+-- the sum of its counts and its senders the number of its fields (the nodes that pushed the
+-- key in that window); a missing hash has 0 and 0.
+local function raise(key, value)
+  local count = tonumber(value) or 0
+  if count > 0 then
+    local stored = tonumber(redis.call('HGET', key, ARGV[1]) or '0') or 0
+    -- Within a window a node's count only grows: a push sent again, or overtaken by a later
+    -- one, leaves a larger count alone. Nothing to store writes nothing, so creates no hash.
+    if count > stored then
+      redis.call('HSET', key, ARGV[1], value)
+      redis.call('PEXPIRE', key, ARGV[3])
+    end
   end
 end
+raise(KEYS[1], ARGV[2])
+raise(KEYS[2], ARGV[4])
+raise(KEYS[3], ARGV[5])
+raise(KEYS[4], ARGV[6])
 local function sum_and_senders(key)
   local counts = redis.call('HVALS', key)
   local sum = 0
@@ -27,6 +41,13 @@ local function sum_and_senders(key)
   end
   return sum, #counts
 end
+local function others(key)
+  local n = redis.call('HLEN', key)
+  if redis.call('HEXISTS', key, ARGV[1]) == 1 then
+    n = n - 1
+  end
+  return n
+end
 local current, current_senders = sum_and_senders(KEYS[1])
 local previous, previous_senders = sum_and_senders(KEYS[2])
-return {current, current_senders, previous, previous_senders}
+return {current, current_senders, previous, previous_senders, others(KEYS[3]), others(KEYS[4])}

@@ -7,9 +7,14 @@ use std::sync::{Arc, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::limits::Thresholds;
+use super::exact::Counts;
+use super::limits::{RateThreshold, Thresholds};
+use super::sketches::judge_alone;
+use super::Rejected;
 use super::{Limiter, LimiterBuilder, Shared};
 use crate::fleet::{FleetConfig, FleetKey, FleetNode, FleetStatus, Push, Store};
+use crate::rate::WindowView;
+use crate::Rate;
 
 /// What `LimiterBuilder::fleet` was given, and how to start the sync of this key type.
 pub(super) struct FleetSetup<K> {
@@ -81,23 +86,56 @@ impl<K> Limiter<K> {
 
 /// The thresholds a decision is made on in a fleet: the promotion threshold of the rate
 /// divided by the fleet's size (a key that stays under it on every node sends at most the
-/// promotion fraction of the limit in all), and, while Redis is away, the limit itself: this
-/// node's share, `⌈L ÷ N⌉`.
+/// promotion fraction of the limit in all), the fleet's view judged; and, while Redis has been
+/// away too long to trust that view, the limit itself becomes this node's share, `⌈L ÷ N⌉`,
+/// on its own counts.
 pub(super) fn in_fleet(node: &FleetNode, t: &Thresholds) -> Thresholds {
     let mut t = *t;
     if let Some(rate) = t.rate.as_mut() {
-        let nodes = node.nodes() as f64;
-        let share = (rate.limit as f64 / nodes).ceil() as isize;
-        if node.degraded() {
+        let nodes = node.nodes();
+        let share = (rate.limit as f64 / nodes as f64).ceil() as isize;
+        rate.in_fleet = !node.degraded();
+        if !rate.in_fleet {
             rate.limit = share;
             rate.tag_mix = super::overlimit::limit_mix(share);
         }
-        rate.share = (node.nodes() > 1).then_some(share);
-        rate.promote_at = (rate.promote_at / nodes)
+        rate.share = (nodes > 1).then_some(share);
+        rate.promote_at = (rate.promote_at / nodes as f64)
             .max(1.0)
             .min(rate.limit.max(1) as f64);
     }
     t
+}
+
+/// The rate decision of a node in a fleet, under the exact stage's lock: on the node's own
+/// counts (`view`, this request included), then on the fleet's as the last sync left them (see
+/// `FleetView`), or, for a key the fleet has said nothing of lately, on this node's share.
+/// Each refusal is counted, for the fleet to learn that this node takes any room left.
+pub(super) fn judge(
+    counts: &mut Counts,
+    rate: &Rate,
+    view: &WindowView,
+    t: &RateThreshold,
+) -> Result<(), Rejected> {
+    let window = rate.window_number(view.bucket);
+    let judged = judge_alone(view, t).and_then(|()| {
+        let own = |b: Option<u64>| {
+            b.and_then(|b| counts.rate.bound(b))
+                .map_or(0, |n| n.max(0) as u64)
+        };
+        let (now, before) = (own(Some(view.bucket)), own(view.bucket.checked_sub(1)));
+        match counts.fleet.judged(view, window, now, before) {
+            Some(fleet) => judge_alone(&fleet, t),
+            None => match t.share {
+                Some(share) => judge_alone(view, &RateThreshold { limit: share, ..*t }),
+                None => Ok(()),
+            },
+        }
+    });
+    if judged.is_err() {
+        counts.fleet.refused.note(window);
+    }
+    judged
 }
 
 /// Starts the sync thread of a fleet limiter. It holds the limiter weakly and ends with it.
@@ -121,19 +159,18 @@ struct Pushed {
     /// This node's count in the current window, and in the one before.
     count: u64,
     previous: u64,
-    /// Whether this sync also pushes the final count of the window before.
-    closes: bool,
+    /// This node's refusals in the current window, and in the one before.
+    refused: (u64, u64),
 }
 
 fn sync_loop<K>(shared: &Weak<Shared<K>>, node: &FleetNode)
 where
     K: FleetKey + Hash + Eq + Send + Sync,
 {
-    let started = Instant::now();
     let mut store = match Store::new(&node.config) {
         Ok(store) => store,
         Err(error) => {
-            node.failed(error.to_string(), started);
+            node.failed(error.to_string());
             return;
         }
     };
@@ -151,18 +188,13 @@ where
         let Some(shared) = shared.upgrade() else {
             return;
         };
-        sync_once(&shared, node, &mut store, &mut keys, started);
+        sync_once(&shared, node, &mut store, &mut keys);
     }
 }
 
 /// One sync: the tracked keys' counts out, the fleet's totals back into their entries.
-fn sync_once<K>(
-    shared: &Shared<K>,
-    node: &FleetNode,
-    store: &mut Store,
-    keys: &mut Vec<Pushed>,
-    started: Instant,
-) where
+fn sync_once<K>(shared: &Shared<K>, node: &FleetNode, store: &mut Store, keys: &mut Vec<Pushed>)
+where
     K: FleetKey + Hash + Eq,
 {
     let Some(rate) = shared.sketches.rate.as_ref() else {
@@ -184,23 +216,22 @@ fn sync_once<K>(
             key: entry.key.fleet_key().into_owned(),
             count: own(Some(bucket)),
             previous: own(bucket.checked_sub(1)),
-            // The key's first sync in this window also pushes its final count of the window
-            // before, which the syncs of that window missed the last moments of: every node's
-            // total of it is then complete for the rest of this window.
-            closes: entry.counts.fleet.window != Some(window) && window > 0,
+            refused: entry.counts.fleet.refused.of(bucket),
         });
     });
-    let mut pushes: Vec<Push<'_>> = Vec::with_capacity(keys.len() * 2);
-    pushes.extend(keys.iter().map(|k| Push {
-        key: &k.key,
-        window,
-        count: k.count,
-    }));
-    pushes.extend(keys.iter().filter(|k| k.closes).map(|k| Push {
-        key: &k.key,
-        window: window - 1,
-        count: k.previous,
-    }));
+    let pushes: Vec<Push<'_>> = keys
+        .iter()
+        .map(|k| Push {
+            key: &k.key,
+            window,
+            count: k.count,
+            // Every push carries the final count of the window before: the last sync of that
+            // window missed its last moments, and a Redis that restarted empty lost it.
+            previous: k.previous,
+            refused: k.refused.0,
+            refused_previous: k.refused.1,
+        })
+        .collect();
     let window_ms = u64::try_from(rate.interval().as_millis()).unwrap_or(u64::MAX);
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -208,20 +239,12 @@ fn sync_once<K>(
     match store.sync(&node.id, now_ms, window_ms, &pushes) {
         Ok(synced) => {
             let len = u64::try_from(rate.interval().as_nanos()).unwrap_or(u64::MAX);
-            let (current, closing) = synced.totals.split_at(keys.len().min(synced.totals.len()));
-            let mut closing = closing.iter();
-            for (pushed, totals) in keys.iter().zip(current) {
-                // The window before, as complete as it will be: with this node's final count.
-                let closed = pushed
-                    .closes
-                    .then(|| closing.next().map(|t| t.current))
-                    .flatten()
-                    .unwrap_or(0);
+            for (pushed, totals) in keys.iter().zip(synced.totals) {
                 shared.exact.update(pushed.hash, pushed.generation, |e| {
                     e.counts.fleet = e.counts.fleet.synced(
                         window,
                         at,
-                        (totals.current, totals.previous.max(closed)),
+                        totals,
                         (pushed.count, pushed.previous),
                         len,
                     );
@@ -229,7 +252,7 @@ fn sync_once<K>(
             }
             node.succeeded(synced.nodes, pushes.len());
         }
-        Err(error) => node.failed(error.to_string(), started),
+        Err(error) => node.failed(error.to_string()),
     }
 }
 

@@ -135,6 +135,10 @@ pub(crate) struct RateThreshold {
     /// a key in a window before the fleet has told it anything of that key.
     #[cfg(feature = "redis")]
     pub(crate) share: Option<isize>,
+    /// Whether the fleet's view of a key is judged too: in a fleet whose view is fresh (not
+    /// while the node decides on its share alone, Redis being away).
+    #[cfg(feature = "redis")]
+    pub(crate) in_fleet: bool,
 }
 
 impl Thresholds {
@@ -151,6 +155,8 @@ impl Thresholds {
                 tag_mix: super::overlimit::limit_mix(limit),
                 #[cfg(feature = "redis")]
                 share: None,
+                #[cfg(feature = "redis")]
+                in_fleet: false,
                 limit,
                 promote_at: (limit as f64 * promotion).max(1.0).min(limit.max(1) as f64),
             }),

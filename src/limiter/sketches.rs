@@ -11,7 +11,7 @@ use crate::rate::{ExactWindows, WindowView};
 use crate::Rate;
 
 use super::exact::{Counts, InflightCount};
-use super::limits::Thresholds;
+use super::limits::{RateThreshold, Thresholds};
 use super::{Estimate, Rejected};
 
 /// The sketches of one limiter, and the one hasher all of them are read with. Which sketches
@@ -141,35 +141,18 @@ impl Sketches {
                 view.prev = rate.count_hashed(s.hash, prev);
             }
             counts.rate.roll_to(view.bucket);
-            #[cfg(feature = "redis")]
-            let local = view;
             view.lower_to(&counts.rate, 1);
-            if let Some(t) = t.rate.filter(|t| !view.fits(t.limit)) {
-                // The exact stage does not keep a rejected request: a retry finds one less.
-                return Err(Rejected::rate(&view, t.limit, view.curr - 1));
-            }
-            // A fleet's: the same limit on the fleet's counts as the last sync left them.
-            #[cfg(feature = "redis")]
             if let Some(t) = t.rate {
-                let window = rate.window_number(view.bucket);
-                let own = |b: Option<u64>| {
-                    b.and_then(|b| counts.rate.bound(b))
-                        .map_or(0, |n| n.max(0) as u64)
+                // A fleet's: the same limit on the fleet's counts as well.
+                #[cfg(feature = "redis")]
+                let judged = if t.in_fleet {
+                    super::fleet::judge(counts, rate, &view, &t)
+                } else {
+                    judge_alone(&view, &t)
                 };
-                let (now, before) = (own(Some(view.bucket)), own(view.bucket.checked_sub(1)));
-                match counts.fleet.judged(&local, window, now, before) {
-                    Some(fleet) if !fleet.fits(t.limit) => {
-                        return Err(Rejected::rate(&fleet, t.limit, fleet.curr - 1));
-                    }
-                    Some(_) => {}
-                    // Not synced in this window or the one before: this node's share, on its
-                    // own exact counts, until the fleet says more.
-                    None => {
-                        if let Some(share) = t.share.filter(|&share| !view.fits(share)) {
-                            return Err(Rejected::rate(&view, share, view.curr - 1));
-                        }
-                    }
-                }
+                #[cfg(not(feature = "redis"))]
+                let judged = judge_alone(&view, &t);
+                judged?;
             }
             counts.rate.current += 1;
         }
@@ -240,5 +223,16 @@ impl Sketches {
     pub(crate) fn memory_bytes(&self) -> usize {
         self.inflight.as_ref().map_or(0, CountMin::memory_bytes)
             + self.rate.as_ref().map_or(0, Rate::memory_bytes)
+    }
+}
+
+/// The rate decision on this node's own counts (`view`, this request included) against the
+/// limit of `t`.
+pub(super) fn judge_alone(view: &WindowView, t: &RateThreshold) -> Result<(), Rejected> {
+    if view.fits(t.limit) {
+        Ok(())
+    } else {
+        // The exact stage does not keep a rejected request: a retry finds one less.
+        Err(Rejected::rate(view, t.limit, view.curr - 1))
     }
 }

@@ -10,6 +10,8 @@ use crate::fleet::resp;
 
 /// Stores a node's count of a key in a window and reads the fleet's counts of the key.
 const WINDOW: &str = include_str!("../window.lua");
+/// The suffix of a key's hash of refusals for a window, after the name of its hash of counts.
+const REFUSED: &[u8] = b":refused";
 /// Marks a node alive and counts the nodes alive.
 const NODES: &str = include_str!("../nodes.lua");
 
@@ -39,7 +41,7 @@ impl Scripts {
     }
 
     /// Appends the window script's call for `node`'s `push`. `name` holds the name of the
-    /// key's hash for `push.window`; it is left holding the name of the previous window's.
+    /// key's hash of counts for `push.window`; it is left holding another of the key's names.
     pub(super) fn window(
         &self,
         out: &mut Vec<u8>,
@@ -48,23 +50,34 @@ impl Scripts {
         push: &Push<'_>,
         expiry_ms: u64,
     ) {
-        resp::array(out, 8);
+        resp::array(out, 13);
         resp::bulk(out, b"EVALSHA");
         resp::bulk(out, self.window_sha.as_bytes());
-        resp::bulk(out, b"2");
-        resp::bulk(out, name);
-        // The previous window's hash: the same name with the window before.
-        let tail = name.iter().rposition(|&b| b == b':').map_or(0, |p| p + 1);
-        name.truncate(tail);
-        match push.window.checked_sub(1) {
-            Some(previous) => name.extend_from_slice(resp::Digits::new(previous).as_bytes()),
-            // Window 0 has no predecessor: a name no hash has.
-            None => name.extend_from_slice(b"-1"),
+        resp::bulk(out, b"4");
+        // The other three names: the same name with the window before, and each with the
+        // suffix of refusals.
+        let stem = name.iter().rposition(|&b| b == b':').map_or(0, |p| p + 1);
+        let previous = push.window.checked_sub(1).map(resp::Digits::new);
+        // Window 0 has no predecessor: a name no hash has.
+        let previous = previous.as_ref().map_or(&b"-1"[..], |d| d.as_bytes());
+        let current = resp::Digits::new(push.window);
+        for (window, suffix) in [
+            (current.as_bytes(), &b""[..]),
+            (previous, b""),
+            (current.as_bytes(), REFUSED),
+            (previous, REFUSED),
+        ] {
+            name.truncate(stem);
+            name.extend_from_slice(window);
+            name.extend_from_slice(suffix);
+            resp::bulk(out, name);
         }
-        resp::bulk(out, name);
         resp::bulk(out, node.as_bytes());
         resp::number(out, push.count.min(MAX_COUNT));
         resp::number(out, expiry_ms);
+        resp::number(out, push.previous.min(MAX_COUNT));
+        resp::number(out, push.refused.min(MAX_COUNT));
+        resp::number(out, push.refused_previous.min(MAX_COUNT));
     }
 
     /// Appends the nodes script's call: `node` is alive at `now_unix_ms`, and nodes stay
@@ -91,15 +104,17 @@ impl Scripts {
 }
 
 /// The counts in the window script's reply, `{current, current senders, previous, previous
-/// senders}`; `None` for a reply of another shape.
+/// senders, current refusers, previous refusers}`; `None` for a reply of another shape.
 pub(super) fn window_totals(reply: &[Value]) -> Option<KeyTotals> {
     match reply {
-        [Value::Int(current), Value::Int(current_senders), Value::Int(previous), Value::Int(previous_senders)] => {
+        [Value::Int(current), Value::Int(current_senders), Value::Int(previous), Value::Int(previous_senders), Value::Int(current_refusers), Value::Int(previous_refusers)] => {
             Some(KeyTotals {
                 current: non_negative(*current),
                 previous: non_negative(*previous),
                 current_senders: senders(*current_senders),
                 previous_senders: senders(*previous_senders),
+                current_refusers: senders(*current_refusers),
+                previous_refusers: senders(*previous_refusers),
             })
         }
         _ => None,

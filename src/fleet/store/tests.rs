@@ -30,6 +30,9 @@ fn push(key: &str, window: u64, count: u64) -> Push<'_> {
         key: key.as_bytes(),
         window,
         count,
+        previous: 0,
+        refused: 0,
+        refused_previous: 0,
     }
 }
 
@@ -41,6 +44,8 @@ fn counts(current: u64, current_senders: u32, previous: u64, previous_senders: u
         previous,
         current_senders,
         previous_senders,
+        current_refusers: 0,
+        previous_refusers: 0,
     }
 }
 
@@ -50,6 +55,8 @@ const NONE: KeyTotals = KeyTotals {
     previous: 0,
     current_senders: 0,
     previous_senders: 0,
+    current_refusers: 0,
+    previous_refusers: 0,
 };
 
 /// Syncs and returns the counts and the node count, panicking on failure.
@@ -233,6 +240,74 @@ fn the_previous_window_total_is_returned() {
     // Window 0 has no predecessor.
     let (totals, _) = sync(&mut a, "a", NOW, &[push("k", 0, 1)]);
     assert_eq!(totals, vec![counts(1, 1, 0, 0)]);
+}
+
+#[test]
+fn a_push_carries_the_final_count_of_the_window_before() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let (mut a, mut b) = (store(&config(&server.url())), store(&config(&server.url())));
+    sync(&mut a, "a", NOW, &[push("k", WINDOW, 5)]);
+    sync(&mut b, "b", NOW, &[push("k", WINDOW, 4)]);
+    // A's last sync of the window missed 3 of its requests: its first push of the next
+    // window brings them, and a lower previous count (B's, sent again) lowers nothing.
+    let late = Push {
+        previous: 8,
+        ..push("k", WINDOW + 1, 1)
+    };
+    assert_eq!(
+        sync(&mut a, "a", NOW + W, &[late]).0,
+        vec![counts(1, 1, 12, 2)]
+    );
+    let again = Push {
+        previous: 2,
+        ..push("k", WINDOW + 1, 0)
+    };
+    assert_eq!(
+        sync(&mut b, "b", NOW + W, &[again]).0,
+        vec![counts(1, 1, 12, 2)]
+    );
+    // A Redis that lost the window before (restarted empty) has it back from the pushes.
+    server.command(&["FLUSHALL"]);
+    assert_eq!(
+        sync(&mut a, "a", NOW + W, &[late]).0,
+        vec![counts(1, 1, 8, 1)]
+    );
+}
+
+#[test]
+fn refusals_are_told_as_the_other_nodes_that_refused() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let config = config(&server.url());
+    let (mut a, mut b, mut c) = (store(&config), store(&config), store(&config));
+    let refusing = |key, count, refused, refused_previous| Push {
+        refused,
+        refused_previous,
+        ..push(key, WINDOW, count)
+    };
+    let refusers = |totals: &[KeyTotals]| {
+        totals
+            .iter()
+            .map(|t| (t.current_refusers, t.previous_refusers))
+            .collect::<Vec<_>>()
+    };
+    // A node's own refusals are not told back to it.
+    let (totals, _) = sync(&mut a, "a", NOW, &[refusing("k", 3, 2, 1)]);
+    assert_eq!(refusers(&totals), vec![(0, 0)]);
+    let (totals, _) = sync(&mut b, "b", NOW, &[refusing("k", 3, 0, 4)]);
+    assert_eq!(refusers(&totals), vec![(1, 1)]);
+    let (totals, _) = sync(&mut c, "c", NOW, &[refusing("k", 0, 0, 0)]);
+    assert_eq!(refusers(&totals), vec![(1, 2)]);
+    assert_eq!(totals[0].current, 6, "refusals are not counts");
+    // Refusals live in hashes of their own, which expire like the counts.
+    let mut name = hash_name("floodgate", "k", WINDOW);
+    name.push_str(":refused");
+    assert_eq!(server.command(&["HGET", &name, "a"]).text(), "2");
+    let pttl = server.command(&["PTTL", &name]).int();
+    assert!(pttl > 0 && pttl <= a.expiry_ms(W) as i64, "PTTL {pttl}");
 }
 
 #[test]
