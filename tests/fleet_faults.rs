@@ -5,7 +5,8 @@
 //!
 //! What the issue asks of an outage: every node keeps deciding, with no error on the request
 //! path and no decision slower than a millisecond; the failure is counted (and logged once);
-//! after a window without a sync each node decides on its share of the limit, `⌈L ÷ N⌉` with
+//! once its last view is stale (no sync for three sync intervals, or the timeout and one
+//! interval, at most a window) each node decides on its share of the limit, `⌈L ÷ N⌉` with
 //! `N` the fleet's size last seen; syncing resumes when Redis is back; nothing panics and
 //! nothing grows. A key flooding every node is held to 0.6–1.15 × its limit per window.
 //!
@@ -258,7 +259,7 @@ fn redis_killed_and_restarted_mid_run() {
         !s.connected && s.sync_errors >= at_kill[i].sync_errors + 3 && s.last_error.is_some()
     });
     wait_for("a window without a sync", &nodes, |_, s| {
-        s.last_sync_age.is_some_and(|age| age > WINDOW)
+        s.last_sync_age.is_some_and(|age| age > WINDOW) && s.on_local_share
     });
     // The last sync was in window `killed` at the latest: its view is gone two windows on,
     // and by then every node decides on its share; the window after is a steady one.
@@ -391,6 +392,9 @@ fn redis_killed_and_restarted_mid_run() {
         LIMIT as u64,
         &FLEET_BOUND,
     );
+    // Each node says when it decides on its share.
+    assert!(during.iter().all(|s| s.on_local_share), "{during:?}");
+    assert!(end.iter().all(|s| !s.on_local_share), "{end:?}");
     // Counted at every failure, logged once per outage and node, and once more at its end.
     assert_eq!(logged_outage, NODES, "warnings logged during the outage");
     assert!(

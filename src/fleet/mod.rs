@@ -308,4 +308,9 @@ pub struct FleetStatus {
     pub keys_synced: u64,
     /// The last failure, if the last sync failed.
     pub last_error: Option<String>,
+    /// Whether the node decides on its local share of each limit, `⌈L ÷ nodes⌉` on its own
+    /// counts, because its last view of the fleet is too old to trust (no sync has succeeded
+    /// for three sync intervals, or the timeout and one interval when longer, at most a
+    /// window): Redis is away or too slow.
+    pub on_local_share: bool,
 }

@@ -113,6 +113,7 @@ impl FleetNode {
             sync_errors: report.errors,
             keys_synced: report.keys,
             last_error: report.last_error.clone(),
+            on_local_share: self.degraded(),
         }
     }
 }

@@ -74,19 +74,14 @@ pub(crate) struct Push<'a> {
 
 /// The fleet's counts of one pushed key, as Redis had them once the push was applied.
 ///
-/// A sender is a node with a count above 0 of the key in the window (the number of fields of
-/// its hash): the fleet limiter tells a key sent through one node from one sent through all of
-/// them by it.
+/// The other nodes that refused the key tell the fleet limiter which nodes will take any room
+/// the limit leaves (`FleetView`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct KeyTotals {
     /// The sum of every node's count of the key in the push's window, this node's included.
     pub(crate) current: u64,
     /// The same in the window before (0 for window 0).
     pub(crate) previous: u64,
-    /// The nodes that pushed the key in the push's window (this one, unless it only read).
-    pub(crate) current_senders: u32,
-    /// The nodes that pushed the key in the window before.
-    pub(crate) previous_senders: u32,
     /// The other nodes (this one not included) that refused the key in the push's window,
     /// and in the window before.
     pub(crate) current_refusers: u32,
@@ -274,8 +269,9 @@ impl Store {
     }
 
     /// Pushes this node's counts and pulls the fleet's: for each push, stores `node`'s count
-    /// of the key in `push.window` (unless Redis has a larger one) and reads the key's totals
-    /// and senders in that window and the one before; and marks `node` alive at `now_unix_ms`
+    /// of the key in `push.window` (and the window before, and its refusals in both, unless
+    /// Redis has larger ones) and reads the key's totals in that window and the one before and
+    /// the other nodes that refused it; and marks `node` alive at `now_unix_ms`
     /// (on this node's clock) and counts the nodes alive. `node` must be this process's own:
     /// a node restarted under its old id has none of its requests seen in the window until
     /// its new count passes the old one, still stored. `window_ms` is the windows' length,

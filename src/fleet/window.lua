@@ -13,10 +13,9 @@
 --          count, so that a push that missed its end, or a Redis that lost it, has it);
 -- ARGV[5]: this node's refusals of the key in this window so far;
 -- ARGV[6]: its refusals of the key in the window before.
--- Returns {this window's total, its senders, the previous window's total, its senders, the
--- other nodes that refused the key in this window, in the window before}: a hash's total is
--- the sum of its counts and its senders the number of its fields (the nodes that pushed the
--- key in that window); a missing hash has 0 and 0.
+-- Returns {this window's total, the previous window's total, the other nodes that refused the
+-- key in this window, in the window before}: a total is the sum of a hash's counts; a missing
+-- hash counts 0.
 local function raise(key, value)
   local count = tonumber(value) or 0
   if count > 0 then
@@ -33,13 +32,13 @@ raise(KEYS[1], ARGV[2])
 raise(KEYS[2], ARGV[4])
 raise(KEYS[3], ARGV[5])
 raise(KEYS[4], ARGV[6])
-local function sum_and_senders(key)
+local function sum(key)
   local counts = redis.call('HVALS', key)
-  local sum = 0
+  local total = 0
   for i = 1, #counts do
-    sum = sum + (tonumber(counts[i]) or 0)
+    total = total + (tonumber(counts[i]) or 0)
   end
-  return sum, #counts
+  return total
 end
 local function others(key)
   local n = redis.call('HLEN', key)
@@ -48,6 +47,4 @@ local function others(key)
   end
   return n
 end
-local current, current_senders = sum_and_senders(KEYS[1])
-local previous, previous_senders = sum_and_senders(KEYS[2])
-return {current, current_senders, previous, previous_senders, others(KEYS[3]), others(KEYS[4])}
+return {sum(KEYS[1]), sum(KEYS[2]), others(KEYS[3]), others(KEYS[4])}

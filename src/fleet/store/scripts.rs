@@ -103,18 +103,16 @@ impl Scripts {
     }
 }
 
-/// The counts in the window script's reply, `{current, current senders, previous, previous
-/// senders, current refusers, previous refusers}`; `None` for a reply of another shape.
+/// The counts in the window script's reply, `{current, previous, current refusers, previous
+/// refusers}`; `None` for a reply of another shape.
 pub(super) fn window_totals(reply: &[Value]) -> Option<KeyTotals> {
     match reply {
-        [Value::Int(current), Value::Int(current_senders), Value::Int(previous), Value::Int(previous_senders), Value::Int(current_refusers), Value::Int(previous_refusers)] => {
+        [Value::Int(current), Value::Int(previous), Value::Int(current_refusers), Value::Int(previous_refusers)] => {
             Some(KeyTotals {
                 current: non_negative(*current),
                 previous: non_negative(*previous),
-                current_senders: senders(*current_senders),
-                previous_senders: senders(*previous_senders),
-                current_refusers: senders(*current_refusers),
-                previous_refusers: senders(*previous_refusers),
+                current_refusers: nodes(*current_refusers),
+                previous_refusers: nodes(*previous_refusers),
             })
         }
         _ => None,
@@ -125,6 +123,6 @@ fn non_negative(n: i64) -> u64 {
     u64::try_from(n).unwrap_or(0)
 }
 
-fn senders(n: i64) -> u32 {
+fn nodes(n: i64) -> u32 {
     u32::try_from(n.max(0)).unwrap_or(u32::MAX)
 }

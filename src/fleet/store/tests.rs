@@ -36,14 +36,12 @@ fn push(key: &str, window: u64, count: u64) -> Push<'_> {
     }
 }
 
-/// What the window script answers for a key: its total and senders in the window, then in
+/// What the window script answers for a key no node refused: its totals in the window and
 /// the window before.
-fn counts(current: u64, current_senders: u32, previous: u64, previous_senders: u32) -> KeyTotals {
+fn counts(current: u64, previous: u64) -> KeyTotals {
     KeyTotals {
         current,
         previous,
-        current_senders,
-        previous_senders,
         current_refusers: 0,
         previous_refusers: 0,
     }
@@ -53,8 +51,6 @@ fn counts(current: u64, current_senders: u32, previous: u64, previous_senders: u
 const NONE: KeyTotals = KeyTotals {
     current: 0,
     previous: 0,
-    current_senders: 0,
-    previous_senders: 0,
     current_refusers: 0,
     previous_refusers: 0,
 };
@@ -84,7 +80,7 @@ fn pushes_from_two_nodes_sum_up() {
     assert!(!a.is_connected(), "no I/O before the first sync");
 
     let (totals, nodes) = sync(&mut a, "a", NOW, &[push("k", WINDOW, 3)]);
-    assert_eq!((totals, nodes), (vec![counts(3, 1, 0, 0)], 1));
+    assert_eq!((totals, nodes), (vec![counts(3, 0)], 1));
     assert!(a.is_connected());
     let (totals, nodes) = sync(
         &mut b,
@@ -92,13 +88,10 @@ fn pushes_from_two_nodes_sum_up() {
         NOW,
         &[push("k", WINDOW, 4), push("other", WINDOW, 1)],
     );
-    assert_eq!(
-        (totals, nodes),
-        (vec![counts(7, 2, 0, 0), counts(1, 1, 0, 0)], 2)
-    );
+    assert_eq!((totals, nodes), (vec![counts(7, 0), counts(1, 0)], 2));
     // A's count grows: its field is replaced, not added to.
     let (totals, _) = sync(&mut a, "a", NOW, &[push("k", WINDOW, 5)]);
-    assert_eq!(totals, vec![counts(9, 2, 0, 0)]);
+    assert_eq!(totals, vec![counts(9, 0)]);
     // Each node's count is a field of the key's hash.
     let name = hash_name("floodgate", "k", WINDOW);
     assert_eq!(server.command(&["HGET", &name, "a"]).text(), "5");
@@ -118,12 +111,12 @@ fn a_push_sent_again_counts_once() {
     let (mut a, mut b) = (store(&config), store(&config));
     assert_eq!(
         sync(&mut a, "a", NOW, &[push("k", WINDOW, 3)]).0,
-        vec![counts(3, 1, 0, 0)]
+        vec![counts(3, 0)]
     );
     // The same count again (a sync retried), alone and twice in one sync.
     assert_eq!(
         sync(&mut a, "a", NOW, &[push("k", WINDOW, 3)]).0,
-        vec![counts(3, 1, 0, 0)]
+        vec![counts(3, 0)]
     );
     assert_eq!(
         sync(
@@ -133,15 +126,15 @@ fn a_push_sent_again_counts_once() {
             &[push("k", WINDOW, 3), push("k", WINDOW, 3)]
         )
         .0,
-        vec![counts(3, 1, 0, 0); 2]
+        vec![counts(3, 0); 2]
     );
     assert_eq!(
         sync(&mut b, "b", NOW, &[push("k", WINDOW, 4)]).0,
-        vec![counts(7, 2, 0, 0)]
+        vec![counts(7, 0)]
     );
     assert_eq!(
         sync(&mut a, "a", NOW, &[push("k", WINDOW, 3)]).0,
-        vec![counts(7, 2, 0, 0)]
+        vec![counts(7, 0)]
     );
 }
 
@@ -160,39 +153,18 @@ fn a_lower_count_does_not_lower_the_stored_one() {
         NOW,
         &[push("k", WINDOW, 8), push("k", WINDOW, 6)],
     );
-    assert_eq!(totals, vec![counts(8, 1, 0, 0); 2]);
+    assert_eq!(totals, vec![counts(8, 0); 2]);
     let (totals, _) = sync(&mut a, "a", NOW, &[push("k", WINDOW, 2)]);
-    assert_eq!(totals, vec![counts(8, 1, 0, 0)]);
+    assert_eq!(totals, vec![counts(8, 0)]);
     assert_eq!(server.command(&["HGET", &name, "a"]).text(), "8");
     // The largest count a push carries, and larger ones capped to it.
     let (totals, _) = sync(&mut a, "a", NOW, &[push("big", WINDOW, u64::MAX)]);
-    assert_eq!(totals, vec![counts(MAX_COUNT, 1, 0, 0)]);
+    assert_eq!(totals, vec![counts(MAX_COUNT, 0)]);
     let big = hash_name("floodgate", "big", WINDOW);
     assert_eq!(
         server.command(&["HGET", &big, "a"]).text(),
         MAX_COUNT.to_string()
     );
-}
-
-#[test]
-fn senders_are_the_distinct_nodes_of_each_window() {
-    let Some(server) = RedisServer::start() else {
-        return;
-    };
-    let config = config(&server.url());
-    let mut nodes: Vec<Store> = (0..3).map(|_| store(&config)).collect();
-    // Three nodes push "k" in the first window, "a" twice; "c" only reads it.
-    for (node, id, count) in [(0, "a", 1), (1, "b", 2), (0, "a", 3), (2, "c", 4)] {
-        sync(&mut nodes[node], id, NOW, &[push("k", WINDOW, count)]);
-    }
-    let (totals, _) = sync(&mut nodes[2], "d", NOW, &[push("k", WINDOW, 0)]);
-    assert_eq!(totals, vec![counts(9, 3, 0, 0)]);
-    // Two of them push it in the next window; the first window's senders come back with it.
-    sync(&mut nodes[0], "a", NOW + W, &[push("k", WINDOW + 1, 1)]);
-    let (totals, _) = sync(&mut nodes[1], "b", NOW + W, &[push("k", WINDOW + 1, 2)]);
-    assert_eq!(totals, vec![counts(3, 2, 9, 3)]);
-    let (totals, _) = sync(&mut nodes[2], "c", NOW + W, &[push("k", WINDOW + 1, 0)]);
-    assert_eq!(totals, vec![counts(3, 2, 9, 3)]);
 }
 
 #[test]
@@ -213,7 +185,7 @@ fn a_pure_read_creates_nothing() {
     let name = hash_name("floodgate", "k", WINDOW);
     assert_eq!(server.command(&["PEXPIRE", &name, "60000"]), Reply::Int(1));
     let (totals, _) = sync(&mut a, "a", NOW, &[push("k", WINDOW, 0)]);
-    assert_eq!(totals, vec![counts(2, 1, 0, 0)]);
+    assert_eq!(totals, vec![counts(2, 0)]);
     assert_eq!(server.command(&["HEXISTS", &name, "a"]), Reply::Int(0));
     let pttl = server.command(&["PTTL", &name]).int();
     assert!(
@@ -230,16 +202,16 @@ fn the_previous_window_total_is_returned() {
     let mut a = store(&config(&server.url()));
     sync(&mut a, "a", NOW, &[push("k", WINDOW, 5)]);
     let (totals, _) = sync(&mut a, "a", NOW + W, &[push("k", WINDOW + 1, 2)]);
-    assert_eq!(totals, vec![counts(2, 1, 5, 1)]);
+    assert_eq!(totals, vec![counts(2, 5)]);
     let (totals, _) = sync(&mut a, "a", NOW + 2 * W, &[push("k", WINDOW + 2, 0)]);
-    assert_eq!(totals, vec![counts(0, 0, 2, 1)]);
+    assert_eq!(totals, vec![counts(0, 2)]);
     // Prefixes keep fleets apart.
     let mut other = store(&config(&server.url()).prefix("other"));
     let (totals, _) = sync(&mut other, "a", NOW, &[push("k", WINDOW + 1, 1)]);
-    assert_eq!(totals, vec![counts(1, 1, 0, 0)]);
+    assert_eq!(totals, vec![counts(1, 0)]);
     // Window 0 has no predecessor.
     let (totals, _) = sync(&mut a, "a", NOW, &[push("k", 0, 1)]);
-    assert_eq!(totals, vec![counts(1, 1, 0, 0)]);
+    assert_eq!(totals, vec![counts(1, 0)]);
 }
 
 #[test]
@@ -256,24 +228,15 @@ fn a_push_carries_the_final_count_of_the_window_before() {
         previous: 8,
         ..push("k", WINDOW + 1, 1)
     };
-    assert_eq!(
-        sync(&mut a, "a", NOW + W, &[late]).0,
-        vec![counts(1, 1, 12, 2)]
-    );
+    assert_eq!(sync(&mut a, "a", NOW + W, &[late]).0, vec![counts(1, 12)]);
     let again = Push {
         previous: 2,
         ..push("k", WINDOW + 1, 0)
     };
-    assert_eq!(
-        sync(&mut b, "b", NOW + W, &[again]).0,
-        vec![counts(1, 1, 12, 2)]
-    );
+    assert_eq!(sync(&mut b, "b", NOW + W, &[again]).0, vec![counts(1, 12)]);
     // A Redis that lost the window before (restarted empty) has it back from the pushes.
     server.command(&["FLUSHALL"]);
-    assert_eq!(
-        sync(&mut a, "a", NOW + W, &[late]).0,
-        vec![counts(1, 1, 8, 1)]
-    );
+    assert_eq!(sync(&mut a, "a", NOW + W, &[late]).0, vec![counts(1, 8)]);
 }
 
 #[test]
@@ -372,12 +335,9 @@ fn lost_scripts_are_loaded_again_without_counting_twice() {
         NOW,
         &[push("k", WINDOW, 4), push("j", WINDOW, 1)],
     );
-    assert_eq!(
-        (totals, nodes),
-        (vec![counts(6, 2, 0, 0), counts(1, 1, 0, 0)], 2)
-    );
+    assert_eq!((totals, nodes), (vec![counts(6, 0), counts(1, 0)], 2));
     let (totals, _) = sync(&mut a, "a", NOW, &[push("k", WINDOW, 0)]);
-    assert_eq!(totals, vec![counts(6, 2, 0, 0)]);
+    assert_eq!(totals, vec![counts(6, 0)]);
 }
 
 #[test]
@@ -407,7 +367,7 @@ fn a_killed_server_fails_the_sync_in_time_and_a_restarted_one_is_used_again() {
     server.restart();
     // Nothing was persisted, but the count is absolute: the next push restores it whole.
     let (totals, nodes) = sync(&mut a, "a", NOW, &[push("k", WINDOW, 6)]);
-    assert_eq!((totals, nodes), (vec![counts(6, 1, 0, 0)], 1));
+    assert_eq!((totals, nodes), (vec![counts(6, 0)], 1));
 }
 
 #[test]
@@ -435,10 +395,10 @@ fn a_stalled_server_fails_the_sync_in_time_and_the_retry_counts_once() {
 
     // The push the sync gave up on ran once Redis woke up...
     let (totals, _) = sync(&mut b, "b", NOW, &[push("k", WINDOW, 0)]);
-    assert_eq!(totals, vec![counts(6, 2, 0, 0)]);
+    assert_eq!(totals, vec![counts(6, 0)]);
     // ...and sending it again counts nothing twice.
     let (totals, _) = sync(&mut a, "a", NOW, &[push("k", WINDOW, 5)]);
-    assert_eq!(totals, vec![counts(6, 2, 0, 0)]);
+    assert_eq!(totals, vec![counts(6, 0)]);
 }
 
 #[test]
@@ -527,12 +487,12 @@ fn a_cluster_sums_pushes_on_keys_spread_over_its_masters() {
     let pushes_a: Vec<Push<'_>> = spread.iter().map(|(k, _)| push(k, WINDOW, 2)).collect();
     let pushes_b: Vec<Push<'_>> = spread.iter().map(|(k, _)| push(k, WINDOW, 3)).collect();
     let (totals, nodes) = sync(&mut a, "a", NOW, &pushes_a);
-    assert_eq!((totals, nodes), (vec![counts(2, 1, 0, 0); 3], 1));
+    assert_eq!((totals, nodes), (vec![counts(2, 0); 3], 1));
     let (totals, nodes) = sync(&mut b, "b", NOW, &pushes_b);
-    assert_eq!((totals, nodes), (vec![counts(5, 2, 0, 0); 3], 2));
+    assert_eq!((totals, nodes), (vec![counts(5, 0); 3], 2));
     // Sent again, on every master: nothing counts twice.
     let (totals, _) = sync(&mut a, "a", NOW, &pushes_a);
-    assert_eq!(totals, vec![counts(5, 2, 0, 0); 3]);
+    assert_eq!(totals, vec![counts(5, 0); 3]);
     assert_eq!(a.masters(), 3);
     assert_eq!(b.masters(), 3);
     // Each master holds the hash of its key, a field per node.
@@ -543,12 +503,12 @@ fn a_cluster_sums_pushes_on_keys_spread_over_its_masters() {
     }
     let next: Vec<Push<'_>> = spread.iter().map(|(k, _)| push(k, WINDOW + 1, 1)).collect();
     let (totals, _) = sync(&mut a, "a", NOW + W, &next);
-    assert_eq!(totals, vec![counts(1, 1, 5, 2); 3]);
+    assert_eq!(totals, vec![counts(1, 5); 3]);
     // Scripts lost on one master only are loaded there, and nothing counts twice.
     cluster.servers()[1].command(&["SCRIPT", "FLUSH"]);
     let next: Vec<Push<'_>> = spread.iter().map(|(k, _)| push(k, WINDOW + 1, 2)).collect();
     let (totals, _) = sync(&mut a, "a", NOW + W, &next);
-    assert_eq!(totals, vec![counts(2, 1, 5, 2); 3]);
+    assert_eq!(totals, vec![counts(2, 5); 3]);
 }
 
 #[test]
@@ -590,14 +550,10 @@ fn a_cluster_master_killed_fails_the_sync_in_time_and_is_used_again_once_back() 
     };
     // The masters that stayed up ran the failed syncs' pushes (once, however many times
     // they were sent); the restarted one lost its data.
-    assert_eq!(
-        totals,
-        vec![counts(2, 1, 0, 0), counts(2, 1, 0, 0), NONE],
-        "{totals:?}"
-    );
+    assert_eq!(totals, vec![counts(2, 0), counts(2, 0), NONE], "{totals:?}");
     // The next push restores this node's count there whole.
     let (totals, _) = sync(&mut a, "a", NOW, &grown);
-    assert_eq!(totals, vec![counts(2, 1, 0, 0); 3]);
+    assert_eq!(totals, vec![counts(2, 0); 3]);
 }
 
 /// The id of a cluster node.
@@ -651,12 +607,7 @@ fn a_cluster_resharding_is_followed_without_counting_twice() {
     assert_eq!(
         (totals, nodes),
         (
-            vec![
-                counts(2, 1, 0, 0),
-                counts(2, 1, 0, 0),
-                counts(2, 1, 0, 0),
-                counts(4, 1, 0, 0)
-            ],
+            vec![counts(2, 0), counts(2, 0), counts(2, 0), counts(4, 0)],
             1
         )
     );
