@@ -89,17 +89,25 @@ impl<K> Limiter<K> {
 /// promotion fraction of the limit in all), the fleet's view judged; and, while Redis has been
 /// away too long to trust that view, the limit itself becomes this node's share, `⌈L ÷ N⌉`,
 /// on its own counts.
+#[inline]
 pub(super) fn in_fleet(node: &FleetNode, t: &Thresholds) -> Thresholds {
     let mut t = *t;
     if let Some(rate) = t.rate.as_mut() {
+        let degraded = node.degraded();
+        rate.in_fleet = !degraded;
         let nodes = node.nodes();
-        let share = (rate.limit as f64 / nodes as f64).ceil() as isize;
-        rate.in_fleet = !node.degraded();
-        if !rate.in_fleet {
+        if nodes == 1 {
+            // Alone: the share is the limit, and promotion stays where it is.
+            return t;
+        }
+        // ⌈L ÷ N⌉ in integers (no libm call on the request path).
+        let n = nodes as isize;
+        let share = rate.limit / n + isize::from(rate.limit % n > 0);
+        if degraded {
             rate.limit = share;
             rate.tag_mix = super::overlimit::limit_mix(share);
         }
-        rate.share = (nodes > 1).then_some(share);
+        rate.share = Some(share);
         rate.promote_at = (rate.promote_at / nodes as f64)
             .max(1.0)
             .min(rate.limit.max(1) as f64);

@@ -656,10 +656,6 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        #[cfg(feature = "redis")]
-        let in_fleet = self.fleet.as_ref().map(|node| fleet::in_fleet(node, t));
-        #[cfg(feature = "redis")]
-        let t = in_fleet.as_ref().unwrap_or(t);
         if let Some(rejected) = t.refuses_all() {
             return Err(rejected);
         }
@@ -668,6 +664,23 @@ where
         if let Some(rejected) = self.over_limit_now(spread, t) {
             return Err(rejected);
         }
+        // In a fleet, after the cache: a flooded key's refusal costs nothing more. A share
+        // (Redis away) is a limit of its own, whose deadlines the cache holds under its tag.
+        #[cfg(feature = "redis")]
+        let in_fleet = self.fleet.as_ref().map(|node| fleet::in_fleet(node, t));
+        #[cfg(feature = "redis")]
+        let t = match &in_fleet {
+            Some(fleet) => {
+                let tag = |t: &Thresholds| t.rate.map(|rate| rate.tag_mix);
+                if tag(fleet) != tag(t) {
+                    if let Some(rejected) = self.over_limit_now(spread, fleet) {
+                        return Err(rejected);
+                    }
+                }
+                fleet
+            }
+            None => t,
+        };
         let sketched = self.sketches.observe(hash);
         let hot = self.sketches.is_hot(&sketched, t);
         // The request's half of the promotion handshake: after the sketch increments.
