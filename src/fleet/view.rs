@@ -31,7 +31,8 @@ use crate::rate::WindowView;
 /// refusals of it.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub(crate) struct FleetView {
-    /// The window (its number since the Unix epoch) the counts are of; `None` before the
+    /// The window the counts are of, by the limiter's own numbering (its Rate's bucket:
+    /// consecutive windows have consecutive numbers); `None` before the
     /// first sync of the key.
     pub(crate) window: Option<u64>,
     /// The fleet's total in `window`, this node's count included.
@@ -120,8 +121,8 @@ impl FleetView {
         }
     }
 
-    /// The local window view `local` (of window number `window`) with the fleet's counts in
-    /// it, to decide on (`fits(limit)` is the rule above) and to work out a `retry_after` on;
+    /// The local window view `local` (of window `window`, numbered as in the view; this
+    /// request counted in it) with the fleet's counts in it, and at least its own, to decide on (`fits(limit)` is the rule above) and to work out a `retry_after` on;
     /// `own_now` and `own_previous` are this node's counts of the key in this window (this
     /// request not included) and the one before. `None` when the view is older than the
     /// window before (the key was not synced lately: only the local counts decide).
@@ -154,7 +155,7 @@ impl FleetView {
                 .saturating_sub(local.len);
             let seen = self.at.saturating_sub(last_began).clamp(1, local.len);
             let average = self.total.saturating_sub(self.own) as f64 / seen as f64;
-            let unseen = (average * (local.len - seen) as f64).ceil() as u64;
+            let unseen = ceil(average * (local.len - seen) as f64);
             let previous = self
                 .total
                 .saturating_add(own_previous.saturating_sub(self.own))
@@ -163,21 +164,29 @@ impl FleetView {
         } else {
             return None;
         };
-        let at_pace = mine.saturating_add((others_rate * since as f64).ceil() as u64);
+        let at_pace = mine.saturating_add(ceil(others_rate * since as f64));
         let k = u64::from(self.refusers);
         // (k+1)·(m+1) − 1: the share form, with the request's own 1 added below.
         let at_share = (k + 1).saturating_mul(mine).saturating_add(k);
         let clamp = |n: u64| isize::try_from(n).unwrap_or(isize::MAX);
+        // Never less than the local counts (which a key promoted in this window may have
+        // from its sketch alone): judging the fleet's counts judges this node's own too.
+        let current = total
+            .saturating_add(at_pace.max(at_share))
+            .saturating_add(1);
         Some(WindowView {
-            prev: clamp(previous),
-            curr: clamp(
-                total
-                    .saturating_add(at_pace.max(at_share))
-                    .saturating_add(1),
-            ),
+            prev: clamp(previous).max(local.prev),
+            curr: clamp(current).max(local.curr),
             ..*local
         })
     }
+}
+
+/// `⌈x⌉` of a non-negative `x` (saturating), without libm's `ceil`: that is a call on the
+/// request path where the target has no rounding instruction.
+fn ceil(x: f64) -> u64 {
+    let n = x as u64;
+    n.saturating_add(u64::from((n as f64) < x))
 }
 
 #[cfg(all(test, not(floodgate_loom)))]
@@ -283,6 +292,15 @@ mod tests {
             None,
             "never synced"
         );
+    }
+
+    #[test]
+    fn ceil_rounds_up_and_saturates() {
+        assert_eq!(ceil(0.0), 0);
+        assert_eq!(ceil(2.0), 2);
+        assert_eq!(ceil(2.000_1), 3);
+        assert_eq!(ceil(1e30), u64::MAX);
+        assert_eq!(ceil(f64::NAN), 0);
     }
 
     #[test]

@@ -14,7 +14,6 @@ use super::Rejected;
 use super::{Limiter, LimiterBuilder, Shared};
 use crate::fleet::{FleetConfig, FleetKey, FleetNode, FleetStatus, Push, Store};
 use crate::rate::WindowView;
-use crate::Rate;
 
 /// What `LimiterBuilder::fleet` was given, and how to start the sync of this key type.
 pub(super) struct FleetSetup<K> {
@@ -115,31 +114,31 @@ pub(super) fn in_fleet(node: &FleetNode, t: &Thresholds) -> Thresholds {
     t
 }
 
-/// The rate decision of a node in a fleet, under the exact stage's lock: on the node's own
-/// counts (`view`, this request included), then on the fleet's as the last sync left them (see
-/// `FleetView`), or, for a key the fleet has said nothing of lately, on this node's share.
+/// The rate decision of a node in a fleet, under the exact stage's lock: on the fleet's counts
+/// as the last sync left them (see `FleetView`; they include the node's own, `view`, this
+/// request included), or, for a key the fleet has said nothing of lately, on this node's own
+/// counts and its share.
 /// Each refusal is counted, for the fleet to learn that this node takes any room left.
 pub(super) fn judge(
     counts: &mut Counts,
-    rate: &Rate,
     view: &WindowView,
     t: &RateThreshold,
 ) -> Result<(), Rejected> {
-    let window = rate.window_number(view.bucket);
-    let judged = judge_alone(view, t).and_then(|()| {
-        let own = |b: Option<u64>| {
-            b.and_then(|b| counts.rate.bound(b))
-                .map_or(0, |n| n.max(0) as u64)
-        };
-        let (now, before) = (own(Some(view.bucket)), own(view.bucket.checked_sub(1)));
-        match counts.fleet.judged(view, window, now, before) {
-            Some(fleet) => judge_alone(&fleet, t),
-            None => match t.share {
-                Some(share) => judge_alone(view, &RateThreshold { limit: share, ..*t }),
-                None => Ok(()),
-            },
-        }
-    });
+    // Windows by the Rate's bucket number, which the sync uses too: no division here.
+    let window = view.bucket;
+    let own = |b: Option<u64>| {
+        b.and_then(|b| counts.rate.bound(b))
+            .map_or(0, |n| n.max(0) as u64)
+    };
+    let (now, before) = (own(Some(window)), own(window.checked_sub(1)));
+    let judged = match counts.fleet.judged(view, window, now, before) {
+        // At least this node's own counts: judging it judges those too.
+        Some(fleet) => judge_alone(&fleet, t),
+        None => judge_alone(view, t).and_then(|()| match t.share {
+            Some(share) => judge_alone(view, &RateThreshold { limit: share, ..*t }),
+            None => Ok(()),
+        }),
+    };
     if judged.is_err() {
         counts.fleet.refused.note(window);
     }
@@ -250,7 +249,7 @@ where
             for (pushed, totals) in keys.iter().zip(synced.totals) {
                 shared.exact.update(pushed.hash, pushed.generation, |e| {
                     e.counts.fleet = e.counts.fleet.synced(
-                        window,
+                        bucket,
                         at,
                         totals,
                         (pushed.count, pushed.previous),

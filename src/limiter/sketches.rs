@@ -146,7 +146,7 @@ impl Sketches {
                 // A fleet's: the same limit on the fleet's counts as well.
                 #[cfg(feature = "redis")]
                 let judged = if t.in_fleet {
-                    super::fleet::judge(counts, rate, &view, &t)
+                    super::fleet::judge(counts, &view, &t)
                 } else {
                     judge_alone(&view, &t)
                 };
