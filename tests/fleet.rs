@@ -1,6 +1,10 @@
 //! The fleet (feature `redis`): three limiters, one redis-server of the test's own on a free
-//! loopback port, the real clock and paced traffic. A key that floods every node is held to
-//! about its limit fleet-wide; a key under the limit fleet-wide is never refused.
+//! loopback port, the real clock and paced traffic (tests/common/fleet.rs), once the fleet has
+//! formed. A key that floods every node, evenly or mostly through one, is held to about its
+//! limit fleet-wide; a key under the limit fleet-wide, spread evenly, sent mostly through one
+//! node, or through one node alone, is never refused.
+//!
+//! Run with `--nocapture` to see each window's figures.
 //!
 //! Skips with a printed reason without a `redis-server` binary (fails instead under
 //! `FLOODGATE_REQUIRE_REDIS=1`, as CI sets).
@@ -9,26 +13,21 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Barrier};
+use std::ops::{Range, RangeInclusive};
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
+use common::fleet::{sleep_until_window, unix_window, Flow, Tally, Traffic, WINDOW};
 use common::redis::RedisServer;
-use floodgate::fleet::FleetConfig;
+use floodgate::fleet::{FleetConfig, FleetStatus};
 use floodgate::Limiter;
 
 const NODES: usize = 3;
 const LIMIT: isize = 300;
-const WINDOW: Duration = Duration::from_secs(1);
-
-fn unix_window() -> u64 {
-    let ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis();
-    (ms / WINDOW.as_millis()) as u64
-}
+/// What a flooded key may be admitted fleet-wide in a full window, as a fraction of its limit.
+const FLOOD_BOUND: RangeInclusive<f64> = 0.6..=1.15;
+/// 0.8 × the limit, per second: a key under the limit fleet-wide.
+const UNDER: u32 = LIMIT as u32 * 8 / 10;
 
 fn node(redis: &RedisServer, prefix: &str) -> Limiter<String> {
     Limiter::builder()
@@ -44,124 +43,198 @@ fn node(redis: &RedisServer, prefix: &str) -> Limiter<String> {
         .unwrap()
 }
 
-/// Waits until every node has synced and sees the whole fleet (a running fleet's state; a
-/// node that has not synced yet knows of no other).
-fn wait_for_fleet(nodes: &[Limiter<String>]) {
+/// Three nodes on a redis-server of their own, once every node has synced and sees the whole
+/// fleet (a running fleet's state; a node that has not synced yet knows of no other); `None`
+/// without a `redis-server` (the test is skipped).
+fn fleet(prefix: &str) -> Option<(RedisServer, Vec<Limiter<String>>)> {
+    let redis = RedisServer::start()?;
+    let nodes: Vec<_> = (0..NODES).map(|_| node(&redis, prefix)).collect();
     let deadline = Instant::now() + Duration::from_secs(20);
-    while !nodes.iter().all(|n| {
-        let s = n.fleet_status().unwrap();
-        s.syncs > 0 && s.nodes == nodes.len()
-    }) {
-        assert!(Instant::now() < deadline, "the fleet never formed");
+    while !statuses(&nodes)
+        .iter()
+        .all(|s| s.syncs > 0 && s.nodes == NODES)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the fleet never formed: {:#?}",
+            statuses(&nodes)
+        );
         thread::sleep(Duration::from_millis(10));
     }
+    Some((redis, nodes))
 }
 
-/// Runs `per_node` requests per second of `key` through each node for `run`, paced, and
-/// returns the requests admitted per Unix window (all nodes together) and the number refused.
-fn drive(
-    nodes: &[Limiter<String>],
-    key: &str,
-    per_node: u32,
-    run: Duration,
-) -> (BTreeMap<u64, u64>, u64) {
-    let start = Arc::new(Barrier::new(nodes.len()));
-    let handles: Vec<_> = nodes
+fn statuses(nodes: &[Limiter<String>]) -> Vec<FleetStatus> {
+    nodes.iter().map(|n| n.fleet_status().unwrap()).collect()
+}
+
+/// What a run of traffic met, and the nodes' statuses at its end.
+struct Run {
+    tally: Tally,
+    /// The Unix windows the traffic ran through in full.
+    full: Range<u64>,
+    statuses: Vec<FleetStatus>,
+}
+
+/// Runs `flows` through `nodes` until `windows` full windows have passed after the one the
+/// traffic starts in.
+fn run(nodes: &[Limiter<String>], flows: &[Flow], windows: u64) -> Run {
+    let traffic = Traffic::start(nodes, flows);
+    sleep_until_window(unix_window() + windows + 1);
+    let end = unix_window();
+    let tally = traffic.stop();
+    let statuses = statuses(nodes);
+    assert_eq!(
+        tally.errors(),
+        0,
+        "errors on the request path: {statuses:?}"
+    );
+    let first = *tally.windows().start();
+    Run {
+        tally,
+        full: first + 1..end,
+        statuses,
+    }
+}
+
+/// Floods one key as `flows` say for five full windows, prints what the fleet admitted in
+/// each full window but the first, and checks it is within [`FLOOD_BOUND`] × the limit.
+fn assert_flood_held_to_the_limit(nodes: &[Limiter<String>], flows: &[Flow]) {
+    let key = &flows[0].key;
+    let Run {
+        tally,
+        full,
+        statuses,
+    } = run(nodes, flows, 5);
+    for s in &statuses {
+        assert!(s.connected && s.nodes == NODES, "{statuses:?}");
+    }
+    // The first full window carries the key's first (partial) one: each node decided it alone
+    // until it had promoted the key and synced it.
+    let checked = full.start + 1..full.end;
+    let fleet = tally.per_window(key, None, checked.clone());
+    assert!(fleet.len() >= 2, "{fleet:?}");
+    let ratios: Vec<_> = fleet
         .iter()
-        .map(|limiter| {
-            let (limiter, start, key) = (limiter.clone(), Arc::clone(&start), key.to_owned());
-            thread::spawn(move || {
-                let mut admitted = BTreeMap::<u64, u64>::new();
-                let mut refused = 0;
-                start.wait();
-                let began = Instant::now();
-                let gap = Duration::from_secs(1) / per_node;
-                let mut i = 0u32;
-                while began.elapsed() < run {
-                    match limiter.try_acquire(&key) {
-                        Ok(_) => *admitted.entry(unix_window()).or_default() += 1,
-                        Err(_) => refused += 1,
-                    }
-                    i += 1;
-                    let due = began + gap * i;
-                    if let Some(wait) = due.checked_duration_since(Instant::now()) {
-                        thread::sleep(wait);
-                    }
-                }
-                (admitted, refused)
-            })
+        .map(|&(_, n)| format!("{:.2}", n as f64 / LIMIT as f64))
+        .collect();
+    let per_node: Vec<_> = (0..NODES)
+        .map(|i| {
+            let counts: Vec<_> = tally
+                .per_window(key, Some(i), checked.clone())
+                .iter()
+                .map(|&(_, n)| n.to_string())
+                .collect();
+            format!("node {i}: {}", counts.join(" "))
         })
         .collect();
-    let mut all = BTreeMap::new();
-    let mut refused = 0;
-    for handle in handles {
-        let (admitted, r) = handle.join().unwrap();
-        for (window, n) in admitted {
-            *all.entry(window).or_default() += n;
-        }
-        refused += r;
-    }
-    (all, refused)
-}
-
-#[test]
-fn a_key_flooding_every_node_is_held_to_about_its_limit_fleet_wide() {
-    let Some(redis) = RedisServer::start() else {
-        return;
-    };
-    let nodes: Vec<_> = (0..NODES).map(|_| node(&redis, "flood")).collect();
-    wait_for_fleet(&nodes);
-    // Each node alone would admit LIMIT per window: 3× the limit without the fleet.
-    let (admitted, _) = drive(&nodes, "flooded.example", 1_000, Duration::from_secs(6));
-    let statuses: Vec<_> = nodes.iter().map(|n| n.fleet_status().unwrap()).collect();
-    for s in &statuses {
-        assert!(s.connected && s.nodes == NODES, "{s:?}");
-    }
-    // The first and last windows are partial (and the first is the fleet finding itself:
-    // a node knows the others only after its first sync).
-    let full: Vec<_> = admitted
-        .iter()
-        .skip(2)
-        .take(admitted.len().saturating_sub(3))
-        .collect();
-    assert!(full.len() >= 2, "{admitted:?}");
-    let ratios: Vec<_> = full
-        .iter()
-        .map(|(_, &n)| format!("{:.2}", n as f64 / LIMIT as f64))
-        .collect();
     eprintln!(
-        "full windows, admitted fleet-wide ÷ the limit: {}",
-        ratios.join(" ")
+        "{key}: full windows, admitted fleet-wide ÷ the limit: {} (admitted per node, {})",
+        ratios.join(" "),
+        per_node.join("; ")
     );
-    for (window, &n) in full {
+    for &(window, n) in &fleet {
         let ratio = n as f64 / LIMIT as f64;
         assert!(
-            (0.6..=1.15).contains(&ratio),
-            "window {window}: {n} admitted fleet-wide, {ratio:.2} × the limit: {admitted:?}, \
-             {statuses:?}"
+            FLOOD_BOUND.contains(&ratio),
+            "{key}, window {window}: {n} admitted fleet-wide, {ratio:.2} × the limit: \
+             {fleet:?} ({}), {statuses:?}",
+            per_node.join("; ")
         );
     }
 }
 
+/// Runs `flows` (keys under the limit fleet-wide) for `windows` full windows, prints each
+/// flow's refusals per window, and checks that nothing was refused.
+fn assert_never_refused(nodes: &[Limiter<String>], flows: &[Flow], windows: u64) {
+    let Run {
+        tally, statuses, ..
+    } = run(nodes, flows, windows);
+    let lines: Vec<_> = flows
+        .iter()
+        .map(|flow| {
+            let per_window: Vec<_> = tally
+                .windows()
+                .map(|w| {
+                    let (decided, admitted) = tally.counts(&flow.key, Some(flow.node), w);
+                    decided - admitted
+                })
+                .collect();
+            (flow, per_window)
+        })
+        .collect();
+    let report: Vec<_> = lines
+        .iter()
+        .map(|(flow, refused)| {
+            format!(
+                "{} through node {} at {}/s: refused per window {refused:?}",
+                flow.key, flow.node, flow.per_second
+            )
+        })
+        .collect();
+    eprintln!("{}", report.join("\n"));
+    let refused: u64 = lines.iter().flat_map(|(_, r)| r).sum();
+    assert_eq!(refused, 0, "{}\n{statuses:?}", report.join("\n"));
+}
+
 #[test]
-fn a_key_under_the_limit_fleet_wide_is_never_refused() {
-    let Some(redis) = RedisServer::start() else {
+fn a_key_flooding_every_node_is_held_to_about_its_limit_fleet_wide() {
+    let Some((_redis, nodes)) = fleet("flood") else {
         return;
     };
-    let nodes: Vec<_> = (0..NODES).map(|_| node(&redis, "steady")).collect();
-    wait_for_fleet(&nodes);
+    // Each node alone would admit the limit per window: 3× the limit without the fleet.
+    let flows: Vec<_> = (0..NODES)
+        .map(|i| Flow::new(i, "flooded.example", 1_000))
+        .collect();
+    assert_flood_held_to_the_limit(&nodes, &flows);
+}
+
+#[test]
+fn a_key_flooding_one_node_far_more_than_the_others_is_held_to_about_its_limit() {
+    let Some((_redis, nodes)) = fleet("skewed") else {
+        return;
+    };
+    // Without the fleet: the limit through node 0, and 200 through each of the others, 2.3×
+    // the limit.
+    let key = "skewed.example";
+    let flows = [
+        Flow::new(0, key, 2_000),
+        Flow::new(1, key, 200),
+        Flow::new(2, key, 200),
+    ];
+    assert_flood_held_to_the_limit(&nodes, &flows);
+}
+
+#[test]
+fn a_key_under_the_limit_fleet_wide_is_never_refused() {
+    let Some((_redis, nodes)) = fleet("steady") else {
+        return;
+    };
     // 0.8 × the limit in all, spread over the three nodes.
-    let per_node = (LIMIT as u32 * 8 / 10) / NODES as u32;
-    let (_, refused) = drive(&nodes, "steady.example", per_node, Duration::from_secs(4));
-    let statuses: Vec<_> = nodes.iter().map(|n| n.fleet_status().unwrap()).collect();
-    assert_eq!(refused, 0, "{statuses:?}");
+    let flows: Vec<_> = (0..NODES)
+        .map(|i| Flow::new(i, "steady.example", UNDER / NODES as u32))
+        .collect();
+    assert_never_refused(&nodes, &flows, 3);
     // And 0.8 × the limit through one node alone, while the others see none of it.
-    let (_, refused) = drive(
-        &nodes[..1],
-        "lonely.example",
-        LIMIT as u32 * 8 / 10,
-        Duration::from_secs(4),
-    );
-    let statuses: Vec<_> = nodes.iter().map(|n| n.fleet_status().unwrap()).collect();
-    assert_eq!(refused, 0, "{statuses:?}");
+    assert_never_refused(&nodes, &[Flow::new(0, "lonely.example", UNDER)], 3);
+}
+
+#[test]
+fn a_key_under_the_limit_fleet_wide_sent_unevenly_is_never_refused() {
+    let Some((_redis, nodes)) = fleet("uneven") else {
+        return;
+    };
+    // 0.8 × the limit in all, each key more than its share (⌈L ÷ N⌉) through node 0: 80% of
+    // it, the other nodes' part too small for them to sync the key (under the promotion
+    // threshold ÷ N); and half of it, the other nodes syncing it too.
+    let (most, half) = ("uneven.example", "lopsided.example");
+    let flows = [
+        Flow::new(0, most, UNDER * 8 / 10),
+        Flow::new(1, most, UNDER / 10),
+        Flow::new(2, most, UNDER / 10),
+        Flow::new(0, half, UNDER / 2),
+        Flow::new(1, half, UNDER / 4),
+        Flow::new(2, half, UNDER / 4),
+    ];
+    assert_never_refused(&nodes, &flows, 3);
 }
