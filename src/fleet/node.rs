@@ -17,6 +17,8 @@ pub(crate) struct FleetNode {
     /// Nodes seen at the last sync that reached Redis (at least 1: this one). `Relaxed`: a
     /// size a sync later or earlier only moves a threshold.
     nodes: AtomicUsize,
+    /// `1 ÷ nodes` as `f64` bits, for the request path to multiply by.
+    inverse: AtomicU64,
     /// When the last sync that reached Redis ended (or the node was made), on the shared
     /// coarse clock, in nanoseconds.
     last_ok: AtomicU64,
@@ -50,10 +52,19 @@ impl FleetNode {
             config,
             id: node_id(),
             nodes: AtomicUsize::new(1),
-            last_ok: AtomicU64::new(coarse_nanos()),
+            inverse: AtomicU64::new(1f64.to_bits()),
+            last_ok: AtomicU64::new(
+                u64::try_from(crate::clock::coarse_now().as_nanos()).unwrap_or(u64::MAX),
+            ),
             stale_after,
             report: Mutex::new(Report::default()),
         }
+    }
+
+    /// `1 ÷` the fleet's size as last seen (relaxed like the size: a threshold a sync late).
+    #[inline]
+    pub(crate) fn inverse(&self) -> f64 {
+        f64::from_bits(self.inverse.load(Ordering::Relaxed))
     }
 
     /// The fleet's size as last seen (1 before the first sync).
@@ -72,6 +83,8 @@ impl FleetNode {
     /// A sync reached Redis: `nodes` seen, `keys` pushed.
     pub(crate) fn succeeded(&self, nodes: usize, keys: usize) {
         self.nodes.store(nodes.max(1), Ordering::Relaxed);
+        self.inverse
+            .store((1.0 / nodes.max(1) as f64).to_bits(), Ordering::Relaxed);
         self.last_ok.store(coarse_nanos(), Ordering::Relaxed);
         let mut report = lock(&self.report);
         if report.logged {
@@ -130,6 +143,9 @@ fn node_id() -> String {
     format!("{}-{:016x}", std::process::id(), random.finish())
 }
 
+/// The shared coarse clock, read on the request path: one load. A fleet limiter has a rate on
+/// the shared clock whose reads keep the ticker alive (and one on a manual clock starts it
+/// here, when the node is made).
 fn coarse_nanos() -> u64 {
-    u64::try_from(crate::clock::coarse_now().as_nanos()).unwrap_or(u64::MAX)
+    crate::clock::coarse_nanos_read()
 }

@@ -44,8 +44,9 @@ pub(crate) struct FleetView {
     /// When the sync's counts were taken, on the limiter's clock (nanoseconds).
     pub(crate) at: u64,
     /// The other nodes' admissions of the key per nanosecond, between the last two syncs (or
-    /// over the window before, at a window's first sync).
-    pub(crate) others_rate: f64,
+    /// over the window before, at a window's first sync), in fixed point: 2^32 is one per
+    /// nanosecond (integers only on the request path).
+    pub(crate) others_pace: Pace,
     /// The other nodes that refused the key in `window` or the window before. Refusals of
     /// the window before count too: a node whose refusal is held in its over-limit cache past
     /// the boundary refuses without counting it for a while.
@@ -101,21 +102,21 @@ impl FleetView {
         len: u64,
     ) -> FleetView {
         let others = synced.current.saturating_sub(own) as f64;
-        let others_rate = match self.window {
+        let others_pace = Pace::of(match self.window {
             Some(w) if w == window && at > self.at => {
                 let before = self.total.saturating_sub(self.own) as f64;
                 ((others - before) / (at - self.at) as f64).max(0.0)
             }
             // A window's first sync: the others' pace over the whole window before.
             _ => synced.previous.saturating_sub(own_previous) as f64 / len.max(1) as f64,
-        };
+        });
         FleetView {
             window: Some(window),
             total: synced.current,
             previous: synced.previous,
             own,
             at,
-            others_rate,
+            others_pace,
             refusers: synced.current_refusers.max(synced.previous_refusers),
             refused: self.refused,
         }
@@ -126,6 +127,7 @@ impl FleetView {
     /// `own_now` and `own_previous` are this node's counts of the key in this window (this
     /// request not included) and the one before. `None` when the view is older than the
     /// window before (the key was not synced lately: only the local counts decide).
+    #[inline]
     pub(crate) fn judged(
         &self,
         local: &WindowView,
@@ -134,13 +136,12 @@ impl FleetView {
         own_previous: u64,
     ) -> Option<WindowView> {
         let synced = self.window?;
-        let (previous, total, mine, since, others_rate) = if synced == window {
+        let (previous, total, mine, since) = if synced == window {
             (
                 self.previous,
                 self.total,
                 own_now.saturating_sub(self.own),
                 local.at.saturating_sub(self.at),
-                self.others_rate,
             )
         } else if synced.checked_add(1) == Some(window) {
             // A new window since the last sync. The view's window is now the previous one:
@@ -160,11 +161,11 @@ impl FleetView {
                 .total
                 .saturating_add(own_previous.saturating_sub(self.own))
                 .saturating_add(unseen);
-            (previous, 0, own_now, local.into, self.others_rate)
+            (previous, 0, own_now, local.into)
         } else {
             return None;
         };
-        let at_pace = mine.saturating_add(ceil(others_rate * since as f64));
+        let at_pace = mine.saturating_add(self.others_pace.over(since));
         let k = u64::from(self.refusers);
         // (k+1)·(m+1) − 1: the share form, with the request's own 1 added below.
         let at_share = (k + 1).saturating_mul(mine).saturating_add(k);
@@ -182,8 +183,28 @@ impl FleetView {
     }
 }
 
-/// `⌈x⌉` of a non-negative `x` (saturating), without libm's `ceil`: that is a call on the
-/// request path where the target has no rounding instruction.
+/// Admissions per nanosecond in fixed point, 32 bits of them fractional.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Pace(u64);
+
+impl Pace {
+    /// The pace of `per_ns` admissions per nanosecond (to the nearest, saturating).
+    fn of(per_ns: f64) -> Pace {
+        // `as` saturates, and takes NaN to 0.
+        Pace((per_ns * (1u64 << 32) as f64 + 0.5) as u64)
+    }
+
+    /// The admissions in `nanos` at this pace, rounded up unless within 2^-20 of a whole
+    /// number (the fixed point's own error, which must not add a request).
+    #[inline]
+    fn over(self, nanos: u64) -> u64 {
+        let scaled = u128::from(self.0) * u128::from(nanos) + ((1u128 << 32) - (1 << 12));
+        u64::try_from(scaled >> 32).unwrap_or(u64::MAX)
+    }
+}
+
+/// `⌈x⌉` of a non-negative `x` (saturating), without libm's `ceil`: that is a call where the
+/// target has no rounding instruction.
 fn ceil(x: f64) -> u64 {
     let n = x as u64;
     n.saturating_add(u64::from((n as f64) < x))
@@ -228,10 +249,10 @@ mod tests {
     fn this_nodes_counts_are_exact_and_the_others_are_extrapolated_from_their_pace() {
         // First sync of window 5 at t=100: fleet 30 (10 ours); the window before: 90 (30 ours).
         let v = FleetView::default().synced(5, 100, &totals(30, 90), (10, 30), 1_000);
-        assert!((v.others_rate - 0.06).abs() < 1e-9, "{v:?}"); // 60 others over 1,000 ns
-                                                               // Next sync at t=200: fleet 50, 15 ours: the others went from 20 to 35 in 100 ns.
+        assert_eq!(v.others_pace.over(1_000), 60, "{v:?}"); // 60 others over 1,000 ns
+                                                            // Next sync at t=200: fleet 50, 15 ours: the others went from 20 to 35 in 100 ns.
         let v = v.synced(5, 200, &totals(50, 90), (15, 30), 1_000);
-        assert!((v.others_rate - 0.15).abs() < 1e-9, "{v:?}");
+        assert_eq!(v.others_pace.over(100), 15, "{v:?}");
         // At t=300 with 40 of ours: 50 + 25 (ours since) + 15 (the others' pace) + 1.
         assert_eq!(judged(&v, 5, local(300, 300), (40, 30)), Some((90, 91)));
         // A burst here is counted once, not once per node.
@@ -241,7 +262,7 @@ mod tests {
     #[test]
     fn a_key_only_this_node_sends_is_judged_on_its_own_count() {
         let v = FleetView::default().synced(5, 100, &totals(30, 40), (30, 40), 1_000);
-        assert_eq!(v.others_rate, 0.0);
+        assert_eq!(v.others_pace, Pace::default());
         assert_eq!(judged(&v, 5, local(900, 900), (34, 40)), Some((40, 35)));
     }
 
@@ -292,6 +313,14 @@ mod tests {
             None,
             "never synced"
         );
+    }
+
+    #[test]
+    fn a_pace_rounds_up() {
+        let pace = Pace::of(0.25);
+        assert_eq!((pace.over(0), pace.over(4), pace.over(5)), (0, 1, 2));
+        assert_eq!(Pace::of(1e30).over(1 << 40), u64::MAX);
+        assert_eq!(Pace::default().over(u64::MAX), 0);
     }
 
     #[test]

@@ -107,7 +107,7 @@ pub(super) fn in_fleet(node: &FleetNode, t: &Thresholds) -> Thresholds {
             rate.tag_mix = super::overlimit::limit_mix(share);
         }
         rate.share = Some(share);
-        rate.promote_at = (rate.promote_at / nodes as f64)
+        rate.promote_at = (rate.promote_at * node.inverse())
             .max(1.0)
             .min(rate.limit.max(1) as f64);
     }
@@ -119,6 +119,7 @@ pub(super) fn in_fleet(node: &FleetNode, t: &Thresholds) -> Thresholds {
 /// request included), or, for a key the fleet has said nothing of lately, on this node's own
 /// counts and its share.
 /// Each refusal is counted, for the fleet to learn that this node takes any room left.
+#[inline]
 pub(super) fn judge(
     counts: &mut Counts,
     view: &WindowView,

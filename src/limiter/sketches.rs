@@ -228,6 +228,7 @@ impl Sketches {
 
 /// The rate decision on this node's own counts (`view`, this request included) against the
 /// limit of `t`.
+#[inline]
 pub(super) fn judge_alone(view: &WindowView, t: &RateThreshold) -> Result<(), Rejected> {
     if view.fits(t.limit) {
         Ok(())
