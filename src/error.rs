@@ -113,6 +113,10 @@ pub enum ConfigError {
     },
     /// A limit or threshold outside what is allowed; the message names it.
     InvalidLimit(&'static str),
+    /// A fleet configuration (`floodgate::fleet::FleetConfig`, feature `redis`) that cannot
+    /// work: a sync interval shorter than one tick, an empty prefix or one with braces, a URL
+    /// that is not a Redis URL. The message says which, and what is allowed.
+    Fleet(String),
 }
 
 impl fmt::Display for ConfigError {
@@ -198,6 +202,7 @@ impl fmt::Display for ConfigError {
                  built), got {asked}"
             ),
             ConfigError::InvalidLimit(what) => f.write_str(what),
+            ConfigError::Fleet(what) => f.write_str(what),
         }
     }
 }

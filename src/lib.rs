@@ -24,6 +24,12 @@
     not(feature = "tower"),
     doc = "- `LimitLayer` (feature `tower`): a tower layer answering 503 + `Retry-After`."
 )]
+#![cfg_attr(
+    feature = "redis",
+    doc = "- [`fleet`] (feature `redis`): one limit held across a fleet of proxies through Redis \
+           or Redis Cluster: [`FleetConfig`](fleet::FleetConfig) and \
+           [`FleetStatus`](fleet::FleetStatus)."
+)]
 //! - [`clock`]: the shared 10 ms ticker behind `Rate`, its fork functions, and
 //!   [`ManualClock`](clock::ManualClock) for tests.
 //! - [`ConfigError`]: what was wrong with a configuration, returned by every fallible
@@ -64,6 +70,8 @@ pub mod clock;
 mod counter;
 mod error;
 pub mod estimator;
+#[cfg(feature = "redis")]
+pub mod fleet;
 pub mod inflight;
 #[cfg(feature = "tower")]
 mod layer;

@@ -80,3 +80,11 @@ pub(crate) const TICK_NANOS: u64 = 10_000_000;
 pub fn coarse_now() -> Duration {
     Duration::from_nanos(ticker::coarse_nanos())
 }
+
+/// The shared coarse clock in nanoseconds, one relaxed load and nothing else: for a reader
+/// beside a `Rate` on the shared clock, whose own reads start the ticker and watch it. 0
+/// before the ticker first ran.
+#[inline]
+pub(crate) fn coarse_nanos_read() -> u64 {
+    ticker::coarse_load()
+}

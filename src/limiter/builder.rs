@@ -49,6 +49,9 @@ pub struct LimiterBuilder<K> {
     max_waiters: usize,
     max_waiters_per_key: usize,
     clock: Option<ManualClock>,
+    /// The fleet to hold the rate limit with (feature `redis`).
+    #[cfg(feature = "redis")]
+    pub(super) fleet: Option<super::fleet::FleetSetup<K>>,
     key: std::marker::PhantomData<fn() -> K>,
 }
 
@@ -56,6 +59,8 @@ impl<K> Clone for LimiterBuilder<K> {
     fn clone(&self) -> Self {
         LimiterBuilder {
             clock: self.clock.clone(),
+            #[cfg(feature = "redis")]
+            fleet: self.fleet.clone(),
             ..*self
         }
     }
@@ -88,6 +93,8 @@ impl<K> LimiterBuilder<K> {
             max_waiters: DEFAULT_MAX_WAITERS,
             max_waiters_per_key: DEFAULT_MAX_WAITERS_PER_KEY,
             clock: None,
+            #[cfg(feature = "redis")]
+            fleet: None,
             key: std::marker::PhantomData,
         }
     }
@@ -400,6 +407,11 @@ impl<K> LimiterBuilder<K> {
                 if let Some(clock) = &self.clock {
                     builder = builder.clock(clock);
                 }
+                // A fleet's nodes must agree on the windows.
+                #[cfg(feature = "redis")]
+                if self.fleet.is_some() {
+                    builder = builder.aligned_to_unix_epoch();
+                }
                 Some(builder.build_with_hasher(hasher.clone())?)
             }
             _ => None,
@@ -426,6 +438,23 @@ impl<K> LimiterBuilder<K> {
             ((2.0 * (hot_inflight + hot_rate)).ceil() as usize)
                 .clamp(MIN_SIZED_EXACT_CAPACITY, MAX_SIZED_EXACT_CAPACITY)
         });
+        #[cfg(feature = "redis")]
+        let fleet_node = match (&self.fleet, &rate) {
+            (None, _) => None,
+            (Some(_), None) => {
+                return Err(ConfigError::Fleet(
+                    "a fleet holds a rate limit together: set max_rate".into(),
+                ))
+            }
+            (Some(setup), Some(rate)) => {
+                setup.config.validate()?;
+                super::fleet::check_interval(rate.interval())?;
+                Some(Arc::new(crate::fleet::FleetNode::new(
+                    setup.config.clone(),
+                    rate.interval(),
+                )))
+            }
+        };
         let sketches = Sketches {
             hasher,
             inflight,
@@ -448,11 +477,17 @@ impl<K> LimiterBuilder<K> {
                 exact: ExactStage::new(capacity),
                 over_limit: OverLimit::new(capacity * SLOTS_PER_EXACT_KEY),
                 waiters: Waiters::new(self.max_waiters, self.max_waiters_per_key, time.coarse()),
+                #[cfg(feature = "redis")]
+                fleet: fleet_node.clone(),
                 time,
                 registration,
                 _sweeper: sweeper,
             }
         });
+        #[cfg(feature = "redis")]
+        if let (Some(setup), Some(node)) = (&self.fleet, fleet_node) {
+            (setup.spawn)(Arc::downgrade(&shared), node);
+        }
         Ok(Limiter { shared })
     }
 }

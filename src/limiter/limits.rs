@@ -131,6 +131,14 @@ pub(crate) struct RateThreshold {
     pub(crate) promote_at: f64,
     /// What the limit mixes into the over-limit cache's tags (see the `overlimit` module).
     pub(crate) tag_mix: u64,
+    /// In a fleet of more than one node: this node's share of the limit, what it admits of
+    /// a key in a window before the fleet has told it anything of that key.
+    #[cfg(feature = "redis")]
+    pub(crate) share: Option<isize>,
+    /// Whether the fleet's view of a key is judged too: in a fleet whose view is fresh (not
+    /// while the node decides on its share alone, Redis being away).
+    #[cfg(feature = "redis")]
+    pub(crate) in_fleet: bool,
 }
 
 impl Thresholds {
@@ -145,6 +153,10 @@ impl Thresholds {
             }),
             rate: limits.rate.map(|limit| RateThreshold {
                 tag_mix: super::overlimit::limit_mix(limit),
+                #[cfg(feature = "redis")]
+                share: None,
+                #[cfg(feature = "redis")]
+                in_fleet: false,
                 limit,
                 promote_at: (limit as f64 * promotion).max(1.0).min(limit.max(1) as f64),
             }),

@@ -49,6 +49,8 @@
 
 mod builder;
 mod exact;
+#[cfg(feature = "redis")]
+mod fleet;
 mod limits;
 mod overlimit;
 mod permit;
@@ -168,6 +170,9 @@ struct Shared<K> {
     over_limit: OverLimit,
     /// Requests waiting for a permit ([`Limiter::acquire`]).
     waiters: Waiters,
+    /// The fleet this limiter holds its rate limit with (feature `redis`).
+    #[cfg(feature = "redis")]
+    fleet: Option<Arc<crate::fleet::FleetNode>>,
     /// The clock the rate windows, the over-limit deadlines and the sweep follow.
     time: TimeSource,
     /// The sweep's registration with `time`, cancelled on drop.
@@ -659,6 +664,23 @@ where
         if let Some(rejected) = self.over_limit_now(spread, t) {
             return Err(rejected);
         }
+        // In a fleet, after the cache: a flooded key's refusal costs nothing more. A share
+        // (Redis away) is a limit of its own, whose deadlines the cache holds under its tag.
+        #[cfg(feature = "redis")]
+        let in_fleet = self.fleet.as_ref().map(|node| fleet::in_fleet(node, t));
+        #[cfg(feature = "redis")]
+        let t = match &in_fleet {
+            Some(fleet) => {
+                let tag = |t: &Thresholds| t.rate.map(|rate| rate.tag_mix);
+                if tag(fleet) != tag(t) {
+                    if let Some(rejected) = self.over_limit_now(spread, fleet) {
+                        return Err(rejected);
+                    }
+                }
+                fleet
+            }
+            None => t,
+        };
         let sketched = self.sketches.observe(hash);
         let hot = self.sketches.is_hot(&sketched, t);
         // The request's half of the promotion handshake: after the sketch increments.

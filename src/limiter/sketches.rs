@@ -11,7 +11,7 @@ use crate::rate::{ExactWindows, WindowView};
 use crate::Rate;
 
 use super::exact::{Counts, InflightCount};
-use super::limits::Thresholds;
+use super::limits::{RateThreshold, Thresholds};
 use super::{Estimate, Rejected};
 
 /// The sketches of one limiter, and the one hasher all of them are read with. Which sketches
@@ -102,7 +102,12 @@ impl Sketches {
             }
             _ => ExactWindows::new(0, 0),
         };
-        Counts { inflight, rate }
+        Counts {
+            inflight,
+            rate,
+            #[cfg(feature = "redis")]
+            fleet: Default::default(),
+        }
     }
 
     /// Decides with the smaller of the sketch estimates and the exact counts, under the exact
@@ -137,9 +142,17 @@ impl Sketches {
             }
             counts.rate.roll_to(view.bucket);
             view.lower_to(&counts.rate, 1);
-            if let Some(t) = t.rate.filter(|t| !view.fits(t.limit)) {
-                // The exact stage does not keep a rejected request: a retry finds one less.
-                return Err(Rejected::rate(&view, t.limit, view.curr - 1));
+            if let Some(t) = t.rate {
+                // A fleet's: the same limit on the fleet's counts as well.
+                #[cfg(feature = "redis")]
+                let judged = if t.in_fleet {
+                    super::fleet::judge(counts, &view, &t)
+                } else {
+                    judge_alone(&view, &t)
+                };
+                #[cfg(not(feature = "redis"))]
+                let judged = judge_alone(&view, &t);
+                judged?;
             }
             counts.rate.current += 1;
         }
@@ -210,5 +223,17 @@ impl Sketches {
     pub(crate) fn memory_bytes(&self) -> usize {
         self.inflight.as_ref().map_or(0, CountMin::memory_bytes)
             + self.rate.as_ref().map_or(0, Rate::memory_bytes)
+    }
+}
+
+/// The rate decision on this node's own counts (`view`, this request included) against the
+/// limit of `t`.
+#[inline]
+pub(super) fn judge_alone(view: &WindowView, t: &RateThreshold) -> Result<(), Rejected> {
+    if view.fits(t.limit) {
+        Ok(())
+    } else {
+        // The exact stage does not keep a rejected request: a retry finds one less.
+        Err(Rejected::rate(view, t.limit, view.curr - 1))
     }
 }

@@ -31,6 +31,9 @@ pub struct RateBuilder {
     pub(super) columns: usize,
     pub(super) sub_windows: usize,
     pub(super) clock: Option<ManualClock>,
+    /// Windows start at multiples of the interval in Unix time (a fleet's), not when the
+    /// `Rate` is built.
+    pub(super) aligned: bool,
 }
 
 impl RateBuilder {
@@ -89,6 +92,15 @@ impl RateBuilder {
     /// ```
     pub fn clock(mut self, clock: &ManualClock) -> Self {
         self.clock = Some(clock.clone());
+        self
+    }
+
+    /// Starts the windows at whole multiples of the interval since the Unix epoch (on a
+    /// [`ManualClock`], since its zero), so that every process names and slides the same
+    /// windows: what a fleet of limiters needs to add up their counts.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn aligned_to_unix_epoch(mut self) -> Self {
+        self.aligned = true;
         self
     }
 
@@ -163,10 +175,22 @@ impl RateBuilder {
             None => TimeSource::Shared,
         };
         let margin = time.lag();
+        let now = time.precise();
+        let (start, shift, first_window) = if self.aligned {
+            let unix_now = match &time {
+                TimeSource::Manual(_) => now,
+                TimeSource::Shared => unix_nanos(),
+            };
+            aligned_start(now, unix_now, interval_nanos)
+        } else {
+            (now, 0, 0)
+        };
         let core = Arc::new(RateCore {
             slots,
             hasher,
-            start: time.precise(),
+            start,
+            shift,
+            first_window,
             time,
             bucket_nanos: interval_nanos / k64,
             sub_windows: k64,
@@ -177,5 +201,41 @@ impl RateBuilder {
         let weak: Weak<dyn Tick> = Arc::downgrade(&core) as Weak<dyn Tick>;
         let registration = core.time.register(weak);
         Ok(Rate { core, registration })
+    }
+}
+
+/// Nanoseconds since the Unix epoch by the OS clock (0 if the clock is set before it).
+fn unix_nanos() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// Where windows of `interval` nanoseconds aligned to the Unix epoch start on a clock that
+/// reads `now` when Unix time is `unix_now`: the anchor of the window in progress, moved
+/// forward by the returned shift (one interval, so that a window that began before the
+/// clock's zero, as the shared clock's does when the process is young, is still anchored at
+/// its true start), the shift, and that window's number since the epoch.
+fn aligned_start(now: u64, unix_now: u64, interval: u64) -> (u64, u64, u64) {
+    let into = unix_now % interval;
+    let shifted = now.saturating_add(interval) - into;
+    (shifted, interval, unix_now / interval)
+}
+
+#[cfg(all(test, not(floodgate_loom)))]
+mod tests {
+    use super::aligned_start;
+
+    #[test]
+    fn aligned_windows_start_at_multiples_of_the_interval_in_unix_time() {
+        // 1,000 ns windows; Unix time 12,345 ns: window 12 began 345 ns ago (anchors are
+        // shifted forward by one interval).
+        assert_eq!(aligned_start(10_000, 12_345, 1_000), (10_655, 1_000, 12));
+        // A clock at 100 still anchors 345 ns back, before its zero.
+        assert_eq!(aligned_start(100, 12_345, 1_000), (755, 1_000, 12));
+        // Two clocks with different zeros agree on the windows' Unix boundaries.
+        let (a, _, wa) = aligned_start(5_000, 12_345, 1_000);
+        let (b, _, wb) = aligned_start(70_000, 12_345, 1_000);
+        assert_eq!((5_000 + 1_000 - a, wa), (70_000 + 1_000 - b, wb));
     }
 }

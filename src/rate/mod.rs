@@ -176,8 +176,16 @@ struct RateCore {
     /// The one hasher of every slot's table.
     hasher: KeyHasher,
     time: TimeSource,
-    /// The time the Rate was created, on `time`: the anchor of every window.
+    /// The time the Rate was created, on `time` (or, for windows aligned to the Unix epoch,
+    /// the start of the window then in progress), plus `shift`: the anchor of every window.
     start: u64,
+    /// What `start` and every time compared with it are moved forward by, so that an anchor
+    /// before the clock's zero (an aligned window that began before the process did) is still
+    /// a `u64`: one interval for aligned windows, 0 otherwise.
+    shift: u64,
+    /// The number since the Unix epoch of the window that starts at `start` (0 unless
+    /// aligned): what a fleet names the window by.
+    first_window: u64,
     /// Length of a bucket (interval / sub_windows), in nanoseconds; at least one tick.
     bucket_nanos: u64,
     sub_windows: u64,
@@ -280,6 +288,7 @@ impl Rate {
             columns: DEFAULT_COLUMNS,
             sub_windows: 1,
             clock: None,
+            aligned: false,
         }
     }
 
@@ -500,6 +509,13 @@ impl RateCore {
         slot
     }
 
+    /// The number since the Unix epoch of the window that holds `bucket`, for windows
+    /// aligned to the epoch: what every node of a fleet calls it.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn window_number(&self, bucket: u64) -> u64 {
+        self.first_window.saturating_add(bucket / self.sub_windows)
+    }
+
     /// The current bucket and the time since `start`, in nanoseconds.
     #[inline]
     fn now(&self) -> (u64, u64) {
@@ -514,7 +530,7 @@ impl RateCore {
     /// lag of its end (where an event may already belong to the next bucket).
     #[inline]
     fn settled(&self) -> Option<(u64, u64)> {
-        let elapsed = self.time.coarse().saturating_sub(self.start);
+        let elapsed = self.elapsed_at(self.time.coarse());
         let hint = self.current_hint.load(Ordering::Relaxed);
         let begin = hint.saturating_mul(self.bucket_nanos);
         let end = begin.saturating_add(self.bucket_nanos);
@@ -524,8 +540,22 @@ impl RateCore {
     /// Near a boundary (or before the ticker has caught up): the exact bucket.
     #[inline(never)]
     fn now_precise(&self) -> (u64, u64) {
-        let elapsed = self.time.precise().saturating_sub(self.start);
+        let elapsed = self.elapsed_at(self.time.precise());
         (elapsed / self.bucket_nanos, elapsed)
+    }
+
+    /// Nanoseconds since the anchor at time `t` on the clock (0 before it).
+    #[inline]
+    fn elapsed_at(&self, t: u64) -> u64 {
+        t.saturating_add(self.shift).saturating_sub(self.start)
+    }
+
+    /// The time on the clock `elapsed` nanoseconds after the anchor.
+    #[inline]
+    pub(super) fn time_at(&self, elapsed: u64) -> u64 {
+        self.start
+            .saturating_add(elapsed)
+            .saturating_sub(self.shift)
     }
 
     /// How far into `bucket` the time `elapsed` is, in [0, 1).
@@ -556,7 +586,7 @@ impl RateCore {
         if slot.bucket.load(Ordering::Relaxed) >= bucket {
             return;
         }
-        let elapsed = self.time.precise().saturating_sub(self.start);
+        let elapsed = self.elapsed_at(self.time.precise());
         let begins = bucket.saturating_mul(self.bucket_nanos);
         if begins.saturating_sub(elapsed) < TICK_NANOS {
             return;
@@ -571,7 +601,7 @@ impl Tick for RateCore {
     /// Runs as each bucket begins (and once after registration): clears the slots of the next
     /// two buckets, and asks to run again when the next bucket begins.
     fn tick(&self, now: u64) -> u64 {
-        let elapsed = now.saturating_sub(self.start);
+        let elapsed = self.elapsed_at(now);
         let current = elapsed / self.bucket_nanos;
         self.current_hint.fetch_max(current, Ordering::Relaxed);
         // Bucket current + 2 is new work; current + 1 was normally cleared as "two ahead" a
@@ -579,7 +609,6 @@ impl Tick for RateCore {
         // and leaves alone a bucket that starts within a tick.
         self.prepare(current + 1);
         self.prepare(current + 2);
-        self.start
-            .saturating_add(current.saturating_add(1).saturating_mul(self.bucket_nanos))
+        self.time_at(current.saturating_add(1).saturating_mul(self.bucket_nanos))
     }
 }

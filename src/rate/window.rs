@@ -162,6 +162,19 @@ impl Rate {
         prev * (1.0 - core.fraction(bucket, elapsed)) + curr
     }
 
+    /// The number since the Unix epoch of the window of `bucket` (windows aligned to it).
+    #[cfg(feature = "redis")]
+    pub(crate) fn window_number(&self, bucket: u64) -> u64 {
+        self.core.window_number(bucket)
+    }
+
+    /// The current bucket and the time now on the Rate's clock.
+    #[cfg(feature = "redis")]
+    pub(crate) fn now_bucket(&self) -> (u64, u64) {
+        let (bucket, elapsed) = self.core.now();
+        (bucket, self.core.time_at(elapsed))
+    }
+
     /// The key's estimate in `bucket`.
     pub(crate) fn count_hashed(&self, hash: u64, bucket: u64) -> isize {
         self.core.count(hash, bucket)
@@ -172,8 +185,7 @@ impl Rate {
     #[inline]
     pub(crate) fn settled_now(&self) -> Option<u64> {
         let core = &*self.core;
-        core.settled()
-            .map(|(_, elapsed)| core.start.saturating_add(elapsed))
+        core.settled().map(|(_, elapsed)| core.time_at(elapsed))
     }
 
     /// The current window as `observe_hashed` would see it, without counting anything.
@@ -196,7 +208,7 @@ impl Rate {
             curr,
             into: elapsed.saturating_sub(bucket * core.bucket_nanos),
             len: core.bucket_nanos,
-            at: core.start.saturating_add(elapsed),
+            at: core.time_at(elapsed),
         }
     }
 }

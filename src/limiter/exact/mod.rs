@@ -85,6 +85,9 @@ pub(crate) fn spread(hash: u64) -> u64 {
 pub(crate) struct Counts {
     pub(crate) inflight: InflightCount,
     pub(crate) rate: ExactWindows,
+    /// What the fleet last said of the key (feature `redis`; empty without a fleet).
+    #[cfg(feature = "redis")]
+    pub(crate) fleet: crate::fleet::FleetView,
 }
 
 /// In-flight requests of a promoted key.
@@ -379,6 +382,17 @@ impl<K> ExactStage<K> {
         }
     }
 
+    /// Calls `f` on the entry of `hash` if it is still the one of generation `generation`
+    /// (the fleet's sync writing back what it learnt of a key it pushed).
+    #[cfg(feature = "redis")]
+    pub(crate) fn update(&self, hash: u64, generation: u64, f: impl FnOnce(&mut Entry<K>)) {
+        let mut set = self.set(hash);
+        let Some(way) = set.find(hash) else { return };
+        if let Some(entry) = set.get_mut(way).filter(|e| e.generation == generation) {
+            f(entry);
+        }
+    }
+
     /// Keys promoted now.
     pub(crate) fn len(&self) -> usize {
         let mut len = 0;
@@ -446,6 +460,8 @@ mod tests {
                 tracked: 0,
             },
             rate: ExactWindows::new(0, 0),
+            #[cfg(feature = "redis")]
+            fleet: Default::default(),
         };
         let mut set = stage.set(0);
         for way in 0..WAYS {

@@ -1,0 +1,452 @@
+//! Fleet (feature `redis`): the cost of `try_acquire` + permit drop on a limiter in a fleet,
+//! next to the same limiter without one, side by side in one run on the same traffic. The
+//! issue's requirement: with a fleet configured, `try_acquire` costs at most 1.2× a local
+//! limiter's.
+//!
+//! # The two sides
+//!
+//! Each scenario builds a fresh pair of `Limiter<String>` from one builder:
+//!
+//! - `local`: the builder alone;
+//! - `fleet`: the same builder plus `.fleet(FleetConfig::new(url).prefix(unique)
+//!   .sync_interval(100 ms))`, a node of a fleet (of one: the bench's node is the only one
+//!   sending) syncing through a real `redis-server` the bench starts on a free loopback port
+//!   (the tests' harness, tests/common/redis.rs, included below; nothing persisted, killed on
+//!   exit). Without a `redis-server` the bench prints why and measures nothing
+//!   (`FLOODGATE_REQUIRE_REDIS=1` makes that a failure, as in the tests).
+//!
+//! The fleet has one node, so the thresholds it decides on are the local limiter's (no share
+//! of the limit, the same promotion threshold): both sides make the same decisions, and the
+//! difference is the fleet's own work on the request path (the thresholds worked out for the
+//! fleet, its view of a promoted key judged in the exact stage) and its sync thread. In a fleet
+//! of N nodes keys are promoted at 1/N of the threshold, which puts more keys on the exact
+//! stage's path; that is not what this bench measures.
+//!
+//! Before anything is timed the fleet node must have synced (`fleet_status().syncs > 0`);
+//! after its side is timed it must still be connected and have gone on syncing (its status is
+//! printed).
+//!
+//! **Real clock.** The fleet's windows are aligned to the Unix epoch and its sync thread runs
+//! on the real clock, so a `ManualClock` cannot drive it: both sides here run on the real
+//! (coarse, shared) clock, and the traffic is as fast as the loop goes on one thread (the
+//! machine's other core is left to the sync thread and `redis-server`).
+//!
+//! # Scenarios (group `fleet_<scenario>`, ids `local` and `fleet`)
+//!
+//! Limits bind: `flood` and `rotating` send keys far over their limits. Those two and
+//! `healthy` limit each key to [`LIMIT`] (1,000) requests a second, with the
+//! sketches sized for [`PEAK_RATE`] (16M requests a second, more than one thread sends: the
+//! sketch noise stays well under the promotion threshold, so cold keys stay cold).
+//!
+//! - `flood`: every request for one key, thousands of times its limit: the over-limit cache
+//!   refuses most of them, and the exact stage (with the fleet's view on the fleet side)
+//!   decides the rest.
+//! - `rotating`: 100,000 keys; 8 hot keys take a quarter of the requests (each far over its
+//!   limit), the other 99,992 the rest (each well under its limit, decided by the sketch).
+//! - `under`: one key under its limit but promoted, so that each request is decided and
+//!   admitted by the exact stage, on the fleet side against the fleet's view too: a limit of
+//!   [`UNDER_LIMIT`] (10^9 a second) with promotion at 0.1% of it (10^6 a second).
+//! - `healthy`: 1,000,000 keys drawn uniformly, each far under its limit: the sketch
+//!   alone admits them (the fleet syncs none of them), the cheapest path.
+//!
+//! One timed operation is `try_acquire(key).is_ok()`: the permit, if any, is dropped at once.
+//! The keys are `String`s built before timing, walked in a pre-drawn order (a fixed seed, the
+//! same for both sides); each side goes on from where its previous batch stopped.
+//!
+//! # Checks
+//!
+//! Before timing, each side runs the scenario's traffic untimed for [`CHECK_TIME`] and the
+//! bench asserts that the limits bind as intended: the keys over their limits are refused, and
+//! admitted at most their limit per window (`LIMIT × (seconds + 2)` over the check); the keys
+//! under their limits are not refused (at most 0.1% of their requests in `rotating`, none
+//! elsewhere). The timed loop counts admissions too, and after timing the same is asserted of
+//! its totals (refusals in `flood` and `rotating`, none in `under` and `healthy`).
+//!
+//! # Ratios
+//!
+//! After criterion's groups, a table of the median ns per operation over every batch of at
+//! least [`MIN_BATCH`] operations each side timed (warm-up included, as benches/wait.rs does),
+//! the ratio fleet ÷ local, and the admitted and refused counts of the timed loops.
+//!
+//! # Running
+//!
+//! `cargo bench --features redis --bench fleet` (about 35 s: criterion's warm-up 1 s and
+//! measurement 2 s of the shared `config`, per side and scenario); `-- flood` runs one
+//! scenario.
+
+mod common;
+// The tests' Redis harness: std only, so a bench can include it too.
+#[allow(dead_code)]
+#[path = "../tests/common/redis.rs"]
+mod redis_server;
+
+use std::cell::{Cell, RefCell};
+use std::time::{Duration, Instant};
+
+use criterion::Throughput;
+use floodgate::fleet::FleetConfig;
+use floodgate::{Limiter, LimiterBuilder};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use redis_server::RedisServer;
+
+/// Requests per [`INTERVAL`] per key in the `flood`, `rotating` and `healthy` scenarios.
+const LIMIT: isize = 1_000;
+const INTERVAL: Duration = Duration::from_secs(1);
+/// What the sketches are sized for: above what one thread of this loop sends.
+const PEAK_RATE: u64 = 16_000_000;
+/// The fleet's sync interval.
+const SYNC_INTERVAL: Duration = Duration::from_millis(100);
+/// The `under` scenario's limit, and its promotion threshold (a fraction of it).
+const UNDER_LIMIT: isize = 1_000_000_000;
+const UNDER_PROMOTION: f64 = 0.001;
+
+/// Keys of the `rotating` scenario, the hot ones among them, and the hot ones' share.
+const ROTATING_KEYS: usize = 100_000;
+const HOT_KEYS: usize = 8;
+const HOT_SHARE: f64 = 0.25;
+/// Keys of the `healthy` scenario.
+const HEALTHY_KEYS: usize = 1_000_000;
+
+/// The length of each scenario's pre-drawn order of keys (a power of two: the index wraps
+/// with a mask).
+const ORDER: usize = 1 << 20;
+const MASK: usize = ORDER - 1;
+
+/// The untimed check's duration, per side.
+const CHECK_TIME: Duration = Duration::from_millis(400);
+/// The shortest batch the table's medians count (criterion's first warm-up batches are a few
+/// operations, timed with the clock's own overhead).
+const MIN_BATCH: u64 = 10_000;
+/// How long the fleet node may take to sync for the first time.
+const SYNC_DEADLINE: Duration = Duration::from_secs(10);
+
+/// One traffic pattern: its keys (those over their limits first) and the order they come in.
+struct Scenario {
+    name: &'static str,
+    keys: Vec<String>,
+    order: Box<[u32; ORDER]>,
+    /// `keys[..hot]` are sent over their limits; the others under.
+    hot: usize,
+    /// Whether the timed loop must see refusals (`true`) or none (`false`).
+    refuses: bool,
+    /// The builder both sides start from.
+    builder: fn() -> LimiterBuilder<String>,
+}
+
+fn builder() -> LimiterBuilder<String> {
+    Limiter::builder()
+        .max_rate(LIMIT, INTERVAL)
+        .peak_rate(PEAK_RATE)
+}
+
+fn under_builder() -> LimiterBuilder<String> {
+    Limiter::builder()
+        .max_rate(UNDER_LIMIT, INTERVAL)
+        .promotion_threshold(UNDER_PROMOTION)
+        .peak_rate(PEAK_RATE)
+}
+
+fn order(draw: impl FnMut() -> u32) -> Box<[u32; ORDER]> {
+    let order: Vec<u32> = std::iter::repeat_with(draw).take(ORDER).collect();
+    order.into_boxed_slice().try_into().expect("ORDER draws")
+}
+
+fn keys(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}-{i}.example")).collect()
+}
+
+fn scenarios() -> Vec<Scenario> {
+    let mut rng = StdRng::seed_from_u64(0xF1EE7);
+    let rotating = order(|| {
+        if rng.gen_bool(HOT_SHARE) {
+            rng.gen_range(0..HOT_KEYS as u32)
+        } else {
+            rng.gen_range(HOT_KEYS as u32..ROTATING_KEYS as u32)
+        }
+    });
+    let healthy = order(|| rng.gen_range(0..HEALTHY_KEYS as u32));
+    vec![
+        Scenario {
+            name: "flood",
+            keys: keys("flood", 1),
+            order: order(|| 0),
+            hot: 1,
+            refuses: true,
+            builder,
+        },
+        Scenario {
+            name: "rotating",
+            keys: keys("rotating", ROTATING_KEYS),
+            order: rotating,
+            hot: HOT_KEYS,
+            refuses: true,
+            builder,
+        },
+        Scenario {
+            name: "under",
+            keys: keys("under", 1),
+            order: order(|| 0),
+            hot: 0,
+            refuses: false,
+            builder: under_builder,
+        },
+        Scenario {
+            name: "healthy",
+            keys: keys("healthy", HEALTHY_KEYS),
+            order: healthy,
+            hot: 0,
+            refuses: false,
+            builder,
+        },
+    ]
+}
+
+/// The timed loop: `iters` requests from position `from` of the scenario's order, each a
+/// `try_acquire` whose permit is dropped at once; returns how many were admitted.
+#[inline(never)]
+fn run(limiter: &Limiter<String>, s: &Scenario, from: usize, iters: u64) -> u64 {
+    let mut admitted = 0;
+    let mut i = from;
+    for _ in 0..iters {
+        let key = s.keys[s.order[i & MASK] as usize].as_str();
+        admitted += u64::from(limiter.try_acquire(key).is_ok());
+        i = i.wrapping_add(1);
+    }
+    admitted
+}
+
+/// One side of a scenario: its limiter and what its timed batches saw.
+struct Side {
+    label: &'static str,
+    limiter: Limiter<String>,
+    /// Where the next batch starts in the scenario's order.
+    next: Cell<usize>,
+    /// ns per operation of each batch of at least [`MIN_BATCH`].
+    batches: RefCell<Vec<f64>>,
+    admitted: Cell<u64>,
+    refused: Cell<u64>,
+}
+
+impl Side {
+    fn new(label: &'static str, limiter: Limiter<String>) -> Side {
+        Side {
+            label,
+            limiter,
+            next: Cell::new(0),
+            batches: RefCell::new(Vec::new()),
+            admitted: Cell::new(0),
+            refused: Cell::new(0),
+        }
+    }
+
+    fn median(&self) -> Option<f64> {
+        let mut ns = self.batches.borrow().clone();
+        ns.sort_by(f64::total_cmp);
+        ns.get(ns.len() / 2).copied()
+    }
+}
+
+/// The untimed check: the scenario's traffic for [`CHECK_TIME`], every decision tallied by
+/// whether its key is sent over its limit, and the limits asserted to bind as intended.
+fn check(s: &Scenario, side: &Side) {
+    // (admitted, refused) of the keys over their limits, then of the others.
+    let mut hot = (0u64, 0u64);
+    let mut cold = (0u64, 0u64);
+    let began = Instant::now();
+    let mut i = 0usize;
+    while began.elapsed() < CHECK_TIME {
+        for _ in 0..1_000 {
+            let k = s.order[i & MASK] as usize;
+            let ok = side.limiter.try_acquire(s.keys[k].as_str()).is_ok();
+            let tally = if k < s.hot { &mut hot } else { &mut cold };
+            if ok {
+                tally.0 += 1;
+            } else {
+                tally.1 += 1;
+            }
+            i += 1;
+        }
+    }
+    let secs = began.elapsed().as_secs_f64();
+    let (label, name) = (side.label, s.name);
+    println!(
+        "check {name}/{label}: {i} requests in {secs:.2} s; over their limits: {} admitted, {} \
+         refused; under: {} admitted, {} refused",
+        hot.0, hot.1, cold.0, cold.1
+    );
+    if s.hot > 0 {
+        assert!(hot.1 > 0, "{name}/{label}: no key reached its limit");
+        let most = s.hot as f64 * LIMIT as f64 * (secs + 2.0);
+        assert!(
+            hot.0 as f64 <= most,
+            "{name}/{label}: {} admitted over {secs:.2} s, more than {most} allow",
+            hot.0
+        );
+    }
+    let allowed = if s.refuses { cold.0 / 1_000 } else { 0 };
+    assert!(
+        cold.1 <= allowed,
+        "{name}/{label}: {} requests under their limits refused",
+        cold.1
+    );
+}
+
+/// After a side is timed: what its timed loop decided and its limiter's state, and the
+/// assertions on both (refusals where limits bind, none elsewhere; sketches not saturated).
+fn report(s: &Scenario, side: &Side) {
+    let (admitted, refused) = (side.admitted.get(), side.refused.get());
+    if admitted + refused == 0 {
+        return; // filtered out
+    }
+    let stats = side.limiter.stats();
+    println!(
+        "{}/{}: timed {admitted} admitted, {refused} refused; promoted {}, rate noise {:.1}, \
+         saturated {}",
+        s.name,
+        side.label,
+        stats.promoted,
+        stats.rate_noise.unwrap_or(0.0),
+        stats.saturated
+    );
+    if s.refuses {
+        assert!(refused > 0, "{}/{}: nothing refused", s.name, side.label);
+    } else {
+        assert_eq!(refused, 0, "{}/{}: refusals", s.name, side.label);
+    }
+    assert!(!stats.saturated, "{}/{}: saturated", s.name, side.label);
+}
+
+/// A unique prefix for one fleet limiter's Redis keys.
+fn prefix(scenario: &str) -> String {
+    format!("fleet-bench-{}-{scenario}", std::process::id())
+}
+
+/// Waits until the fleet node has synced at least once.
+fn wait_for_sync(limiter: &Limiter<String>) {
+    let deadline = Instant::now() + SYNC_DEADLINE;
+    loop {
+        let status = limiter.fleet_status().expect("a fleet limiter");
+        if status.syncs > 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the fleet node did not sync within {SYNC_DEADLINE:?}: {status:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// What one side's timed loop gave: median ns per operation, admitted, refused.
+type Figures = (Option<f64>, u64, u64);
+
+/// One row of the table: a scenario's two sides (their limiters dropped).
+struct Row {
+    name: &'static str,
+    local: Figures,
+    fleet: Figures,
+}
+
+impl Side {
+    fn figures(&self) -> Figures {
+        (self.median(), self.admitted.get(), self.refused.get())
+    }
+}
+
+fn print_table(rows: &[Row]) {
+    println!();
+    println!(
+        "Median ns per try_acquire + drop over every batch of at least {MIN_BATCH} timed \
+         (warm-up included); one thread, real clock:"
+    );
+    println!("| scenario | local ns | fleet ns | fleet ÷ local | ≤ 1.2 | local admitted / refused | fleet admitted / refused |");
+    println!("|---|---|---|---|---|---|---|");
+    for row in rows {
+        let ((Some(local), la, lr), (Some(fleet), fa, fr)) = (row.local, row.fleet) else {
+            continue; // filtered out
+        };
+        let ratio = fleet / local;
+        println!(
+            "| {} | {local:.1} | {fleet:.1} | {ratio:.2} | {} | {la} / {lr} | {fa} / {fr} |",
+            row.name,
+            if ratio <= 1.2 { "yes" } else { "NO" },
+        );
+    }
+}
+
+fn main() {
+    let Some(redis) = RedisServer::start() else {
+        eprintln!("fleet bench: no redis-server to sync through, nothing measured");
+        return;
+    };
+    let mut c = common::config().configure_from_args();
+    let mut rows = Vec::new();
+    for s in scenarios() {
+        let local = (s.builder)().build().expect("valid limiter");
+        let fleet = (s.builder)()
+            .fleet(
+                FleetConfig::new(redis.url())
+                    .prefix(&prefix(s.name))
+                    .sync_interval(SYNC_INTERVAL),
+            )
+            .build()
+            .expect("valid fleet limiter");
+        wait_for_sync(&fleet);
+        let (local, fleet) = (Side::new("local", local), Side::new("fleet", fleet));
+        for side in [&local, &fleet] {
+            check(&s, side);
+        }
+        if s.name == "under" {
+            for side in [&local, &fleet] {
+                assert!(
+                    side.limiter.stats().promoted >= 1,
+                    "under/{}: the key was not promoted",
+                    side.label
+                );
+            }
+        }
+        let syncs_before = fleet.limiter.fleet_status().expect("fleet").syncs;
+        let mut g = c.benchmark_group(format!("fleet_{}", s.name));
+        g.throughput(Throughput::Elements(1));
+        for side in [&local, &fleet] {
+            g.bench_function(side.label, |b| {
+                b.iter_custom(|iters| {
+                    let from = side.next.get();
+                    let start = Instant::now();
+                    let admitted = run(&side.limiter, &s, from, iters);
+                    let elapsed = start.elapsed();
+                    side.next.set(from.wrapping_add(iters as usize));
+                    side.admitted.set(side.admitted.get() + admitted);
+                    side.refused.set(side.refused.get() + (iters - admitted));
+                    if iters >= MIN_BATCH {
+                        let ns = elapsed.as_nanos() as f64 / iters as f64;
+                        side.batches.borrow_mut().push(ns);
+                    }
+                    elapsed
+                })
+            });
+            // Read now: an idle limiter's windows empty and its promoted keys cool down.
+            report(&s, side);
+        }
+        g.finish();
+        let status = fleet.limiter.fleet_status().expect("fleet");
+        println!("{}/fleet status: {status:?}", s.name);
+        if fleet.admitted.get() + fleet.refused.get() > 0 {
+            assert!(
+                status.connected && status.syncs > syncs_before,
+                "{}: the fleet node lost Redis while timed: {status:?}",
+                s.name
+            );
+        }
+        rows.push(Row {
+            name: s.name,
+            local: local.figures(),
+            fleet: fleet.figures(),
+        });
+        // The limiters (and the fleet node's sync thread) end here, before the next scenario.
+    }
+    c.final_summary();
+    print_table(&rows);
+    drop(redis);
+}

@@ -1,0 +1,334 @@
+//! One limit held across a fleet of proxies, through Redis or Redis Cluster (feature `redis`).
+//!
+//! Each node keeps deciding locally; a sync thread pushes the node's counts of the keys that
+//! matter to Redis and pulls the fleet's totals, in one pipelined round trip per sync interval.
+//! [`FleetConfig`] says where Redis is and how often to sync; [`FleetStatus`] is what a node
+//! reports about its syncing. How the keys are laid out in Redis is in `docs/fleet.md`.
+//!
+//! The client is the `redis` crate's blocking one: no async runtime is needed, and the sync
+//! runs on a thread of its own. Plain TCP only (`redis://`, `valkey://`); TLS is not built in.
+//!
+//! What to expect (the derivation and the measurements are in `docs/fleet.md`):
+//!
+//! - **The rate limit is the fleet's**; in-flight limits stay per node. Windows are aligned to
+//!   the Unix epoch, so the nodes' clocks must agree within a sync interval (NTP does): a
+//!   skew `d` costs about `L · d ÷ W` more per window.
+//! - **Bound.** A key flooding every node is admitted at most about
+//!   `L · (1 + (S + J) ÷ W) + N` per window (`S` the sync interval, `J` a sync's lateness,
+//!   `W` the window, `N` the nodes): about 1.1 × the limit at 100 ms and 1 s. A key is not
+//!   refused while its fleet-wide count stays below the limit less the other nodes'
+//!   admissions of one sync interval. In the window a fleet forms (or a node starts into a
+//!   flood) more is admitted: a node knows no fleet before its first sync.
+//! - **Redis away or slow.** Decisions never wait on Redis. After three sync intervals
+//!   without a sync (or the timeout and one interval, at most a window) a node decides on
+//!   its share `⌈L ÷ N⌉` of each limit, says so in [`FleetStatus::on_local_share`], logs the
+//!   outage once, and resumes when a sync succeeds.
+//! - **Fixed memory.** Only the keys of the exact stage are synced; the Redis keys expire two
+//!   windows after their last write.
+//!
+//! # Examples
+//!
+//! ```
+//! use std::time::Duration;
+//! use floodgate::fleet::FleetConfig;
+//!
+//! let config = FleetConfig::new("redis://10.0.0.5:6379/")
+//!     .prefix("edge-eu")
+//!     .sync_interval(Duration::from_millis(50));
+//! assert!(config.validate().is_ok());
+//! assert_eq!(config.get_prefix(), "edge-eu");
+//! // The Redis I/O timeout follows the sync interval unless set.
+//! assert_eq!(config.get_timeout(), Duration::from_millis(50));
+//!
+//! let cluster = FleetConfig::cluster(["redis://10.0.0.5:7000/", "redis://10.0.0.6:7000/"]);
+//! assert!(cluster.is_cluster());
+//! assert_eq!(cluster.get_urls().len(), 2);
+//! ```
+
+use std::fmt;
+use std::time::Duration;
+
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
+
+use crate::ConfigError;
+
+mod key;
+mod keys;
+mod node;
+mod resp;
+mod store;
+mod view;
+
+pub use key::FleetKey;
+pub(crate) use node::FleetNode;
+#[allow(unused_imports)]
+pub(crate) use store::{KeyTotals, Push, Store, StoreError, Synced, MAX_COUNT};
+pub(crate) use view::FleetView;
+
+/// Where the fleet's Redis is, how the fleet's keys are named there, and how often a node syncs.
+///
+/// Built with [`new`](FleetConfig::new) (one Redis server) or [`cluster`](FleetConfig::cluster)
+/// (a Redis Cluster, found from any of its nodes), then adjusted with the builder methods. The
+/// checks run in [`validate`](FleetConfig::validate), which the limiter's builder calls too:
+///
+/// - every URL is a `redis://` or `valkey://` URL (`redis://[user:password@]host[:port][/db]`),
+///   or, for one server, a Unix socket (`unix:///path` or `redis+unix:///path`); TLS
+///   (`rediss://`) is not built in. A cluster uses database 0 and TCP.
+/// - the prefix is not empty and has no `{` or `}` (they would change which Cluster slot a
+///   key lands in).
+/// - the sync interval is at least one tick of the coarse clock (10 ms).
+/// - the timeout is at least a millisecond.
+///
+/// `Debug` shows the URLs with their passwords masked.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use floodgate::{fleet::FleetConfig, ConfigError};
+///
+/// let config = FleetConfig::new("redis://127.0.0.1:6379/");
+/// assert_eq!(config.get_prefix(), "floodgate");
+/// assert_eq!(config.get_sync_interval(), Duration::from_millis(100));
+/// assert!(!config.is_cluster());
+///
+/// let too_fast = config.clone().sync_interval(Duration::from_millis(5));
+/// let err = too_fast.validate().unwrap_err();
+/// assert!(matches!(err, ConfigError::Fleet(_)));
+/// assert!(err.to_string().contains("at least one tick"), "{err}");
+///
+/// assert!(config.clone().prefix("").validate().is_err());
+/// assert!(config.clone().prefix("a{b}").validate().is_err());
+/// assert!(FleetConfig::new("http://127.0.0.1/").validate().is_err());
+///
+/// let secret = FleetConfig::new("redis://user:hunter2@10.0.0.5:6379/");
+/// assert!(!format!("{secret:?}").contains("hunter2"));
+/// ```
+#[derive(Clone)]
+pub struct FleetConfig {
+    urls: Vec<String>,
+    cluster: bool,
+    prefix: String,
+    sync_interval: Duration,
+    timeout: Option<Duration>,
+}
+
+impl FleetConfig {
+    /// The prefix of the fleet's Redis keys unless [`prefix`](FleetConfig::prefix) sets one.
+    pub const DEFAULT_PREFIX: &'static str = "floodgate";
+    /// How often a node syncs unless [`sync_interval`](FleetConfig::sync_interval) says.
+    pub const DEFAULT_SYNC_INTERVAL: Duration = Duration::from_millis(100);
+    /// The shortest sync interval: one tick of the coarse clock.
+    pub const MIN_SYNC_INTERVAL: Duration = crate::clock::TICK;
+    /// How long a node counts as alive after its last sync, at the least (see
+    /// [`node_ttl`](FleetConfig::node_ttl)).
+    pub const MIN_NODE_TTL: Duration = Duration::from_secs(1);
+
+    /// A fleet syncing through the one Redis (or Valkey) server at `url`.
+    pub fn new(url: impl Into<String>) -> FleetConfig {
+        FleetConfig {
+            urls: vec![url.into()],
+            cluster: false,
+            prefix: Self::DEFAULT_PREFIX.to_owned(),
+            sync_interval: Self::DEFAULT_SYNC_INTERVAL,
+            timeout: None,
+        }
+    }
+
+    /// A fleet syncing through a Redis Cluster, found from any of the nodes at `urls` (one is
+    /// enough; the others are tried when it cannot be reached). The masters serving the keys
+    /// are learnt from the cluster itself, and learnt anew when it reshards or fails over.
+    pub fn cluster<I>(urls: I) -> FleetConfig
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        FleetConfig {
+            urls: urls.into_iter().map(Into::into).collect(),
+            cluster: true,
+            ..FleetConfig::new(String::new())
+        }
+    }
+
+    /// Sets the prefix of the fleet's Redis keys (default `"floodgate"`), so that fleets (or
+    /// limiters) sharing one Redis keep apart: nodes with the same prefix share their counts.
+    pub fn prefix(mut self, prefix: &str) -> FleetConfig {
+        self.prefix = prefix.to_owned();
+        self
+    }
+
+    /// Sets how often a node syncs (default 100 ms; at least one tick, 10 ms).
+    pub fn sync_interval(mut self, interval: Duration) -> FleetConfig {
+        self.sync_interval = interval;
+        self
+    }
+
+    /// Sets how long one sync may wait on Redis, connecting included (default: the sync
+    /// interval). A sync that has not finished by then fails, and the node decides on its
+    /// local share until a later sync succeeds.
+    pub fn timeout(mut self, timeout: Duration) -> FleetConfig {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// The URLs given.
+    pub fn get_urls(&self) -> &[String] {
+        &self.urls
+    }
+
+    /// Whether the URLs name a Redis Cluster ([`cluster`](FleetConfig::cluster)).
+    pub fn is_cluster(&self) -> bool {
+        self.cluster
+    }
+
+    /// The prefix of the fleet's Redis keys.
+    pub fn get_prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// How often a node syncs.
+    pub fn get_sync_interval(&self) -> Duration {
+        self.sync_interval
+    }
+
+    /// How long one sync may wait on Redis: the timeout set, or else the sync interval.
+    pub fn get_timeout(&self) -> Duration {
+        self.timeout.unwrap_or(self.sync_interval)
+    }
+
+    /// How long a node counts as alive after its last sync: three sync intervals, and at
+    /// least [`MIN_NODE_TTL`](FleetConfig::MIN_NODE_TTL).
+    pub fn node_ttl(&self) -> Duration {
+        self.sync_interval.saturating_mul(3).max(Self::MIN_NODE_TTL)
+    }
+
+    /// Checks the configuration (see [`FleetConfig`] for what is checked). Does no I/O: an
+    /// unreachable Redis is not a configuration error, only a failed sync.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.prefix.is_empty() {
+            return Err(fleet_error("the fleet's key prefix must not be empty"));
+        }
+        if self.prefix.contains(['{', '}']) {
+            return Err(fleet_error(format!(
+                "the fleet's key prefix {:?} must not contain '{{' or '}}': they would make \
+                 every key share one Redis Cluster slot",
+                self.prefix
+            )));
+        }
+        if self.sync_interval < Self::MIN_SYNC_INTERVAL {
+            return Err(fleet_error(format!(
+                "a fleet sync interval of {:?} is too short: it must be at least one tick of \
+                 the coarse clock ({:?})",
+                self.sync_interval,
+                Self::MIN_SYNC_INTERVAL
+            )));
+        }
+        if self.get_timeout() < Duration::from_millis(1) {
+            return Err(fleet_error(format!(
+                "a fleet Redis timeout of {:?} is too short: it must be at least 1ms",
+                self.get_timeout()
+            )));
+        }
+        self.connection_infos().map(|_| ())
+    }
+
+    /// The parsed URLs.
+    pub(crate) fn connection_infos(&self) -> Result<Vec<ConnectionInfo>, ConfigError> {
+        if self.urls.is_empty() {
+            return Err(fleet_error(
+                "a fleet cluster needs the URL of at least one of its nodes",
+            ));
+        }
+        self.urls
+            .iter()
+            .map(|url| {
+                let shown = redact(url);
+                let info = url.as_str().into_connection_info().map_err(|e| {
+                    fleet_error(format!("the fleet's Redis URL {shown} is not valid: {e}"))
+                })?;
+                match &info.addr {
+                    ConnectionAddr::TcpTls { .. } => Err(fleet_error(format!(
+                        "the fleet's Redis URL {shown} asks for TLS, which floodgate does not build in"
+                    ))),
+                    ConnectionAddr::Unix(_) if self.cluster => Err(fleet_error(format!(
+                        "the fleet's Redis URL {shown} is a Unix socket: a cluster's nodes are \
+                         reached over TCP"
+                    ))),
+                    _ if self.cluster && info.redis.db != 0 => Err(fleet_error(format!(
+                        "the fleet's Redis URL {shown} selects database {}: a cluster has only \
+                         database 0",
+                        info.redis.db
+                    ))),
+                    _ => Ok(info),
+                }
+            })
+            .collect()
+    }
+}
+
+impl fmt::Debug for FleetConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FleetConfig")
+            .field(
+                "urls",
+                &self.urls.iter().map(|u| redact(u)).collect::<Vec<_>>(),
+            )
+            .field("cluster", &self.cluster)
+            .field("prefix", &self.prefix)
+            .field("sync_interval", &self.sync_interval)
+            .field("timeout", &self.get_timeout())
+            .finish()
+    }
+}
+
+fn fleet_error(message: impl Into<String>) -> ConfigError {
+    ConfigError::Fleet(message.into())
+}
+
+/// A URL with its password (if any) replaced by `***`, for messages and `Debug`.
+fn redact(url: &str) -> String {
+    match redis::parse_redis_url(url) {
+        Some(mut parsed) if parsed.password().is_some() => {
+            // Setting a password fails only for URLs that cannot have one, and this one has.
+            let _ = parsed.set_password(Some("***"));
+            parsed.to_string()
+        }
+        Some(_) => url.to_owned(),
+        // Not a Redis URL: shown whole unless it might hold a password, then its scheme only.
+        None if !url.contains('@') => url.to_owned(),
+        None => match url.split_once("://") {
+            Some((scheme, _)) => format!("{scheme}://…"),
+            None => "(a URL with its credentials left out)".to_owned(),
+        },
+    }
+}
+
+/// What a node reports about its syncing with the fleet, from
+/// `Limiter::fleet_status` (`None` for a limiter without a fleet).
+///
+/// A snapshot: it does not change once returned.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct FleetStatus {
+    /// Whether the last sync reached Redis (and the connection is still open).
+    pub connected: bool,
+    /// Nodes seen by Redis within the nodes' time to live
+    /// ([`FleetConfig::node_ttl`]), this one included, as of the last sync that succeeded;
+    /// 0 before the first.
+    pub nodes: usize,
+    /// Time since the last sync that succeeded; `None` before the first.
+    pub last_sync_age: Option<Duration>,
+    /// Syncs that succeeded.
+    pub syncs: u64,
+    /// Syncs that failed (Redis unreachable, slow, or refusing).
+    pub sync_errors: u64,
+    /// Keys pushed and pulled, over all the syncs that succeeded.
+    pub keys_synced: u64,
+    /// The last failure, if the last sync failed.
+    pub last_error: Option<String>,
+    /// Whether the node decides on its local share of each limit, `⌈L ÷ nodes⌉` on its own
+    /// counts, because its last view of the fleet is too old to trust (no sync has succeeded
+    /// for three sync intervals, or the timeout and one interval when longer, at most a
+    /// window): Redis is away or too slow.
+    pub on_local_share: bool,
+}

@@ -1,0 +1,151 @@
+//! A node of a fleet: its id, what it last learnt of the fleet, and its report.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use super::{FleetConfig, FleetStatus};
+use crate::sync::lock;
+
+/// One limiter's membership of a fleet, shared by its request path (the fleet's size and
+/// whether Redis is away, two relaxed loads) and its sync thread (everything else).
+pub(crate) struct FleetNode {
+    pub(crate) config: FleetConfig,
+    /// This node's name in Redis: the process and random bits, so that a restarted process
+    /// is a new node (its old counts are not taken for its new ones).
+    pub(crate) id: String,
+    /// Nodes seen at the last sync that reached Redis (at least 1: this one). `Relaxed`: a
+    /// size a sync later or earlier only moves a threshold.
+    nodes: AtomicUsize,
+    /// `1 ÷ nodes` as `f64` bits, for the request path to multiply by.
+    inverse: AtomicU64,
+    /// When the last sync that reached Redis ended (or the node was made), on the shared
+    /// coarse clock, in nanoseconds.
+    last_ok: AtomicU64,
+    /// How long the last view is trusted: after that the node decides on its local share.
+    stale_after: u64,
+    report: Mutex<Report>,
+}
+
+#[derive(Default)]
+struct Report {
+    connected: bool,
+    last_success: Option<Instant>,
+    syncs: u64,
+    errors: u64,
+    keys: u64,
+    last_error: Option<String>,
+    /// The failure of this outage has been logged (once per outage).
+    logged: bool,
+}
+
+impl FleetNode {
+    pub(crate) fn new(config: FleetConfig, window: Duration) -> Self {
+        let stale_after = {
+            let interval = config.get_sync_interval();
+            let after = (interval * 3)
+                .max(config.get_timeout() + interval)
+                .min(window);
+            u64::try_from(after.as_nanos()).unwrap_or(u64::MAX)
+        };
+        FleetNode {
+            config,
+            id: node_id(),
+            nodes: AtomicUsize::new(1),
+            inverse: AtomicU64::new(1f64.to_bits()),
+            last_ok: AtomicU64::new(
+                u64::try_from(crate::clock::coarse_now().as_nanos()).unwrap_or(u64::MAX),
+            ),
+            stale_after,
+            report: Mutex::new(Report::default()),
+        }
+    }
+
+    /// `1 ÷` the fleet's size as last seen (relaxed like the size: a threshold a sync late).
+    #[inline]
+    pub(crate) fn inverse(&self) -> f64 {
+        f64::from_bits(self.inverse.load(Ordering::Relaxed))
+    }
+
+    /// The fleet's size as last seen (1 before the first sync).
+    #[inline]
+    pub(crate) fn nodes(&self) -> usize {
+        self.nodes.load(Ordering::Relaxed).max(1)
+    }
+
+    /// Whether the last sync that reached Redis is too old to trust its view: decided on the
+    /// request path, so that a sync blocked on a stalled Redis does not delay it.
+    #[inline]
+    pub(crate) fn degraded(&self) -> bool {
+        coarse_nanos().saturating_sub(self.last_ok.load(Ordering::Relaxed)) > self.stale_after
+    }
+
+    /// A sync reached Redis: `nodes` seen, `keys` pushed.
+    pub(crate) fn succeeded(&self, nodes: usize, keys: usize) {
+        self.nodes.store(nodes.max(1), Ordering::Relaxed);
+        self.inverse
+            .store((1.0 / nodes.max(1) as f64).to_bits(), Ordering::Relaxed);
+        self.last_ok.store(coarse_nanos(), Ordering::Relaxed);
+        let mut report = lock(&self.report);
+        if report.logged {
+            log::info!("floodgate fleet: Redis is back, syncing again");
+        }
+        report.connected = true;
+        report.last_success = Some(Instant::now());
+        report.syncs += 1;
+        report.keys += keys as u64;
+        report.last_error = None;
+        report.logged = false;
+    }
+
+    /// A sync failed with `error` (counted and, once per outage, logged). Whether the node
+    /// decides on its share is a matter of time since the last success: see
+    /// [`degraded`](Self::degraded).
+    pub(crate) fn failed(&self, error: String) {
+        let mut report = lock(&self.report);
+        report.connected = false;
+        report.errors += 1;
+        if !report.logged {
+            log::warn!(
+                "floodgate fleet: sync failed ({error}); deciding locally, and on this node's \
+                 share of each limit once its last view is stale"
+            );
+            report.logged = true;
+        }
+        report.last_error = Some(error);
+    }
+
+    /// The report of `Limiter::fleet_status`.
+    pub(crate) fn status(&self) -> FleetStatus {
+        let report = lock(&self.report);
+        FleetStatus {
+            connected: report.connected,
+            nodes: if report.syncs > 0 { self.nodes() } else { 0 },
+            last_sync_age: report.last_success.map(|t| t.elapsed()),
+            syncs: report.syncs,
+            sync_errors: report.errors,
+            keys_synced: report.keys,
+            last_error: report.last_error.clone(),
+            on_local_share: self.degraded(),
+        }
+    }
+}
+
+/// A name no other node of the fleet has: the process id and random bits.
+fn node_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut random = std::collections::hash_map::RandomState::new().build_hasher();
+    random.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    format!("{}-{:016x}", std::process::id(), random.finish())
+}
+
+/// The shared coarse clock, read on the request path: one load. A fleet limiter has a rate on
+/// the shared clock whose reads keep the ticker alive (and one on a manual clock starts it
+/// here, when the node is made).
+fn coarse_nanos() -> u64 {
+    crate::clock::coarse_nanos_read()
+}

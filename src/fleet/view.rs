@@ -1,0 +1,353 @@
+//! What a node knows of the fleet's counts of one key, and the decision on them.
+//!
+//! Each key the exact stage tracks carries a [`FleetView`], written by the sync thread (under
+//! the key's set lock) and read by the key's requests (under the same lock). With `L` the
+//! limit, `P` the fleet's total of the previous window and `T` that of the current one at the
+//! last sync (this node's count then included), `f` the fraction of the window gone, and `m`
+//! what this node admitted since the sync, the room the fleet has left is
+//! `R = L − P·(1−f) − T`, and a request is admitted when
+//!
+//! ```text
+//! m + 1 + others ≤ R,   others = r·t                      if no other node refuses the key
+//!                       max(r·t, R·k ÷ (k+1))             if k other nodes refuse it
+//! ```
+//!
+//! where `r` is the pace at which the other nodes admitted the key between the last two
+//! syncs and `t` the time since the last sync. The second form is `(k+1)·(m+1) ≤ R`: this
+//! node takes at most its share of the room.
+//!
+//! Why two forms: a node that refuses the key will take any room the window leaves, so its
+//! pace since the last sync says nothing of what it admits next, and nodes that each expected
+//! the others to keep their last pace would all take the same room at once (the first version
+//! did, up to 1.3× the limit with 3 nodes and 2× with 10). A node that refuses nothing admits
+//! what it is sent, and its pace is the best guess; a key under the limit fleet-wide has no
+//! node refusing it, so its bursts through one node are judged on that node's own count and
+//! the others' pace, not held to a share. This node's own requests always count exactly.
+
+use super::KeyTotals;
+use crate::rate::WindowView;
+
+/// The fleet's counts of one key at the last sync that reached Redis, and this node's
+/// refusals of it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct FleetView {
+    /// The window the counts are of, by the limiter's own numbering (its Rate's bucket:
+    /// consecutive windows have consecutive numbers); `None` before the
+    /// first sync of the key.
+    pub(crate) window: Option<u64>,
+    /// The fleet's total in `window`, this node's count included.
+    pub(crate) total: u64,
+    /// The fleet's total in the window before, this node's final count included.
+    pub(crate) previous: u64,
+    /// This node's count in `window` as pushed.
+    pub(crate) own: u64,
+    /// When the sync's counts were taken, on the limiter's clock (nanoseconds).
+    pub(crate) at: u64,
+    /// The other nodes' admissions of the key per nanosecond, between the last two syncs (or
+    /// over the window before, at a window's first sync), in fixed point: 2^32 is one per
+    /// nanosecond (integers only on the request path).
+    pub(crate) others_pace: Pace,
+    /// The other nodes that refused the key in `window` or the window before. Refusals of
+    /// the window before count too: a node whose refusal is held in its over-limit cache past
+    /// the boundary refuses without counting it for a while.
+    pub(crate) refusers: u32,
+    /// This node's refusals of the key, counted by its requests.
+    pub(crate) refused: Refusals,
+}
+
+/// A node's refusals of one key in its latest window and the one before.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct Refusals {
+    window: u64,
+    current: u64,
+    previous: u64,
+}
+
+impl Refusals {
+    /// Counts a refusal in `window`.
+    pub(crate) fn note(&mut self, window: u64) {
+        self.roll_to(window);
+        self.current = self.current.saturating_add(1);
+    }
+
+    /// The refusals in `window` and the one before.
+    pub(crate) fn of(mut self, window: u64) -> (u64, u64) {
+        self.roll_to(window);
+        (self.current, self.previous)
+    }
+
+    fn roll_to(&mut self, window: u64) {
+        if window > self.window {
+            self.previous = if window == self.window + 1 {
+                self.current
+            } else {
+                0
+            };
+            self.current = 0;
+            self.window = window;
+        }
+    }
+}
+
+impl FleetView {
+    /// The view after a sync at `at` that found the fleet's `synced` counts of `window`, with this node's count
+    /// `own` in it and `own_previous` in the window before; `len` is a window's length in
+    /// nanoseconds.
+    pub(crate) fn synced(
+        &self,
+        window: u64,
+        at: u64,
+        synced: &KeyTotals,
+        (own, own_previous): (u64, u64),
+        len: u64,
+    ) -> FleetView {
+        let others = synced.current.saturating_sub(own) as f64;
+        let others_pace = Pace::of(match self.window {
+            Some(w) if w == window && at > self.at => {
+                let before = self.total.saturating_sub(self.own) as f64;
+                ((others - before) / (at - self.at) as f64).max(0.0)
+            }
+            // A window's first sync: the others' pace over the whole window before.
+            _ => synced.previous.saturating_sub(own_previous) as f64 / len.max(1) as f64,
+        });
+        FleetView {
+            window: Some(window),
+            total: synced.current,
+            previous: synced.previous,
+            own,
+            at,
+            others_pace,
+            refusers: synced.current_refusers.max(synced.previous_refusers),
+            refused: self.refused,
+        }
+    }
+
+    /// The local window view `local` (of window `window`, numbered as in the view; this
+    /// request counted in it) with the fleet's counts in it, and at least its own, to decide on (`fits(limit)` is the rule above) and to work out a `retry_after` on;
+    /// `own_now` and `own_previous` are this node's counts of the key in this window (this
+    /// request not included) and the one before. `None` when the view is older than the
+    /// window before (the key was not synced lately: only the local counts decide).
+    #[inline]
+    pub(crate) fn judged(
+        &self,
+        local: &WindowView,
+        window: u64,
+        own_now: u64,
+        own_previous: u64,
+    ) -> Option<WindowView> {
+        let synced = self.window?;
+        let (previous, total, mine, since) = if synced == window {
+            (
+                self.previous,
+                self.total,
+                own_now.saturating_sub(self.own),
+                local.at.saturating_sub(self.at),
+            )
+        } else if synced.checked_add(1) == Some(window) {
+            // A new window since the last sync. The view's window is now the previous one:
+            // its total at the sync, plus what this node admitted in it after the sync, plus
+            // the others' admissions in the rest of it at their average pace over the part
+            // seen (their pace between the last two syncs is as good a guess for the part
+            // left as for the new window). This window holds this node's count, and the
+            // others' since it began.
+            let last_began = local
+                .at
+                .saturating_sub(local.into)
+                .saturating_sub(local.len);
+            let seen = self.at.saturating_sub(last_began).clamp(1, local.len);
+            let average = self.total.saturating_sub(self.own) as f64 / seen as f64;
+            let unseen = ceil(average * (local.len - seen) as f64);
+            let previous = self
+                .total
+                .saturating_add(own_previous.saturating_sub(self.own))
+                .saturating_add(unseen);
+            (previous, 0, own_now, local.into)
+        } else {
+            return None;
+        };
+        let at_pace = mine.saturating_add(self.others_pace.over(since));
+        let k = u64::from(self.refusers);
+        // (k+1)·(m+1) − 1: the share form, with the request's own 1 added below.
+        let at_share = (k + 1).saturating_mul(mine).saturating_add(k);
+        let clamp = |n: u64| isize::try_from(n).unwrap_or(isize::MAX);
+        // Never less than the local counts (which a key promoted in this window may have
+        // from its sketch alone): judging the fleet's counts judges this node's own too.
+        let current = total
+            .saturating_add(at_pace.max(at_share))
+            .saturating_add(1);
+        Some(WindowView {
+            prev: clamp(previous).max(local.prev),
+            curr: clamp(current).max(local.curr),
+            ..*local
+        })
+    }
+}
+
+/// Admissions per nanosecond in fixed point, 32 bits of them fractional.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Pace(u64);
+
+impl Pace {
+    /// The pace of `per_ns` admissions per nanosecond (to the nearest, saturating).
+    fn of(per_ns: f64) -> Pace {
+        // `as` saturates, and takes NaN to 0.
+        Pace((per_ns * (1u64 << 32) as f64 + 0.5) as u64)
+    }
+
+    /// The admissions in `nanos` at this pace, rounded up unless within 2^-20 of a whole
+    /// number (the fixed point's own error, which must not add a request).
+    #[inline]
+    fn over(self, nanos: u64) -> u64 {
+        let scaled = u128::from(self.0) * u128::from(nanos) + ((1u128 << 32) - (1 << 12));
+        u64::try_from(scaled >> 32).unwrap_or(u64::MAX)
+    }
+}
+
+/// `⌈x⌉` of a non-negative `x` (saturating), without libm's `ceil`: that is a call where the
+/// target has no rounding instruction.
+fn ceil(x: f64) -> u64 {
+    let n = x as u64;
+    n.saturating_add(u64::from((n as f64) < x))
+}
+
+#[cfg(all(test, not(floodgate_loom)))]
+mod tests {
+    use super::*;
+
+    fn local(at: u64, into: u64) -> WindowView {
+        WindowView {
+            bucket: 5,
+            prev: 0,
+            curr: 0,
+            into,
+            len: 1_000,
+            at,
+        }
+    }
+
+    fn totals(current: u64, previous: u64) -> KeyTotals {
+        KeyTotals {
+            current,
+            previous,
+            ..KeyTotals::default()
+        }
+    }
+
+    /// The fleet's counts a view judges with: (previous window, current window with the
+    /// request).
+    fn judged(
+        v: &FleetView,
+        window: u64,
+        local: WindowView,
+        own: (u64, u64),
+    ) -> Option<(isize, isize)> {
+        v.judged(&local, window, own.0, own.1)
+            .map(|w| (w.prev, w.curr))
+    }
+
+    #[test]
+    fn this_nodes_counts_are_exact_and_the_others_are_extrapolated_from_their_pace() {
+        // First sync of window 5 at t=100: fleet 30 (10 ours); the window before: 90 (30 ours).
+        let v = FleetView::default().synced(5, 100, &totals(30, 90), (10, 30), 1_000);
+        assert_eq!(v.others_pace.over(1_000), 60, "{v:?}"); // 60 others over 1,000 ns
+                                                            // Next sync at t=200: fleet 50, 15 ours: the others went from 20 to 35 in 100 ns.
+        let v = v.synced(5, 200, &totals(50, 90), (15, 30), 1_000);
+        assert_eq!(v.others_pace.over(100), 15, "{v:?}");
+        // At t=300 with 40 of ours: 50 + 25 (ours since) + 15 (the others' pace) + 1.
+        assert_eq!(judged(&v, 5, local(300, 300), (40, 30)), Some((90, 91)));
+        // A burst here is counted once, not once per node.
+        assert_eq!(judged(&v, 5, local(200, 200), (115, 30)), Some((90, 151)));
+    }
+
+    #[test]
+    fn a_key_only_this_node_sends_is_judged_on_its_own_count() {
+        let v = FleetView::default().synced(5, 100, &totals(30, 40), (30, 40), 1_000);
+        assert_eq!(v.others_pace, Pace::default());
+        assert_eq!(judged(&v, 5, local(900, 900), (34, 40)), Some((40, 35)));
+    }
+
+    #[test]
+    fn with_other_nodes_refusing_this_node_takes_at_most_its_share_of_the_room() {
+        // Two others refuse the key: each request here stands for three (k + 1).
+        let refusing = KeyTotals {
+            current_refusers: 2,
+            ..totals(30, 90)
+        };
+        let v = FleetView::default().synced(5, 100, &refusing, (10, 30), 1_000);
+        assert_eq!(v.refusers, 2);
+        // 4 of ours since the sync: 30 + 3·(4 + 1) = 45, more than the pace's 30 + 4 + 6 + 1.
+        assert_eq!(judged(&v, 5, local(200, 200), (14, 30)), Some((90, 45)));
+        // With room R = L − P·(1−f) − T, the request fits when 3·(m + 1) ≤ R.
+        let w = v.judged(&local(200, 200), 5, 14, 30).unwrap();
+        assert!(w.fits(90 * 8 / 10 + 30 + 15)); // R = 15 = 3·5
+        assert!(!w.fits(90 * 8 / 10 + 30 + 14));
+        // Refusals of the window before count as well (a refusal held in an over-limit cache
+        // across the boundary is not counted again).
+        let before = KeyTotals {
+            previous_refusers: 1,
+            ..totals(30, 90)
+        };
+        assert_eq!(
+            FleetView::default()
+                .synced(5, 100, &before, (10, 30), 1_000)
+                .refusers,
+            1
+        );
+    }
+
+    #[test]
+    fn a_view_from_the_window_before_becomes_the_previous_total() {
+        // At t=400 of window 5: fleet 60 (20 ours): the others admitted 40 in 400 ns.
+        let v = FleetView::default().synced(5, 400, &totals(60, 90), (20, 30), 1_000);
+        // Window 6, 100 ns in: the previous total is 60 at the sync, plus this node's 5
+        // after it, plus the others' 600 ns left of it at their average 0.1/ns (60); this
+        // window: our 4, and the others' 0.06/ns (their pace over window 4) for 100 ns, + 1.
+        assert_eq!(judged(&v, 6, local(1_100, 100), (4, 25)), Some((125, 11)));
+        assert_eq!(
+            judged(&v, 7, local(2_100, 100), (4, 25)),
+            None,
+            "too old to say anything"
+        );
+        assert_eq!(
+            judged(&FleetView::default(), 5, local(0, 0), (4, 0)),
+            None,
+            "never synced"
+        );
+    }
+
+    #[test]
+    fn a_pace_rounds_up() {
+        let pace = Pace::of(0.25);
+        assert_eq!((pace.over(0), pace.over(4), pace.over(5)), (0, 1, 2));
+        assert_eq!(Pace::of(1e30).over(1 << 40), u64::MAX);
+        assert_eq!(Pace::default().over(u64::MAX), 0);
+    }
+
+    #[test]
+    fn ceil_rounds_up_and_saturates() {
+        assert_eq!(ceil(0.0), 0);
+        assert_eq!(ceil(2.0), 2);
+        assert_eq!(ceil(2.000_1), 3);
+        assert_eq!(ceil(1e30), u64::MAX);
+        assert_eq!(ceil(f64::NAN), 0);
+    }
+
+    #[test]
+    fn refusals_are_counted_per_window() {
+        let mut r = Refusals::default();
+        r.note(7);
+        r.note(7);
+        assert_eq!(r.of(7), (2, 0));
+        assert_eq!(r.of(8), (0, 2));
+        assert_eq!(r.of(9), (0, 0));
+        r.note(9);
+        assert_eq!(r.of(9), (1, 0));
+        // A sync keeps the request path's count.
+        let mut v = FleetView::default();
+        v.refused.note(9);
+        assert_eq!(
+            v.synced(9, 1, &totals(1, 0), (1, 0), 10).refused.of(9),
+            (1, 0)
+        );
+    }
+}

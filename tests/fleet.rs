@@ -1,0 +1,240 @@
+//! The fleet (feature `redis`): three limiters, one redis-server of the test's own on a free
+//! loopback port, the real clock and paced traffic (tests/common/fleet.rs), once the fleet has
+//! formed. A key that floods every node, evenly or mostly through one, is held to about its
+//! limit fleet-wide; a key under the limit fleet-wide, spread evenly, sent mostly through one
+//! node, or through one node alone, is never refused.
+//!
+//! Run with `--nocapture` to see each window's figures.
+//!
+//! Skips with a printed reason without a `redis-server` binary (fails instead under
+//! `FLOODGATE_REQUIRE_REDIS=1`, as CI sets).
+
+#![cfg(feature = "redis")]
+
+mod common;
+
+use std::ops::{Range, RangeInclusive};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::fleet::{sleep_until_window, unix_window, Flow, Tally, Traffic, WINDOW};
+use common::redis::RedisServer;
+use floodgate::fleet::{FleetConfig, FleetStatus};
+use floodgate::Limiter;
+
+const NODES: usize = 3;
+const LIMIT: isize = 300;
+/// What a flooded key may be admitted fleet-wide in a full window, as a fraction of its limit.
+const FLOOD_BOUND: RangeInclusive<f64> = 0.6..=1.15;
+/// 0.8 × the limit, per second: a key under the limit fleet-wide.
+const UNDER: u32 = LIMIT as u32 * 8 / 10;
+
+fn node(redis: &RedisServer, prefix: &str) -> Limiter<String> {
+    Limiter::builder()
+        .max_rate(LIMIT, WINDOW)
+        .fleet(
+            FleetConfig::new(redis.url())
+                .prefix(prefix)
+                .sync_interval(Duration::from_millis(100))
+                // Generous: the test's threads share two cores with the other tests.
+                .timeout(Duration::from_secs(1)),
+        )
+        .build()
+        .unwrap()
+}
+
+/// Three nodes on a redis-server of their own, once every node has synced and sees the whole
+/// fleet (a running fleet's state; a node that has not synced yet knows of no other); `None`
+/// without a `redis-server` (the test is skipped).
+fn fleet(prefix: &str) -> Option<(RedisServer, Vec<Limiter<String>>)> {
+    let redis = RedisServer::start()?;
+    let nodes: Vec<_> = (0..NODES).map(|_| node(&redis, prefix)).collect();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !statuses(&nodes)
+        .iter()
+        .all(|s| s.syncs > 0 && s.nodes == NODES)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the fleet never formed: {:#?}",
+            statuses(&nodes)
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+    Some((redis, nodes))
+}
+
+fn statuses(nodes: &[Limiter<String>]) -> Vec<FleetStatus> {
+    nodes.iter().map(|n| n.fleet_status().unwrap()).collect()
+}
+
+/// What a run of traffic met, and the nodes' statuses at its end.
+struct Run {
+    tally: Tally,
+    /// The Unix windows the traffic ran through in full.
+    full: Range<u64>,
+    statuses: Vec<FleetStatus>,
+}
+
+/// Runs `flows` through `nodes` until `windows` full windows have passed after the one the
+/// traffic starts in.
+fn run(nodes: &[Limiter<String>], flows: &[Flow], windows: u64) -> Run {
+    let traffic = Traffic::start(nodes, flows);
+    sleep_until_window(unix_window() + windows + 1);
+    let end = unix_window();
+    let tally = traffic.stop();
+    let statuses = statuses(nodes);
+    assert_eq!(
+        tally.errors(),
+        0,
+        "errors on the request path: {statuses:?}"
+    );
+    let first = *tally.windows().start();
+    Run {
+        tally,
+        full: first + 1..end,
+        statuses,
+    }
+}
+
+/// Floods one key as `flows` say for five full windows, prints what the fleet admitted in
+/// each full window but the first, and checks it is within [`FLOOD_BOUND`] × the limit.
+fn assert_flood_held_to_the_limit(nodes: &[Limiter<String>], flows: &[Flow]) {
+    let key = &flows[0].key;
+    let Run {
+        tally,
+        full,
+        statuses,
+    } = run(nodes, flows, 5);
+    for s in &statuses {
+        assert!(s.connected && s.nodes == NODES, "{statuses:?}");
+    }
+    // The first full window carries the key's first (partial) one: each node decided it alone
+    // until it had promoted the key and synced it.
+    let checked = full.start + 1..full.end;
+    let fleet = tally.per_window(key, None, checked.clone());
+    assert!(fleet.len() >= 2, "{fleet:?}");
+    let ratios: Vec<_> = fleet
+        .iter()
+        .map(|&(_, n)| format!("{:.2}", n as f64 / LIMIT as f64))
+        .collect();
+    let per_node: Vec<_> = (0..NODES)
+        .map(|i| {
+            let counts: Vec<_> = tally
+                .per_window(key, Some(i), checked.clone())
+                .iter()
+                .map(|&(_, n)| n.to_string())
+                .collect();
+            format!("node {i}: {}", counts.join(" "))
+        })
+        .collect();
+    eprintln!(
+        "{key}: full windows, admitted fleet-wide ÷ the limit: {} (admitted per node, {})",
+        ratios.join(" "),
+        per_node.join("; ")
+    );
+    for &(window, n) in &fleet {
+        let ratio = n as f64 / LIMIT as f64;
+        assert!(
+            FLOOD_BOUND.contains(&ratio),
+            "{key}, window {window}: {n} admitted fleet-wide, {ratio:.2} × the limit: \
+             {fleet:?} ({}), {statuses:?}",
+            per_node.join("; ")
+        );
+    }
+}
+
+/// Runs `flows` (keys under the limit fleet-wide) for `windows` full windows, prints each
+/// flow's refusals per window, and checks that nothing was refused.
+fn assert_never_refused(nodes: &[Limiter<String>], flows: &[Flow], windows: u64) {
+    let Run {
+        tally, statuses, ..
+    } = run(nodes, flows, windows);
+    let lines: Vec<_> = flows
+        .iter()
+        .map(|flow| {
+            let per_window: Vec<_> = tally
+                .windows()
+                .map(|w| {
+                    let (decided, admitted) = tally.counts(&flow.key, Some(flow.node), w);
+                    decided - admitted
+                })
+                .collect();
+            (flow, per_window)
+        })
+        .collect();
+    let report: Vec<_> = lines
+        .iter()
+        .map(|(flow, refused)| {
+            format!(
+                "{} through node {} at {}/s: refused per window {refused:?}",
+                flow.key, flow.node, flow.per_second
+            )
+        })
+        .collect();
+    eprintln!("{}", report.join("\n"));
+    let refused: u64 = lines.iter().flat_map(|(_, r)| r).sum();
+    assert_eq!(refused, 0, "{}\n{statuses:?}", report.join("\n"));
+}
+
+#[test]
+fn a_key_flooding_every_node_is_held_to_about_its_limit_fleet_wide() {
+    let Some((_redis, nodes)) = fleet("flood") else {
+        return;
+    };
+    // Each node alone would admit the limit per window: 3× the limit without the fleet.
+    let flows: Vec<_> = (0..NODES)
+        .map(|i| Flow::new(i, "flooded.example", 1_000))
+        .collect();
+    assert_flood_held_to_the_limit(&nodes, &flows);
+}
+
+#[test]
+fn a_key_flooding_one_node_far_more_than_the_others_is_held_to_about_its_limit() {
+    let Some((_redis, nodes)) = fleet("skewed") else {
+        return;
+    };
+    // Without the fleet: the limit through node 0, and 200 through each of the others, 2.3×
+    // the limit.
+    let key = "skewed.example";
+    let flows = [
+        Flow::new(0, key, 2_000),
+        Flow::new(1, key, 200),
+        Flow::new(2, key, 200),
+    ];
+    assert_flood_held_to_the_limit(&nodes, &flows);
+}
+
+#[test]
+fn a_key_under_the_limit_fleet_wide_is_never_refused() {
+    let Some((_redis, nodes)) = fleet("steady") else {
+        return;
+    };
+    // 0.8 × the limit in all, spread over the three nodes.
+    let flows: Vec<_> = (0..NODES)
+        .map(|i| Flow::new(i, "steady.example", UNDER / NODES as u32))
+        .collect();
+    assert_never_refused(&nodes, &flows, 3);
+    // And 0.8 × the limit through one node alone, while the others see none of it.
+    assert_never_refused(&nodes, &[Flow::new(0, "lonely.example", UNDER)], 3);
+}
+
+#[test]
+fn a_key_under_the_limit_fleet_wide_sent_unevenly_is_never_refused() {
+    let Some((_redis, nodes)) = fleet("uneven") else {
+        return;
+    };
+    // 0.8 × the limit in all, each key more than its share (⌈L ÷ N⌉) through node 0: 80% of
+    // it, the other nodes' part too small for them to sync the key (under the promotion
+    // threshold ÷ N); and half of it, the other nodes syncing it too.
+    let (most, half) = ("uneven.example", "lopsided.example");
+    let flows = [
+        Flow::new(0, most, UNDER * 8 / 10),
+        Flow::new(1, most, UNDER / 10),
+        Flow::new(2, most, UNDER / 10),
+        Flow::new(0, half, UNDER / 2),
+        Flow::new(1, half, UNDER / 4),
+        Flow::new(2, half, UNDER / 4),
+    ];
+    assert_never_refused(&nodes, &flows, 3);
+}
