@@ -189,6 +189,11 @@ where
     let mut keys: Vec<Pushed> = Vec::new();
     let mut next = Instant::now();
     loop {
+        // The first sync at once: until it, the node knows no fleet (it counts itself alone).
+        match shared.upgrade() {
+            Some(shared) => sync_once(&shared, node, &mut store, &mut keys),
+            None => return,
+        }
         next += interval;
         let now = Instant::now();
         if next > now {
@@ -196,10 +201,6 @@ where
         } else {
             next = now; // late: do not try to catch up
         }
-        let Some(shared) = shared.upgrade() else {
-            return;
-        };
-        sync_once(&shared, node, &mut store, &mut keys);
     }
 }
 
