@@ -114,8 +114,11 @@ pub enum ConfigError {
     /// A limit or threshold outside what is allowed; the message names it.
     InvalidLimit(&'static str),
     /// A fleet configuration (`floodgate::fleet::FleetConfig`, feature `redis`) that cannot
-    /// work: a sync interval shorter than one tick, an empty prefix or one with braces, a URL
-    /// that is not a Redis URL. The message says which, and what is allowed.
+    /// work: a sync interval shorter than one tick, a timeout under a millisecond, an empty
+    /// prefix or one with braces, a URL that is not a Redis URL (or a TLS one), a Unix socket
+    /// or a database other than 0 for a Cluster; or a fleet limiter without `max_rate`, or
+    /// whose rate interval is not a whole number of milliseconds. The message says which, and
+    /// what is allowed.
     Fleet(String),
 }
 

@@ -261,8 +261,9 @@ fn redis_killed_and_restarted_mid_run() {
     wait_for("a window without a sync", &nodes, |_, s| {
         s.last_sync_age.is_some_and(|age| age > WINDOW) && s.on_local_share
     });
-    // The last sync was in window `killed` at the latest: its view is gone two windows on,
-    // and by then every node decides on its share; the window after is a steady one.
+    // Every node decides on its share by now (its view is stale three syncs after its last
+    // good one); the windows are measured from the second after the kill's, so that the
+    // sliding window holds only the share's admissions.
     let first = (killed + 3).max(unix_window() + 1);
     let outage = [first, first + 1];
     sleep_until_window(first);

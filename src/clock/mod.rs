@@ -84,6 +84,7 @@ pub fn coarse_now() -> Duration {
 /// The shared coarse clock in nanoseconds, one relaxed load and nothing else: for a reader
 /// beside a `Rate` on the shared clock, whose own reads start the ticker and watch it. 0
 /// before the ticker first ran.
+#[cfg(feature = "redis")]
 #[inline]
 pub(crate) fn coarse_nanos_read() -> u64 {
     ticker::coarse_load()

@@ -72,6 +72,7 @@ pub(super) fn coarse_nanos() -> u64 {
 }
 
 /// The coarse time as published, without starting or watching the ticker.
+#[cfg(feature = "redis")]
 #[inline]
 pub(super) fn coarse_load() -> u64 {
     COARSE.load(Ordering::Relaxed)

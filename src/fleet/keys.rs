@@ -1,9 +1,9 @@
 //! The names of the fleet's Redis keys, and the Cluster slot each one lands in.
 //!
-//! A key's counts of a window are a hash named `<prefix>:{<key>}:<window>` (a field per node):
-//! the user key, escaped, is the name's hash tag, so the hashes of one key (this window's and
-//! the previous one's, which one script touches) share a Cluster slot while different keys
-//! spread over the slots. The escape keeps the tag free of braces and readable for the usual
+//! A key's counts of a window are a hash named `<prefix>:{<key>}:<window>` (a field per node),
+//! and its refusals `<prefix>:{<key>}:<window>:refused`: the user key, escaped, is the names'
+//! hash tag, so the hashes of one key (both kinds, this window's and the previous one's, which
+//! one script touches) share a Cluster slot while different keys spread over the slots. The escape keeps the tag free of braces and readable for the usual
 //! keys (host names): the bytes `%`, `{` and `}`, and every byte outside printable ASCII (`!`
 //! to `~`), are written `%XX` (two upper-case hex digits); all other bytes stand for
 //! themselves. That is one-to-one, so two different keys never share a hash. The empty key,

@@ -6,7 +6,7 @@
 //! reports about its syncing. How the keys are laid out in Redis is in `docs/fleet.md`.
 //!
 //! The client is the `redis` crate's blocking one: no async runtime is needed, and the sync
-//! runs on a thread of its own. Plain TCP only (`redis://`, `valkey://`); TLS is not built in.
+//! runs on a thread of its own. TCP (`redis://`, `valkey://`) or, for one server, a Unix socket; TLS is not built in.
 //!
 //! What to expect (the derivation and the measurements are in `docs/fleet.md`):
 //!
@@ -21,10 +21,11 @@
 //!   flood) more is admitted: a node knows no fleet before its first sync.
 //! - **Redis away or slow.** Decisions never wait on Redis. After three sync intervals
 //!   without a sync (or the timeout and one interval, at most a window) a node decides on
-//!   its share `⌈L ÷ N⌉` of each limit, says so in [`FleetStatus::on_local_share`], logs the
-//!   outage once, and resumes when a sync succeeds.
+//!   its share `⌈L ÷ N⌉` of each limit (`N` the fleet it last saw: the whole limit for a node
+//!   that never reached Redis), says so in [`FleetStatus::on_local_share`], logs the outage
+//!   once, and resumes when a sync succeeds.
 //! - **Fixed memory.** Only the keys of the exact stage are synced; the Redis keys expire two
-//!   windows after their last write.
+//!   windows and a margin (a second, or a sync interval when longer) after their last write.
 //!
 //! # Examples
 //!
@@ -164,8 +165,10 @@ impl FleetConfig {
     }
 
     /// Sets how long one sync may wait on Redis, connecting included (default: the sync
-    /// interval). A sync that has not finished by then fails, and the node decides on its
-    /// local share until a later sync succeeds.
+    /// interval). A sync that has not finished by then fails; the node keeps its last view of
+    /// the fleet for three sync intervals (or this timeout and one interval, when longer; at
+    /// most a window) after its last good sync, and then decides on its local share until a
+    /// sync succeeds again.
     pub fn timeout(mut self, timeout: Duration) -> FleetConfig {
         self.timeout = Some(timeout);
         self

@@ -1,19 +1,23 @@
 //! A node of a fleet: its id, what it last learnt of the fleet, and its report.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::{FleetConfig, FleetStatus};
 use crate::sync::lock;
 
-/// One limiter's membership of a fleet, shared by its request path (the fleet's size and
-/// whether Redis is away, two relaxed loads) and its sync thread (everything else).
+/// One limiter's membership of a fleet, shared by its request path (the fleet's size, its
+/// inverse, and the time of the last good sync: relaxed loads, each free to be a sync older
+/// or newer than the others, which only moves a threshold for one request) and its sync
+/// thread (everything else).
 pub(crate) struct FleetNode {
     pub(crate) config: FleetConfig,
     /// This node's name in Redis: the process and random bits, so that a restarted process
     /// is a new node (its old counts are not taken for its new ones).
     pub(crate) id: String,
+    /// The sync interval in nanoseconds.
+    pub(crate) sync_nanos: u64,
     /// Nodes seen at the last sync that reached Redis (at least 1: this one). `Relaxed`: a
     /// size a sync later or earlier only moves a threshold.
     nodes: AtomicUsize,
@@ -25,6 +29,8 @@ pub(crate) struct FleetNode {
     /// How long the last view is trusted: after that the node decides on its local share.
     stale_after: u64,
     report: Mutex<Report>,
+    /// A step of the Unix clock has been told (once per node).
+    clock_told: AtomicBool,
 }
 
 #[derive(Default)]
@@ -48,9 +54,11 @@ impl FleetNode {
                 .min(window);
             u64::try_from(after.as_nanos()).unwrap_or(u64::MAX)
         };
+        let sync_nanos = u64::try_from(config.get_sync_interval().as_nanos()).unwrap_or(u64::MAX);
         FleetNode {
             config,
             id: node_id(),
+            sync_nanos,
             nodes: AtomicUsize::new(1),
             inverse: AtomicU64::new(1f64.to_bits()),
             last_ok: AtomicU64::new(
@@ -58,6 +66,7 @@ impl FleetNode {
             ),
             stale_after,
             report: Mutex::new(Report::default()),
+            clock_told: AtomicBool::new(false),
         }
     }
 
@@ -87,15 +96,18 @@ impl FleetNode {
             .store((1.0 / nodes.max(1) as f64).to_bits(), Ordering::Relaxed);
         self.last_ok.store(coarse_nanos(), Ordering::Relaxed);
         let mut report = lock(&self.report);
-        if report.logged {
-            log::info!("floodgate fleet: Redis is back, syncing again");
-        }
+        let was_out = report.logged;
         report.connected = true;
         report.last_success = Some(Instant::now());
         report.syncs += 1;
         report.keys += keys as u64;
         report.last_error = None;
         report.logged = false;
+        drop(report);
+        // Logged after the lock: a logger may be slow, and `fleet_status` takes the lock.
+        if was_out {
+            log::info!("floodgate fleet: Redis is back, syncing again");
+        }
     }
 
     /// A sync failed with `error` (counted and, once per outage, logged). Whether the node
@@ -105,14 +117,32 @@ impl FleetNode {
         let mut report = lock(&self.report);
         report.connected = false;
         report.errors += 1;
-        if !report.logged {
+        let first = !report.logged;
+        report.logged = true;
+        let told = first.then(|| error.clone());
+        report.last_error = Some(error);
+        drop(report);
+        if let Some(error) = told {
             log::warn!(
                 "floodgate fleet: sync failed ({error}); deciding locally, and on this node's \
                  share of each limit once its last view is stale"
             );
-            report.logged = true;
         }
-        report.last_error = Some(error);
+    }
+
+    /// The Unix clock reads `offset_ms` away from the time the limiter's windows stand at
+    /// (their alignment is taken once, when the limiter is built): more than a sync interval
+    /// is logged, once.
+    pub(crate) fn check_clock(&self, offset_ms: i128) {
+        let interval =
+            i128::try_from(self.config.get_sync_interval().as_millis()).unwrap_or(i128::MAX);
+        if offset_ms.abs() > interval && !self.clock_told.swap(true, Ordering::Relaxed) {
+            log::warn!(
+                "floodgate fleet: the Unix clock is {offset_ms} ms away from this limiter's \
+                 windows, aligned when it was built: its counts go to other windows than the \
+                 fleet's; build the limiter again once the clock is set"
+            );
+        }
     }
 
     /// The report of `Limiter::fleet_status`.

@@ -82,10 +82,9 @@ pub(crate) struct KeyTotals {
     pub(crate) current: u64,
     /// The same in the window before (0 for window 0).
     pub(crate) previous: u64,
-    /// The other nodes (this one not included) that refused the key in the push's window,
-    /// and in the window before.
-    pub(crate) current_refusers: u32,
-    pub(crate) previous_refusers: u32,
+    /// The other nodes (this one not included) that refused the key in the push's window or
+    /// the window before, each once.
+    pub(crate) refusers: u32,
 }
 
 /// What a sync learnt: the fleet's counts of each pushed key, in push order, and the number of

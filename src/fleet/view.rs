@@ -45,7 +45,7 @@ pub(crate) struct FleetView {
     pub(crate) at: u64,
     /// The other nodes' admissions of the key per nanosecond, between the last two syncs (or
     /// over the window before, at a window's first sync), in fixed point: 2^32 is one per
-    /// nanosecond (integers only on the request path).
+    /// nanosecond (no float on the request path, but in a window's first moments).
     pub(crate) others_pace: Pace,
     /// The other nodes that refused the key in `window` or the window before. Refusals of
     /// the window before count too: a node whose refusal is held in its over-limit cache past
@@ -70,8 +70,12 @@ impl Refusals {
         self.current = self.current.saturating_add(1);
     }
 
-    /// The refusals in `window` and the one before.
+    /// The refusals in `window` and the one before (a request may have counted one in the
+    /// window after already: a sync reads the counts of its own window).
     pub(crate) fn of(mut self, window: u64) -> (u64, u64) {
+        if window.checked_add(1) == Some(self.window) {
+            return (self.previous, 0);
+        }
         self.roll_to(window);
         (self.current, self.previous)
     }
@@ -90,43 +94,69 @@ impl Refusals {
 }
 
 impl FleetView {
-    /// The view after a sync at `at` that found the fleet's `synced` counts of `window`, with this node's count
-    /// `own` in it and `own_previous` in the window before; `len` is a window's length in
-    /// nanoseconds.
+    /// The view after a sync at `at`, `into` nanoseconds into its window `window`, that found
+    /// the fleet's `synced` counts, with this node's count `own` in that window and
+    /// `own_previous` in the window before; `len` is a window's length in nanoseconds.
     pub(crate) fn synced(
         &self,
-        window: u64,
-        at: u64,
+        (window, at, into): (u64, u64, u64),
         synced: &KeyTotals,
         (own, own_previous): (u64, u64),
         len: u64,
     ) -> FleetView {
         let others = synced.current.saturating_sub(own) as f64;
-        let others_pace = Pace::of(match self.window {
+        let others_pace = match self.window {
             Some(w) if w == window && at > self.at => {
                 let before = self.total.saturating_sub(self.own) as f64;
-                ((others - before) / (at - self.at) as f64).max(0.0)
+                Pace::of(((others - before) / (at - self.at) as f64).max(0.0))
             }
+            // Two syncs at one time: nothing learnt of the pace.
+            Some(w) if w == window => self.others_pace,
             // A window's first sync: the others' pace over the whole window before.
-            _ => synced.previous.saturating_sub(own_previous) as f64 / len.max(1) as f64,
-        });
+            _ => Pace::of(synced.previous.saturating_sub(own_previous) as f64 / len.max(1) as f64),
+        };
+        // The window before as Redis has it lacks the last moments of each node that has not
+        // yet synced in this window: no less than this view's estimate of it.
+        let previous =
+            match self.window {
+                Some(w) if w.checked_add(1) == Some(window) => synced
+                    .previous
+                    .max(self.rolled_over(at.saturating_sub(into), len, own_previous)),
+                _ => synced.previous,
+            };
         FleetView {
             window: Some(window),
             total: synced.current,
-            previous: synced.previous,
+            previous,
             own,
             at,
             others_pace,
-            refusers: synced.current_refusers.max(synced.previous_refusers),
+            refusers: synced.refusers,
             refused: self.refused,
         }
     }
 
+    /// The total of this view's window once it is over, the next having begun at `began`:
+    /// the total at the sync, plus what this node admitted in it after the sync
+    /// (`own_final` in all), plus the others' admissions in the rest of it at their average
+    /// pace over the part seen (their pace between the last two syncs is no better a guess:
+    /// under a flood it is whatever room the sliding window left them).
+    fn rolled_over(&self, began: u64, len: u64, own_final: u64) -> u64 {
+        let last_began = began.saturating_sub(len);
+        let seen = self.at.saturating_sub(last_began).clamp(1, len.max(1));
+        let average = self.total.saturating_sub(self.own) as f64 / seen as f64;
+        let unseen = ceil(average * len.saturating_sub(seen) as f64);
+        self.total
+            .saturating_add(own_final.saturating_sub(self.own))
+            .saturating_add(unseen)
+    }
+
     /// The local window view `local` (of window `window`, numbered as in the view; this
-    /// request counted in it) with the fleet's counts in it, and at least its own, to decide on (`fits(limit)` is the rule above) and to work out a `retry_after` on;
-    /// `own_now` and `own_previous` are this node's counts of the key in this window (this
-    /// request not included) and the one before. `None` when the view is older than the
-    /// window before (the key was not synced lately: only the local counts decide).
+    /// request counted in it) with the fleet's counts in it, and at least its own: to decide
+    /// on (`fits(limit)` is the rule above) and to work out a `retry_after` on. `own_now` and
+    /// `own_previous` are this node's counts of the key in this window (this request not
+    /// included) and the one before. `None` when the view is older than the window before
+    /// (the key was not synced lately: the local counts and this node's share decide).
     #[inline]
     pub(crate) fn judged(
         &self,
@@ -144,23 +174,11 @@ impl FleetView {
                 local.at.saturating_sub(self.at),
             )
         } else if synced.checked_add(1) == Some(window) {
-            // A new window since the last sync. The view's window is now the previous one:
-            // its total at the sync, plus what this node admitted in it after the sync, plus
-            // the others' admissions in the rest of it at their average pace over the part
-            // seen (their pace between the last two syncs is as good a guess for the part
-            // left as for the new window). This window holds this node's count, and the
-            // others' since it began.
-            let last_began = local
-                .at
-                .saturating_sub(local.into)
-                .saturating_sub(local.len);
-            let seen = self.at.saturating_sub(last_began).clamp(1, local.len);
-            let average = self.total.saturating_sub(self.own) as f64 / seen as f64;
-            let unseen = ceil(average * (local.len - seen) as f64);
-            let previous = self
-                .total
-                .saturating_add(own_previous.saturating_sub(self.own))
-                .saturating_add(unseen);
+            // A new window since the last sync (its first moments, until this node syncs):
+            // the view's window is the previous one, and this one holds this node's count
+            // and the others' since it began.
+            let began = local.at.saturating_sub(local.into);
+            let previous = self.rolled_over(began, local.len, own_previous);
             (previous, 0, own_now, local.into)
         } else {
             return None;
@@ -195,7 +213,8 @@ impl Pace {
     }
 
     /// The admissions in `nanos` at this pace, rounded up unless within 2^-20 of a whole
-    /// number (the fixed point's own error, which must not add a request).
+    /// number: a pace that is a whole number per window (0.06/ns over 1,000 ns) must not
+    /// gain a request from its last bit.
     #[inline]
     fn over(self, nanos: u64) -> u64 {
         let scaled = u128::from(self.0) * u128::from(nanos) + ((1u128 << 32) - (1 << 12));
@@ -248,10 +267,10 @@ mod tests {
     #[test]
     fn this_nodes_counts_are_exact_and_the_others_are_extrapolated_from_their_pace() {
         // First sync of window 5 at t=100: fleet 30 (10 ours); the window before: 90 (30 ours).
-        let v = FleetView::default().synced(5, 100, &totals(30, 90), (10, 30), 1_000);
+        let v = FleetView::default().synced((5, 100, 100), &totals(30, 90), (10, 30), 1_000);
         assert_eq!(v.others_pace.over(1_000), 60, "{v:?}"); // 60 others over 1,000 ns
                                                             // Next sync at t=200: fleet 50, 15 ours: the others went from 20 to 35 in 100 ns.
-        let v = v.synced(5, 200, &totals(50, 90), (15, 30), 1_000);
+        let v = v.synced((5, 200, 200), &totals(50, 90), (15, 30), 1_000);
         assert_eq!(v.others_pace.over(100), 15, "{v:?}");
         // At t=300 with 40 of ours: 50 + 25 (ours since) + 15 (the others' pace) + 1.
         assert_eq!(judged(&v, 5, local(300, 300), (40, 30)), Some((90, 91)));
@@ -261,7 +280,7 @@ mod tests {
 
     #[test]
     fn a_key_only_this_node_sends_is_judged_on_its_own_count() {
-        let v = FleetView::default().synced(5, 100, &totals(30, 40), (30, 40), 1_000);
+        let v = FleetView::default().synced((5, 100, 100), &totals(30, 40), (30, 40), 1_000);
         assert_eq!(v.others_pace, Pace::default());
         assert_eq!(judged(&v, 5, local(900, 900), (34, 40)), Some((40, 35)));
     }
@@ -270,10 +289,10 @@ mod tests {
     fn with_other_nodes_refusing_this_node_takes_at_most_its_share_of_the_room() {
         // Two others refuse the key: each request here stands for three (k + 1).
         let refusing = KeyTotals {
-            current_refusers: 2,
+            refusers: 2,
             ..totals(30, 90)
         };
-        let v = FleetView::default().synced(5, 100, &refusing, (10, 30), 1_000);
+        let v = FleetView::default().synced((5, 100, 100), &refusing, (10, 30), 1_000);
         assert_eq!(v.refusers, 2);
         // 4 of ours since the sync: 30 + 3·(4 + 1) = 45, more than the pace's 30 + 4 + 6 + 1.
         assert_eq!(judged(&v, 5, local(200, 200), (14, 30)), Some((90, 45)));
@@ -281,24 +300,12 @@ mod tests {
         let w = v.judged(&local(200, 200), 5, 14, 30).unwrap();
         assert!(w.fits(90 * 8 / 10 + 30 + 15)); // R = 15 = 3·5
         assert!(!w.fits(90 * 8 / 10 + 30 + 14));
-        // Refusals of the window before count as well (a refusal held in an over-limit cache
-        // across the boundary is not counted again).
-        let before = KeyTotals {
-            previous_refusers: 1,
-            ..totals(30, 90)
-        };
-        assert_eq!(
-            FleetView::default()
-                .synced(5, 100, &before, (10, 30), 1_000)
-                .refusers,
-            1
-        );
     }
 
     #[test]
     fn a_view_from_the_window_before_becomes_the_previous_total() {
         // At t=400 of window 5: fleet 60 (20 ours): the others admitted 40 in 400 ns.
-        let v = FleetView::default().synced(5, 400, &totals(60, 90), (20, 30), 1_000);
+        let v = FleetView::default().synced((5, 400, 400), &totals(60, 90), (20, 30), 1_000);
         // Window 6, 100 ns in: the previous total is 60 at the sync, plus this node's 5
         // after it, plus the others' 600 ns left of it at their average 0.1/ns (60); this
         // window: our 4, and the others' 0.06/ns (their pace over window 4) for 100 ns, + 1.
@@ -313,6 +320,13 @@ mod tests {
             None,
             "never synced"
         );
+        // This node's first sync of window 6, at 1,050: Redis has the window before as the
+        // nodes last pushed it, which lacks the end of those yet to sync in window 6; the
+        // view keeps its own estimate of it when that is larger (125, as above).
+        let next = v.synced((6, 1_050, 50), &totals(5, 100), (3, 25), 1_000);
+        assert_eq!(next.previous, 125);
+        let next = v.synced((6, 1_050, 50), &totals(5, 140), (3, 25), 1_000);
+        assert_eq!(next.previous, 140);
     }
 
     #[test]
@@ -342,11 +356,15 @@ mod tests {
         assert_eq!(r.of(9), (0, 0));
         r.note(9);
         assert_eq!(r.of(9), (1, 0));
+        // A sync of window 8 after a request counted one in window 9.
+        assert_eq!(r.of(8), (0, 0));
+        r.note(8);
+        assert_eq!(r.of(8), (0, 0), "too late to count in window 8");
         // A sync keeps the request path's count.
         let mut v = FleetView::default();
         v.refused.note(9);
         assert_eq!(
-            v.synced(9, 1, &totals(1, 0), (1, 0), 10).refused.of(9),
+            v.synced((9, 1, 1), &totals(1, 0), (1, 0), 10).refused.of(9),
             (1, 0)
         );
     }

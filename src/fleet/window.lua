@@ -14,8 +14,8 @@
 -- ARGV[5]: this node's refusals of the key in this window so far;
 -- ARGV[6]: its refusals of the key in the window before.
 -- Returns {this window's total, the previous window's total, the other nodes that refused the
--- key in this window, in the window before}: a total is the sum of a hash's counts; a missing
--- hash counts 0.
+-- key in this window or the window before (each node once)}: a total is the sum of a hash's
+-- counts; a missing hash counts 0.
 local function raise(key, value)
   local count = tonumber(value) or 0
   if count > 0 then
@@ -40,11 +40,18 @@ local function sum(key)
   end
   return total
 end
-local function others(key)
-  local n = redis.call('HLEN', key)
-  if redis.call('HEXISTS', key, ARGV[1]) == 1 then
-    n = n - 1
+local function refusers()
+  local seen, n = {}, 0
+  for _, key in ipairs({KEYS[3], KEYS[4]}) do
+    local nodes = redis.call('HKEYS', key)
+    for i = 1, #nodes do
+      local node = nodes[i]
+      if node ~= ARGV[1] and not seen[node] then
+        seen[node] = true
+        n = n + 1
+      end
+    end
   end
   return n
 end
-return {sum(KEYS[1]), sum(KEYS[2]), others(KEYS[3]), others(KEYS[4])}
+return {sum(KEYS[1]), sum(KEYS[2]), refusers()}

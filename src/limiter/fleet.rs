@@ -94,6 +94,9 @@ pub(super) fn in_fleet(node: &FleetNode, t: &Thresholds) -> Thresholds {
     if let Some(rate) = t.rate.as_mut() {
         let degraded = node.degraded();
         rate.in_fleet = !degraded;
+        if !degraded {
+            rate.recheck = node.sync_nanos;
+        }
         let nodes = node.nodes();
         if nodes == 1 {
             // Alone: the share is the limit, and promotion stays where it is.
@@ -186,6 +189,11 @@ where
     let mut keys: Vec<Pushed> = Vec::new();
     let mut next = Instant::now();
     loop {
+        // The first sync at once: until it, the node knows no fleet (it counts itself alone).
+        match shared.upgrade() {
+            Some(shared) => sync_once(&shared, node, &mut store, &mut keys),
+            None => return,
+        }
         next += interval;
         let now = Instant::now();
         if next > now {
@@ -193,10 +201,6 @@ where
         } else {
             next = now; // late: do not try to catch up
         }
-        let Some(shared) = shared.upgrade() else {
-            return;
-        };
-        sync_once(&shared, node, &mut store, &mut keys);
     }
 }
 
@@ -208,7 +212,7 @@ where
     let Some(rate) = shared.sketches.rate.as_ref() else {
         return;
     };
-    let (bucket, at) = rate.now_bucket();
+    let (bucket, at, into) = rate.now_bucket();
     let window = rate.window_number(bucket);
     keys.clear();
     shared.exact.for_each(|entry| {
@@ -244,14 +248,19 @@ where
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    // The windows took their alignment from the Unix clock when the limiter was built, and
+    // follow the monotonic clock since: a Unix clock stepped since then is told once.
+    let aligned_ms = window
+        .saturating_mul(window_ms)
+        .saturating_add(into / 1_000_000);
+    node.check_clock(now_ms as i128 - aligned_ms as i128);
     match store.sync(&node.id, now_ms, window_ms, &pushes) {
         Ok(synced) => {
             let len = u64::try_from(rate.interval().as_nanos()).unwrap_or(u64::MAX);
             for (pushed, totals) in keys.iter().zip(synced.totals) {
                 shared.exact.update(pushed.hash, pushed.generation, |e| {
                     e.counts.fleet = e.counts.fleet.synced(
-                        bucket,
-                        at,
+                        (bucket, at, into),
                         totals,
                         (pushed.count, pushed.previous),
                         len,

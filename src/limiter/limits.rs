@@ -139,6 +139,22 @@ pub(crate) struct RateThreshold {
     /// while the node decides on its share alone, Redis being away).
     #[cfg(feature = "redis")]
     pub(crate) in_fleet: bool,
+    /// In a fleet: the sync interval (nanoseconds). A refusal is judged on counts the next
+    /// sync renews, so the over-limit cache holds it at most that long (0: no bound).
+    #[cfg(feature = "redis")]
+    pub(crate) recheck: u64,
+}
+
+impl RateThreshold {
+    /// How long the over-limit cache may hold a refusal whose `retry_after` is `retry`.
+    #[inline]
+    pub(crate) fn held_for(&self, retry: u64) -> u64 {
+        #[cfg(feature = "redis")]
+        if self.recheck > 0 {
+            return retry.min(self.recheck);
+        }
+        retry
+    }
 }
 
 impl Thresholds {
@@ -157,6 +173,8 @@ impl Thresholds {
                 share: None,
                 #[cfg(feature = "redis")]
                 in_fleet: false,
+                #[cfg(feature = "redis")]
+                recheck: 0,
                 limit,
                 promote_at: (limit as f64 * promotion).max(1.0).min(limit.max(1) as f64),
             }),

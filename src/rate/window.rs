@@ -168,11 +168,14 @@ impl Rate {
         self.core.window_number(bucket)
     }
 
-    /// The current bucket and the time now on the Rate's clock.
+    /// The current bucket, the time now on the Rate's clock, and how far into the bucket
+    /// that is (nanoseconds).
     #[cfg(feature = "redis")]
-    pub(crate) fn now_bucket(&self) -> (u64, u64) {
-        let (bucket, elapsed) = self.core.now();
-        (bucket, self.core.time_at(elapsed))
+    pub(crate) fn now_bucket(&self) -> (u64, u64, u64) {
+        let core = &*self.core;
+        let (bucket, elapsed) = core.now();
+        let into = elapsed.saturating_sub(bucket.saturating_mul(core.bucket_nanos));
+        (bucket, core.time_at(elapsed), into)
     }
 
     /// The key's estimate in `bucket`.

@@ -103,26 +103,19 @@ impl Scripts {
     }
 }
 
-/// The counts in the window script's reply, `{current, previous, current refusers, previous
-/// refusers}`; `None` for a reply of another shape.
+/// The counts in the window script's reply, `{current, previous, refusers}`; `None` for a
+/// reply of another shape.
 pub(super) fn window_totals(reply: &[Value]) -> Option<KeyTotals> {
     match reply {
-        [Value::Int(current), Value::Int(previous), Value::Int(current_refusers), Value::Int(previous_refusers)] => {
-            Some(KeyTotals {
-                current: non_negative(*current),
-                previous: non_negative(*previous),
-                current_refusers: nodes(*current_refusers),
-                previous_refusers: nodes(*previous_refusers),
-            })
-        }
+        [Value::Int(current), Value::Int(previous), Value::Int(refusers)] => Some(KeyTotals {
+            current: non_negative(*current),
+            previous: non_negative(*previous),
+            refusers: u32::try_from((*refusers).max(0)).unwrap_or(u32::MAX),
+        }),
         _ => None,
     }
 }
 
 fn non_negative(n: i64) -> u64 {
     u64::try_from(n).unwrap_or(0)
-}
-
-fn nodes(n: i64) -> u32 {
-    u32::try_from(n.max(0)).unwrap_or(u32::MAX)
 }
