@@ -9,27 +9,44 @@
 //!
 //! - `local`: the builder alone;
 //! - `fleet`: the same builder plus `.fleet(FleetConfig::new(url).prefix(unique)
-//!   .sync_interval(100 ms))`, a node of a fleet (of one: the bench's node is the only one
-//!   sending) syncing through a real `redis-server` the bench starts on a free loopback port
-//!   (the tests' harness, tests/common/redis.rs, included below; nothing persisted, killed on
-//!   exit). Without a `redis-server` the bench prints why and measures nothing
-//!   (`FLOODGATE_REQUIRE_REDIS=1` makes that a failure, as in the tests).
+//!   .sync_interval(100 ms))`, one node of a fleet of [`NODES`] (3) syncing through a real
+//!   `redis-server` the bench starts on a free loopback port (the tests' harness,
+//!   tests/common/redis.rs, included below; nothing persisted, killed on exit). Without a
+//!   `redis-server` the bench prints why and measures nothing (`FLOODGATE_REQUIRE_REDIS=1`
+//!   makes that a failure, as in the tests).
 //!
-//! The fleet has one node, so the thresholds it decides on are the local limiter's (no share
-//! of the limit, the same promotion threshold): both sides make the same decisions, and the
-//! difference is the fleet's own work on the request path (the thresholds worked out for the
-//! fleet, its view of a promoted key judged in the exact stage) and its sync thread. In a fleet
-//! of N nodes keys are promoted at 1/N of the threshold, which puts more keys on the exact
-//! stage's path; that is not what this bench measures.
+//! **The rest of the fleet.** Two more limiters are built from the same builder and the same
+//! `FleetConfig` (same prefix, same server): the background nodes. They live, and sync, for
+//! the whole scenario, and each sends a light share of the same traffic (the scenario's order,
+//! from a place of its own) from a thread of its own, paced at [`BACKGROUND_RATE`] (2,000)
+//! requests a second in bursts every 10 ms: small on purpose, as the machine has two cores,
+//! one taken by the timed loop and the other shared by the three sync threads,
+//! `redis-server` and these two senders. They run while both sides are checked and timed, so
+//! the local side runs under the same load. Their keys' counts reach the measured node
+//! through Redis, so the fleet's totals it judges on are real ones of three nodes.
 //!
-//! Before anything is timed the fleet node must have synced (`fleet_status().syncs > 0`);
-//! after its side is timed it must still be connected and have gone on syncing (its status is
-//! printed).
+//! **What N = 3 changes.** The measured node decides on the thresholds of a node of three:
+//! keys are promoted to the exact stage at a third of the local threshold
+//! (`src/limiter/fleet.rs`, `in_fleet`), so more keys take the exact stage's path, judged
+//! against the fleet's view, and a promoted key the fleet has said nothing of lately is also
+//! held to the node's share, `⌈L ÷ 3⌉`, of its limit. The difference between the sides is
+//! then the fleet's own work on the request path (its thresholds, the extra promotions and
+//! their exact-stage decisions, the view judged) and its sync thread. At the rates one thread
+//! reaches here, the cold keys of `rotating` and `healthy` (tens of requests a second each,
+//! and fewer) stay under even a third of the threshold (167 a second), so both sides promote
+//! the same keys: the printed `promoted` counts show it.
 //!
-//! **Real clock.** The fleet's windows are aligned to the Unix epoch and its sync thread runs
+//! Before anything is checked or timed the fleet must have formed as the measured node sees
+//! it: it has synced and its last sync counted 3 nodes (`fleet_status().nodes == 3`). After
+//! its side is timed it must still be connected, have gone on syncing and still count 3
+//! nodes, and each background node must still be connected and count 3 (their figures and
+//! statuses are printed).
+//!
+//! **Real clock.** The fleet's windows are aligned to the Unix epoch and its sync threads run
 //! on the real clock, so a `ManualClock` cannot drive it: both sides here run on the real
-//! (coarse, shared) clock, and the traffic is as fast as the loop goes on one thread (the
-//! machine's other core is left to the sync thread and `redis-server`).
+//! (coarse, shared) clock, and the timed traffic is as fast as the loop goes on one thread
+//! (the machine's other core is left to the sync threads, the background senders and
+//! `redis-server`).
 //!
 //! # Scenarios (group `fleet_<scenario>`, ids `local` and `fleet`)
 //!
@@ -45,7 +62,8 @@
 //!   limit), the other 99,992 the rest (each well under its limit, decided by the sketch).
 //! - `under`: one key under its limit but promoted, so that each request is decided and
 //!   admitted by the exact stage, on the fleet side against the fleet's view too: a limit of
-//!   [`UNDER_LIMIT`] (10^9 a second) with promotion at 0.1% of it (10^6 a second).
+//!   [`UNDER_LIMIT`] (10^9 a second) with promotion at 0.1% of it (10^6 a second; a third
+//!   of that on the fleet side).
 //! - `healthy`: 1,000,000 keys drawn uniformly, each far under its limit: the sketch
 //!   alone admits them (the fleet syncs none of them), the cheapest path.
 //!
@@ -81,6 +99,7 @@ mod common;
 mod redis_server;
 
 use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use criterion::Throughput;
@@ -118,8 +137,19 @@ const CHECK_TIME: Duration = Duration::from_millis(400);
 /// The shortest batch the table's medians count (criterion's first warm-up batches are a few
 /// operations, timed with the clock's own overhead).
 const MIN_BATCH: u64 = 10_000;
-/// How long the fleet node may take to sync for the first time.
+/// How long the fleet may take to form: the measured node synced and seeing [`NODES`] nodes.
 const SYNC_DEADLINE: Duration = Duration::from_secs(10);
+
+/// The fleet's size: the measured node and `NODES - 1` background nodes.
+const NODES: usize = 3;
+/// Requests a second each background node sends (kept small: the machine has two cores, the
+/// measured loop takes one, and the other is shared by the sync threads, `redis-server` and
+/// these senders).
+const BACKGROUND_RATE: u64 = 2_000;
+/// How often a background node sends its next burst, and the burst (`BACKGROUND_RATE` paced
+/// over it).
+const BACKGROUND_TICK: Duration = Duration::from_millis(10);
+const BACKGROUND_BURST: u64 = BACKGROUND_RATE * BACKGROUND_TICK.as_millis() as u64 / 1_000;
 
 /// One traffic pattern: its keys (those over their limits first) and the order they come in.
 struct Scenario {
@@ -322,19 +352,61 @@ fn prefix(scenario: &str) -> String {
     format!("fleet-bench-{}-{scenario}", std::process::id())
 }
 
-/// Waits until the fleet node has synced at least once.
-fn wait_for_sync(limiter: &Limiter<String>) {
+/// Waits until the fleet has formed as the measured node sees it: it has synced, and the last
+/// sync counted [`NODES`] nodes.
+fn wait_for_fleet(limiter: &Limiter<String>) {
     let deadline = Instant::now() + SYNC_DEADLINE;
     loop {
         let status = limiter.fleet_status().expect("a fleet limiter");
-        if status.syncs > 0 {
+        if status.syncs > 0 && status.nodes == NODES {
             return;
         }
         assert!(
             Instant::now() < deadline,
-            "the fleet node did not sync within {SYNC_DEADLINE:?}: {status:?}"
+            "the fleet of {NODES} did not form within {SYNC_DEADLINE:?}: {status:?}"
         );
         std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A background node's traffic: the scenario's order from `from`, [`BACKGROUND_BURST`]
+/// requests every [`BACKGROUND_TICK`] (about [`BACKGROUND_RATE`] a second), until `stop`;
+/// returns (admitted, refused).
+fn background(
+    s: &Scenario,
+    limiter: &Limiter<String>,
+    from: usize,
+    stop: &AtomicBool,
+) -> (u64, u64) {
+    let (mut admitted, mut refused) = (0u64, 0u64);
+    let mut i = from;
+    let mut next = Instant::now();
+    while !stop.load(Relaxed) {
+        for _ in 0..BACKGROUND_BURST {
+            let key = s.keys[s.order[i & MASK] as usize].as_str();
+            if limiter.try_acquire(key).is_ok() {
+                admitted += 1;
+            } else {
+                refused += 1;
+            }
+            i = i.wrapping_add(1);
+        }
+        next += BACKGROUND_TICK;
+        match next.checked_duration_since(Instant::now()) {
+            Some(wait) => std::thread::sleep(wait),
+            None => next = Instant::now(), // late: do not catch up in a burst
+        }
+    }
+    (admitted, refused)
+}
+
+/// Tells the background senders to stop when dropped, a panic's unwinding included (the scope
+/// that runs them would otherwise wait for them forever).
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Relaxed);
     }
 }
 
@@ -358,7 +430,8 @@ fn print_table(rows: &[Row]) {
     println!();
     println!(
         "Median ns per try_acquire + drop over every batch of at least {MIN_BATCH} timed \
-         (warm-up included); one thread, real clock:"
+         (warm-up included); one thread, real clock; the fleet side a node of {NODES}, the \
+         others sending {BACKGROUND_RATE} requests a second each:"
     );
     println!("| scenario | local ns | fleet ns | fleet ÷ local | ≤ 1.2 | local admitted / refused | fleet admitted / refused |");
     println!("|---|---|---|---|---|---|---|");
@@ -383,59 +456,102 @@ fn main() {
     let mut c = common::config().configure_from_args();
     let mut rows = Vec::new();
     for s in scenarios() {
+        let config = FleetConfig::new(redis.url())
+            .prefix(&prefix(s.name))
+            .sync_interval(SYNC_INTERVAL);
+        let node = || {
+            (s.builder)()
+                .fleet(config.clone())
+                .build()
+                .expect("valid fleet limiter")
+        };
         let local = (s.builder)().build().expect("valid limiter");
-        let fleet = (s.builder)()
-            .fleet(
-                FleetConfig::new(redis.url())
-                    .prefix(&prefix(s.name))
-                    .sync_interval(SYNC_INTERVAL),
-            )
-            .build()
-            .expect("valid fleet limiter");
-        wait_for_sync(&fleet);
+        let fleet = node();
+        // The rest of the fleet: alive (syncing) for the whole scenario, each sending a light
+        // share of the same traffic from a thread of its own.
+        let others: Vec<Limiter<String>> = (1..NODES).map(|_| node()).collect();
+        let stop = AtomicBool::new(false);
         let (local, fleet) = (Side::new("local", local), Side::new("fleet", fleet));
-        for side in [&local, &fleet] {
-            check(&s, side);
-        }
-        if s.name == "under" {
+        let sent = std::thread::scope(|scope| {
+            let stopping = StopOnDrop(&stop);
+            let senders: Vec<_> = others
+                .iter()
+                .enumerate()
+                .map(|(n, other)| {
+                    let (s, stop) = (&s, &stop);
+                    // Each from its own place in the order (the measured node starts at 0).
+                    let from = (n + 1) * ORDER / NODES;
+                    scope.spawn(move || background(s, other, from, stop))
+                })
+                .collect();
+            wait_for_fleet(&fleet.limiter);
             for side in [&local, &fleet] {
+                check(&s, side);
+            }
+            if s.name == "under" {
+                for side in [&local, &fleet] {
+                    assert!(
+                        side.limiter.stats().promoted >= 1,
+                        "under/{}: the key was not promoted",
+                        side.label
+                    );
+                }
+            }
+            let syncs_before = fleet.limiter.fleet_status().expect("fleet").syncs;
+            let mut g = c.benchmark_group(format!("fleet_{}", s.name));
+            g.throughput(Throughput::Elements(1));
+            for side in [&local, &fleet] {
+                g.bench_function(side.label, |b| {
+                    b.iter_custom(|iters| {
+                        let from = side.next.get();
+                        let start = Instant::now();
+                        let admitted = run(&side.limiter, &s, from, iters);
+                        let elapsed = start.elapsed();
+                        side.next.set(from.wrapping_add(iters as usize));
+                        side.admitted.set(side.admitted.get() + admitted);
+                        side.refused.set(side.refused.get() + (iters - admitted));
+                        if iters >= MIN_BATCH {
+                            let ns = elapsed.as_nanos() as f64 / iters as f64;
+                            side.batches.borrow_mut().push(ns);
+                        }
+                        elapsed
+                    })
+                });
+                // Read now: an idle limiter's windows empty and its promoted keys cool down.
+                report(&s, side);
+            }
+            g.finish();
+            let status = fleet.limiter.fleet_status().expect("fleet");
+            println!("{}/fleet status: {status:?}", s.name);
+            if fleet.admitted.get() + fleet.refused.get() > 0 {
                 assert!(
-                    side.limiter.stats().promoted >= 1,
-                    "under/{}: the key was not promoted",
-                    side.label
+                    status.connected && status.syncs > syncs_before,
+                    "{}: the fleet node lost Redis while timed: {status:?}",
+                    s.name
+                );
+                assert_eq!(
+                    status.nodes, NODES,
+                    "{}: the fleet node no longer sees {NODES} nodes: {status:?}",
+                    s.name
                 );
             }
-        }
-        let syncs_before = fleet.limiter.fleet_status().expect("fleet").syncs;
-        let mut g = c.benchmark_group(format!("fleet_{}", s.name));
-        g.throughput(Throughput::Elements(1));
-        for side in [&local, &fleet] {
-            g.bench_function(side.label, |b| {
-                b.iter_custom(|iters| {
-                    let from = side.next.get();
-                    let start = Instant::now();
-                    let admitted = run(&side.limiter, &s, from, iters);
-                    let elapsed = start.elapsed();
-                    side.next.set(from.wrapping_add(iters as usize));
-                    side.admitted.set(side.admitted.get() + admitted);
-                    side.refused.set(side.refused.get() + (iters - admitted));
-                    if iters >= MIN_BATCH {
-                        let ns = elapsed.as_nanos() as f64 / iters as f64;
-                        side.batches.borrow_mut().push(ns);
-                    }
-                    elapsed
-                })
-            });
-            // Read now: an idle limiter's windows empty and its promoted keys cool down.
-            report(&s, side);
-        }
-        g.finish();
-        let status = fleet.limiter.fleet_status().expect("fleet");
-        println!("{}/fleet status: {status:?}", s.name);
-        if fleet.admitted.get() + fleet.refused.get() > 0 {
+            drop(stopping);
+            senders
+                .into_iter()
+                .map(|sender| sender.join().expect("background sender panicked"))
+                .collect::<Vec<_>>()
+        });
+        for (other, (admitted, refused)) in others.iter().zip(sent) {
+            let status = other.fleet_status().expect("fleet");
+            println!(
+                "{}/background node: {admitted} admitted, {refused} refused; promoted {}; \
+                 {status:?}",
+                s.name,
+                other.stats().promoted
+            );
             assert!(
-                status.connected && status.syncs > syncs_before,
-                "{}: the fleet node lost Redis while timed: {status:?}",
+                status.connected && status.nodes == NODES,
+                "{}: a background node left the fleet: {status:?}",
                 s.name
             );
         }
@@ -444,7 +560,7 @@ fn main() {
             local: local.figures(),
             fleet: fleet.figures(),
         });
-        // The limiters (and the fleet node's sync thread) end here, before the next scenario.
+        // The limiters (and the fleet nodes' sync threads) end here, before the next scenario.
     }
     c.final_summary();
     print_table(&rows);
