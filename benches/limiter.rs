@@ -2,9 +2,9 @@
 //! and an exact per-key DashMap limiter, with limits that keys reach.
 //!
 //! Every limiter limits each key to **100 requests per second** ([`LIMIT`] per [`INTERVAL`]):
-//! floodgate with `max_rate(100, 1 s)` and otherwise its default configuration (sized for a
-//! peak of a million requests a second: sketches of 4 × 2^17, an exact stage of 16,384 keys,
-//! promotion at half the limit); governor keyed with
+//! floodgate with `max_rate(100, 1 s)`, sized for the rate each group drives
+//! ([`LimiterBuilder::peak_rate`](floodgate::LimiterBuilder::peak_rate)), promotion at half the
+//! limit; governor keyed with
 //! `Quota::per_second(100)` (GCRA: a burst of 100, one more every 10 ms); the DashMap limiter
 //! with a fixed one-second window per key.
 //!
@@ -31,6 +31,10 @@
 //! - `mixed`: the trace of issue 9: 100 healthy origins at 10% of their limit (10 requests per
 //!   second each, 1,000/s in all), a single-key flood taking 20% of the requests, and a
 //!   rotating-key flood taking the rest.
+//!
+//! Beside the three limiters, each group times `floor`: the atomics floodgate's rate decision
+//! must do on the cache lines it must touch (see [`SimFloor`]), on indexes worked out before
+//! timing, the same trace.
 //!
 //! # Decision quality and memory: the untimed pass
 //!
@@ -70,9 +74,11 @@
 //! (each under its limit), Zipf s = 1.1 over 1,000,000 keys, a flood that cycles through
 //! 10,000,000 distinct keys (each thread its own half), and a single-key flood (90% of the
 //! requests for one key, the rest uniform). That is millions to tens of millions of requests
-//! per second, more than the simulated rates: with limits of 100 per second, floodgate's
-//! default sketch (noise per counter ≈ requests per window ÷ 4096) is past its promotion
-//! threshold there, so these groups time it in that regime.
+//! per second, more than the simulated rates, so floodgate is sized for it as a user would
+//! (`peak_rate(`[`REAL_PEAK`]`)`). One group, `limiter_uniform_past_peak`, sends the uniform
+//! traffic through a limiter sized for the default peak (a million a second): past its peak,
+//! where the noise per counter reaches the promotion threshold and `stats()` says
+//! `saturated`.
 //!
 //! # Running
 //!
@@ -91,7 +97,7 @@ use std::fmt::Write as _;
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use common::ids::{limiter as ids, limiter_sim as sim_ids, THREADS};
@@ -203,9 +209,11 @@ struct SimFloodgate {
 }
 
 impl SimFloodgate {
-    fn new() -> Self {
+    /// Sized for `rate` requests per second, the rate its trace simulates (as a user would).
+    fn new(rate: u64) -> Self {
         let clock = ManualClock::new();
         let limiter = floodgate_builder()
+            .peak_rate(rate)
             .clock(&clock)
             .build()
             .expect("valid limiter");
@@ -277,6 +285,74 @@ impl Simulated for SimDashMap {
     #[inline]
     fn check(&self, key: u64) -> bool {
         self.limiter.check(key, self.clock.now().as_secs())
+    }
+}
+
+/// The floor of floodgate's rate decision: the atomics it must do on the lines it must touch,
+/// on indexes worked out before timing. A request adds 1 to its key's counter in each of the
+/// 4 rows of one 64-byte block of the current window's table (4 locked adds on one line) and
+/// reads its 4 counters in one block of the previous window's (4 loads on one line): 2 lines.
+/// The tables have as many blocks as floodgate's at the same peak rate; the floor clears
+/// nothing (whatever a window change costs is above the floor) and hashes nothing: its trace's
+/// keys are the blocks and counters, pre-computed ([`SimFloor::trace`]).
+struct SimFloor {
+    /// One table per window parity, as many 16-counter blocks as floodgate's.
+    tables: [Box<[[AtomicU32; 16]]>; 2],
+    /// log2 of the blocks per table.
+    block_bits: u32,
+    steps: Cell<u64>,
+}
+
+impl SimFloor {
+    fn new(rate: u64) -> Self {
+        // floodgate's sizing (LimiterBuilder::peak_rate): 4·events/promote_at columns, 4 a
+        // block, from 2^10 to 2^17 columns.
+        let columns = (4 * rate * INTERVAL_NANOS / 1_000_000_000 / u64::from(LIMIT / 2))
+            .clamp(1 << 10, 1 << 17)
+            .next_power_of_two();
+        let blocks = (columns / 4) as usize;
+        let table = || {
+            (0..blocks)
+                .map(|_| std::array::from_fn(|_| AtomicU32::new(0)))
+                .collect()
+        };
+        SimFloor {
+            tables: [table(), table()],
+            block_bits: blocks.trailing_zeros(),
+            steps: Cell::new(0),
+        }
+    }
+
+    /// `trace` with each key replaced by a hash of it: the block is its top bits, a row's
+    /// counter two low bits a row.
+    fn trace(&self, trace: &[Op]) -> Vec<Op> {
+        let hasher = ahash::RandomState::new();
+        trace
+            .iter()
+            .map(|&(key, tick)| (hasher.hash_one(key), tick))
+            .collect()
+    }
+}
+
+impl Simulated for SimFloor {
+    #[inline]
+    fn advance(&self) {
+        self.steps.set(self.steps.get() + 1);
+    }
+
+    #[inline]
+    fn check(&self, hash: u64) -> bool {
+        let window = (self.steps.get() / STEPS_PER_INTERVAL) as usize;
+        let block = (hash >> (64 - self.block_bits)) as usize;
+        let current = &self.tables[window & 1][block];
+        let previous = &self.tables[(window + 1) & 1][block];
+        let (mut curr, mut prev) = (u32::MAX, u32::MAX);
+        for row in 0..4 {
+            let i = row * 4 + (hash >> (2 * row)) as usize % 4;
+            curr = curr.min(current[i].fetch_add(1, Relaxed) + 1);
+            prev = prev.min(previous[i].load(Relaxed));
+        }
+        u64::from(prev) + u64::from(curr) <= u64::from(LIMIT)
     }
 }
 
@@ -624,7 +700,8 @@ fn judge<L: Simulated, M: Model>(
 /// The three limiters' rows for one trace.
 fn judge_trace(mix: Mix, rate: u64, rate_name: &'static str) -> Vec<Quality> {
     let trace = trace(mix, rate);
-    let (mut ours, limiter) = judge(&trace, SimFloodgate::new, SlidingModel::default(), |l| {
+    let ours_at_rate = || SimFloodgate::new(rate);
+    let (mut ours, limiter) = judge(&trace, ours_at_rate, SlidingModel::default(), |l| {
         let s = l.limiter.stats();
         format!(
             "exact stage {}/{}, {} promotions, {} decided by the sketch alone (stage full)",
@@ -681,7 +758,7 @@ fn target_dir() -> PathBuf {
 /// The untimed pass over every simulated trace: prints the table, writes the CSV.
 fn accuracy() {
     // One-off process-wide allocations (ahash's seed source) outside any limiter's figure.
-    drop(SimFloodgate::new());
+    drop(SimFloodgate::new(sim_ids::RATES[0].0));
     drop(SimGovernor::new());
     let started = Instant::now();
     let mut rows = Vec::new();
@@ -788,7 +865,12 @@ fn simulated(c: &mut Criterion) {
             let trace = trace(mix, rate);
             let mut g = c.benchmark_group(sim_ids::group(mix.name(), rate_name));
             g.throughput(Throughput::Elements(1));
-            replay(&mut g, sim_ids::FLOODGATE.id, &trace, SimFloodgate::new());
+            replay(
+                &mut g,
+                sim_ids::FLOODGATE.id,
+                &trace,
+                SimFloodgate::new(rate),
+            );
             replay(
                 &mut g,
                 sim_ids::GOVERNOR_KEYED.id,
@@ -796,6 +878,8 @@ fn simulated(c: &mut Criterion) {
                 SimGovernor::new(),
             );
             replay(&mut g, sim_ids::DASHMAP_EXACT.id, &trace, SimDashMap::new());
+            let floor = SimFloor::new(rate);
+            replay(&mut g, sim_ids::FLOOR.id, &floor.trace(&trace), floor);
             g.finish();
         }
     }
@@ -829,11 +913,20 @@ fn keys(seed: u64, mut draw: impl FnMut(&mut StdRng) -> u64) -> Keys {
         .expect("KEY_ARRAY keys were drawn")
 }
 
-fn run_workload(c: &mut Criterion, name: &str, keys: &Keys, key_of: fn(u64) -> u64) {
+/// The peak rate the real-clock limiters are sized for: what the groups drive, one thread
+/// and two together (see the module docs).
+const REAL_PEAK: u64 = 10_000_000;
+
+/// Times the three limiters on `keys` (through `key_of`), one and two threads; floodgate sized
+/// for a peak of `peak` requests per second.
+fn run_workload(c: &mut Criterion, name: &str, keys: &Keys, key_of: fn(u64) -> u64, peak: u64) {
     let mut g = c.benchmark_group(common::ids::group(ids::PART, name));
     g.throughput(Throughput::Elements(1));
     for threads in THREADS {
-        let ours = floodgate_builder().build().expect("valid limiter");
+        let ours = floodgate_builder()
+            .peak_rate(peak)
+            .build()
+            .expect("valid limiter");
         bench(&mut g, ids::FLOODGATE.id, threads, keys, |k| {
             ours.try_acquire(&key_of(k)).is_ok()
         });
@@ -852,12 +945,20 @@ fn run_workload(c: &mut Criterion, name: &str, keys: &Keys, key_of: fn(u64) -> u
 
 fn real_clock(c: &mut Criterion) {
     let uniform = Workload::Uniform.keys();
-    run_workload(c, ids::UNIFORM, &uniform, |k| k);
+    run_workload(c, ids::UNIFORM, &uniform, |k| k, REAL_PEAK);
+    // The same traffic through a limiter sized for the default peak, a tenth of it.
+    run_workload(
+        c,
+        ids::UNIFORM_PAST_PEAK,
+        &uniform,
+        |k| k,
+        floodgate::limiter::DEFAULT_PEAK_RATE,
+    );
     let zipf = Zipf::new(KEY_SPACE, ZIPF_S).expect("valid Zipf parameters");
     let zipf_keys = keys(0x21FF, |rng| zipf.sample(rng) as u64);
-    run_workload(c, ids::ZIPF, &zipf_keys, |k| k);
+    run_workload(c, ids::ZIPF, &zipf_keys, |k| k, REAL_PEAK);
     drop(zipf_keys);
-    run_workload(c, ids::FLOOD_10M, &uniform, flood_key);
+    run_workload(c, ids::FLOOD_10M, &uniform, flood_key, REAL_PEAK);
     let flood_1key = keys(0xF1, |rng| {
         if rng.gen_bool(0.9) {
             HOT_KEY
@@ -865,7 +966,7 @@ fn real_clock(c: &mut Criterion) {
             rng.gen_range(0..KEY_SPACE)
         }
     });
-    run_workload(c, ids::FLOOD_1KEY, &flood_1key, |k| k);
+    run_workload(c, ids::FLOOD_1KEY, &flood_1key, |k| k, REAL_PEAK);
 }
 
 fn main() {

@@ -148,6 +148,8 @@ pub mod limiter {
     pub const PART: &str = "limiter";
     pub const FLOOD_10M: &str = "flood_10m";
     pub const FLOOD_1KEY: &str = "flood_1key";
+    /// The uniform traffic through a limiter sized for a tenth of it (not in the report).
+    pub const UNIFORM_PAST_PEAK: &str = "uniform_past_peak";
     pub const WORKLOADS: [&str; 4] = [UNIFORM, ZIPF, FLOOD_10M, FLOOD_1KEY];
 
     pub const FLOODGATE: Structure = Structure {
@@ -170,7 +172,15 @@ pub mod limiter {
 /// accuracy table of its untimed pass, one row per workload, rate and limiter.
 pub mod limiter_sim {
     pub use super::limiter::{DASHMAP_EXACT, FLOODGATE, GOVERNOR_KEYED, STRUCTURES};
+    use super::Structure;
     pub use super::{UNIFORM, ZIPF};
+
+    /// The floor of floodgate's rate decision (timed beside the three limiters, not in the
+    /// accuracy table): the atomics a request must do on the lines it must touch.
+    pub const FLOOR: Structure = Structure {
+        id: "floor",
+        label: "floor",
+    };
 
     pub const PART: &str = "limiter_sim";
     pub const SINGLE_KEY: &str = "single_key";
