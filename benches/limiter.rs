@@ -297,39 +297,44 @@ impl Simulated for SimDashMap {
 /// keys are the blocks and counters, pre-computed ([`SimFloor::trace`]).
 struct SimFloor {
     /// One table per window parity, as many 16-counter blocks as floodgate's.
-    tables: [Box<[[AtomicU32; 16]]>; 2],
-    /// log2 of the blocks per table.
-    block_bits: u32,
+    tables: [Box<[Block]>; 2],
     steps: Cell<u64>,
 }
 
+/// A cache line of 16 counters.
+#[repr(align(64))]
+struct Block([AtomicU32; 16]);
+
 impl SimFloor {
     fn new(rate: u64) -> Self {
-        // floodgate's sizing (LimiterBuilder::peak_rate): 4·events/promote_at columns, 4 a
-        // block, from 2^10 to 2^17 columns.
+        // floodgate's sizing (LimiterBuilder::peak_rate): 4·events/promote_at columns, from
+        // 2^10 to 2^17, 4 a block.
         let columns = (4 * rate * INTERVAL_NANOS / 1_000_000_000 / u64::from(LIMIT / 2))
-            .clamp(1 << 10, 1 << 17)
-            .next_power_of_two();
-        let blocks = (columns / 4) as usize;
+            .clamp(1 << 10, 1 << 17);
+        let blocks = columns.div_ceil(4) as usize;
         let table = || {
             (0..blocks)
-                .map(|_| std::array::from_fn(|_| AtomicU32::new(0)))
+                .map(|_| Block(std::array::from_fn(|_| AtomicU32::new(0))))
                 .collect()
         };
         SimFloor {
             tables: [table(), table()],
-            block_bits: blocks.trailing_zeros(),
             steps: Cell::new(0),
         }
     }
 
-    /// `trace` with each key replaced by a hash of it: the block is its top bits, a row's
-    /// counter two low bits a row.
+    /// `trace` with each key replaced by its block (top 32 bits) and a counter of each row
+    /// (two bits a row, low bits), taken from a hash of it.
     fn trace(&self, trace: &[Op]) -> Vec<Op> {
         let hasher = ahash::RandomState::new();
+        let blocks = self.tables[0].len() as u64;
         trace
             .iter()
-            .map(|&(key, tick)| (hasher.hash_one(key), tick))
+            .map(|&(key, tick)| {
+                let hash = hasher.hash_one(key);
+                let block = ((hash >> 32) * blocks) >> 32;
+                ((block << 32) | (hash & 0xFF), tick)
+            })
             .collect()
     }
 }
@@ -341,14 +346,14 @@ impl Simulated for SimFloor {
     }
 
     #[inline]
-    fn check(&self, hash: u64) -> bool {
+    fn check(&self, packed: u64) -> bool {
         let window = (self.steps.get() / STEPS_PER_INTERVAL) as usize;
-        let block = (hash >> (64 - self.block_bits)) as usize;
-        let current = &self.tables[window & 1][block];
-        let previous = &self.tables[(window + 1) & 1][block];
+        let block = (packed >> 32) as usize;
+        let current = &self.tables[window & 1][block].0;
+        let previous = &self.tables[(window + 1) & 1][block].0;
         let (mut curr, mut prev) = (u32::MAX, u32::MAX);
         for row in 0..4 {
-            let i = row * 4 + (hash >> (2 * row)) as usize % 4;
+            let i = row * 4 + (packed >> (2 * row)) as usize % 4;
             curr = curr.min(current[i].fetch_add(1, Relaxed) + 1);
             prev = prev.min(previous[i].load(Relaxed));
         }

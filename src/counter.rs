@@ -112,6 +112,92 @@ fn update_slow(counter: &AtomicIsize, delta: isize) -> isize {
     }
 }
 
+/// The same saturating operations on a 32-bit counter that only ever holds a non-negative
+/// count: the limiter's blocked sketches (`estimator/blocked.rs`), where a request's
+/// increments are matched by its own decrements (or by none: rate windows), so the count never
+/// goes below zero. Half the width of an `isize` doubles the counters a cache line holds.
+///
+/// The raw value is read as `min(raw, CEILING)`; the range above is headroom, as above: an add
+/// that crosses the ceiling parks the counter at `PARK`, and every raw value from `SATURATED`
+/// up counts as saturated. Operations in flight on a parked counter move it by at most
+/// `FAST_STEP` each before undoing that, so it could only leave the saturated range (or wrap
+/// past `u32::MAX`) with more than 2^20 threads between an operation and its undo at once.
+/// A decrement below zero (a give-back without its increment, which the limiter never makes)
+/// is undone: the count stays over, never under. Orderings: `SeqCst`, as above.
+pub(crate) mod narrow {
+    use crate::sync::AtomicU32;
+
+    use super::ORDER;
+
+    /// The largest logical value: 2^30. Counts saturate here and stay; a limit must be below
+    /// it to be reachable (`limiter::MAX_LIMIT`).
+    pub(crate) const CEILING: u32 = 1 << 30;
+    /// The largest delta that takes the single-instruction path.
+    const FAST_STEP: u32 = 1 << 10;
+    /// Where a saturated counter's raw value is parked.
+    const PARK: u32 = 3 << 30;
+    /// Raw values from here up are saturated counters.
+    const SATURATED: u32 = 1 << 31;
+
+    /// The logical value of a raw counter word.
+    #[inline]
+    pub(crate) fn logical(raw: u32) -> u32 {
+        raw.min(CEILING)
+    }
+
+    /// Reads the logical value.
+    #[inline]
+    pub(crate) fn load(counter: &AtomicU32) -> u32 {
+        logical(counter.load(ORDER))
+    }
+
+    /// Adds `delta` and returns the new logical value.
+    #[inline]
+    pub(crate) fn add(counter: &AtomicU32, delta: u32) -> u32 {
+        if delta <= FAST_STEP {
+            let old = counter.fetch_add(delta, ORDER);
+            if old >= SATURATED {
+                // Already parked: undo, so parked values stay near PARK.
+                counter.fetch_sub(delta, ORDER);
+                return CEILING;
+            }
+            // Cannot overflow: `old` is below SATURATED plus what threads in flight added.
+            let new = old + delta;
+            if new > CEILING {
+                counter.fetch_max(PARK, ORDER);
+                return CEILING;
+            }
+            new
+        } else {
+            let step = |raw: u32| (raw < SATURATED).then(|| raw.saturating_add(delta));
+            match counter.fetch_update(ORDER, ORDER, |raw| {
+                step(raw).map(|new| if new > CEILING { PARK } else { new })
+            }) {
+                Ok(old) => step(old).map_or(CEILING, logical),
+                Err(_) => CEILING,
+            }
+        }
+    }
+
+    /// Subtracts `delta` (given back by whoever added it). A saturated counter stays
+    /// saturated.
+    #[inline]
+    pub(crate) fn sub(counter: &AtomicU32, delta: u32) {
+        if delta <= FAST_STEP {
+            let old = counter.fetch_sub(delta, ORDER);
+            if old >= SATURATED || old < delta {
+                // Saturated (the true count is unknown), or a give-back of more than was
+                // counted: put it back, keeping the count over rather than under.
+                counter.fetch_add(delta, ORDER);
+            }
+        } else {
+            let _ = counter.fetch_update(ORDER, ORDER, |raw| {
+                (raw < SATURATED && raw >= delta).then(|| raw - delta)
+            });
+        }
+    }
+}
+
 #[cfg(all(test, not(floodgate_loom)))]
 mod tests {
     use super::*;
@@ -156,5 +242,50 @@ mod tests {
         assert_eq!(add(&c, -(FAST_STEP + 1)), 0);
         sub(&c, -7);
         assert_eq!(load(&c), 7);
+    }
+
+    mod narrow {
+        use super::super::narrow::*;
+        use crate::sync::AtomicU32;
+
+        #[test]
+        fn narrow_add_saturates_at_the_ceiling_instead_of_wrapping() {
+            let c = AtomicU32::new(CEILING - 1);
+            assert_eq!(add(&c, 5), CEILING);
+            assert_eq!(load(&c), CEILING);
+            assert_eq!(add(&c, u32::MAX), CEILING, "the slow path saturates too");
+            for _ in 0..1000 {
+                add(&c, 1_000);
+            }
+            assert_eq!(load(&c), CEILING);
+        }
+
+        #[test]
+        fn narrow_saturated_counter_is_not_lowered_by_sub() {
+            let c = AtomicU32::new(0);
+            add(&c, u32::MAX);
+            sub(&c, 1);
+            sub(&c, u32::MAX);
+            assert_eq!(load(&c), CEILING);
+        }
+
+        #[test]
+        fn narrow_sub_of_more_than_was_counted_keeps_the_count() {
+            let c = AtomicU32::new(3);
+            sub(&c, 5);
+            assert_eq!(load(&c), 3, "over, never under");
+            sub(&c, 5_000);
+            assert_eq!(load(&c), 3);
+            sub(&c, 3);
+            assert_eq!(load(&c), 0);
+        }
+
+        #[test]
+        fn narrow_large_deltas_are_exact_below_the_ceiling() {
+            let c = AtomicU32::new(0);
+            assert_eq!(add(&c, 5_000), 5_000);
+            sub(&c, 4_999);
+            assert_eq!(load(&c), 1);
+        }
     }
 }

@@ -58,6 +58,22 @@ pub enum ConfigError {
         /// [`Estimator::MAX_COUNTERS`](crate::Estimator::MAX_COUNTERS).
         max_counters: usize,
     },
+    /// A limiter's sketch asked for with more rows than one cache line has counters: each
+    /// key's counters for every row live in one 64-byte block of 16.
+    TooManyRows {
+        /// Rows asked for.
+        rows: usize,
+        /// The most allowed.
+        max: usize,
+    },
+    /// A limit that the limiter's 32-bit counters cannot reach: counts saturate at 2^30, so a
+    /// limit must be at most [`MAX_LIMIT`](crate::limiter::MAX_LIMIT).
+    LimitTooLarge {
+        /// The limit asked for.
+        limit: isize,
+        /// The largest limit allowed.
+        max: isize,
+    },
     /// The memory for the sketch could not be allocated.
     AllocationFailed {
         /// Bytes that were asked of the allocator.
@@ -167,6 +183,16 @@ impl fmt::Display for ConfigError {
                     }
                 }
             }
+            ConfigError::TooManyRows { rows, max } => write!(
+                f,
+                "a limiter's sketch keeps a key's counters for every row in one cache line of \
+                 {max} counters, so it takes 1 to {max} rows, got {rows}"
+            ),
+            ConfigError::LimitTooLarge { limit, max } => write!(
+                f,
+                "a limit of {limit} is more than the limiter's counters can hold (they \
+                 saturate at 2^30); the largest limit is {max}"
+            ),
             ConfigError::AllocationFailed { bytes } => {
                 write!(f, "could not allocate {bytes} bytes for the sketch counters")
             }

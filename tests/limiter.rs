@@ -1130,13 +1130,14 @@ fn stats_say_when_traffic_goes_past_what_the_sketches_can_tell_apart() {
     assert!(past.saturated, "100x its peak rate, not reported: {past:?}");
     assert!(past.rate_noise.unwrap() >= 25.0);
     assert!(!within.saturated, "at its peak rate: {within:?}");
-    assert!(within.rate_noise.unwrap() < 12.5, "{within:?}");
+    // At most a quarter of the promotion threshold at the peak: what the sizing promises.
+    assert!(within.rate_noise.unwrap() <= 12.5, "{within:?}");
     // In-flight counts went back to zero: no in-flight noise either way.
     assert_eq!(within.inflight_noise, Some(0.0));
 }
 
 #[test]
-fn the_sketch_size_follows_the_peak_rate_within_32_mib_unless_given() {
+fn the_sketch_size_follows_the_peak_rate_within_13_mib_by_default_unless_given() {
     let build = |b: floodgate::LimiterBuilder<u64>| b.build().unwrap().memory_bytes();
     let rate = || {
         Limiter::<u64>::builder()
@@ -1148,7 +1149,11 @@ fn the_sketch_size_follows_the_peak_rate_within_32_mib_unless_given() {
     let huge = build(rate().peak_rate(u64::MAX));
     let given = build(rate().peak_rate(u64::MAX).sketch(4, 1024));
     assert!(small < default, "{small} vs {default}");
-    assert!(default <= 32 << 20, "default limiter of {default} bytes");
+    // Sketches of 32-bit counters in 64-byte blocks, not rounded to a power of two: the
+    // default limiter (a peak of a million a second, limits of 100) takes less than half of
+    // the 26.2 MB it took with flat `isize` rows (11.5 MB; 13.4 MB with the fleet's feature,
+    // whose exact-stage entries are larger).
+    assert!(default <= 13 << 20, "default limiter of {default} bytes");
     assert!(
         huge <= 32 << 20,
         "columns stop at MAX_SIZED_COLUMNS: {huge} bytes"

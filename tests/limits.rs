@@ -217,3 +217,55 @@ fn a_limit_of_zero_admits_nothing_and_counts_nothing() {
     let estimate = limiter.estimate("suspended");
     assert_eq!((estimate.inflight, estimate.rate), (Some(0), Some(0.0)));
 }
+
+/// The sketches count in 32-bit counters that saturate at 2^30: a limit they cannot reach
+/// would never refuse, so it is refused where it enters — at build, by `set_limits` (the
+/// defaults left unchanged) and per request (a misconfigured plan) — never wrapped or clamped.
+#[test]
+fn limits_the_counters_cannot_reach_are_refused_wherever_they_enter() {
+    use floodgate::limiter::MAX_LIMIT;
+    let too_large = MAX_LIMIT + 1;
+    for builder in [
+        Limiter::<u64>::builder().max_inflight(too_large),
+        Limiter::<u64>::builder().max_rate(too_large, SECOND),
+        Limiter::<u64>::builder()
+            .max_inflight(1)
+            .max_rate(isize::MAX, SECOND),
+    ] {
+        let err = builder.build().unwrap_err();
+        assert!(
+            matches!(err, ConfigError::LimitTooLarge { max, .. } if max == MAX_LIMIT),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("1073741823"), "{err}");
+    }
+
+    let clock = ManualClock::new();
+    let limiter: Limiter<u64> = Limiter::builder()
+        .max_inflight(MAX_LIMIT)
+        .max_rate(MAX_LIMIT, SECOND)
+        .clock(&clock)
+        .build()
+        .expect("the largest limit is allowed");
+    let err = limiter
+        .set_limits(Limits::new().max_rate(too_large))
+        .unwrap_err();
+    assert_eq!(
+        err,
+        ConfigError::LimitTooLarge {
+            limit: too_large,
+            max: MAX_LIMIT
+        }
+    );
+    assert_eq!(limiter.limits().rate_limit(), Some(MAX_LIMIT), "unchanged");
+
+    let plan = Limits::new().max_inflight(too_large);
+    let rejected = limiter.try_acquire_with(&1, &plan).unwrap_err();
+    assert_eq!(
+        (rejected.reason, rejected.limit),
+        (Reason::LimitTooLarge, too_large)
+    );
+    assert!(rejected.to_string().contains("largest limit"), "{rejected}");
+    assert_eq!(limiter.estimate(&1).inflight, Some(0), "nothing counted");
+    assert!(limiter.try_acquire(&1).is_ok(), "the defaults still admit");
+}

@@ -15,6 +15,11 @@
 //! sketch gives every loom iteration the same accesses to the same counters. One key is used,
 //! so every count is exact. Each model builds its clock and Rate inside `loom::model`, as loom
 //! requires of the crate's atomics and locks.
+//!
+//! Every model runs twice: on the flat layout of a public `Rate`, and on the blocked layout a
+//! `Limiter` counts in, whose clearing zeroes only the blocks marked as written (a mark set by
+//! the increment that takes a counter up from zero): there the models also check that a mark
+//! racing a window change is not lost, so that no count from a ring ago is read as current.
 
 #![cfg(floodgate_loom)]
 
@@ -29,21 +34,28 @@ use floodgate::{Rate, RateComponents};
 
 const TICK: Duration = Duration::from_millis(10);
 
-fn check(model: impl Fn() + Sync + Send + 'static) {
-    let mut builder = Builder::new();
-    builder.preemption_bound = Some(3);
-    builder.check(model);
+/// Checks `model` on the flat layout (`false`), then on the blocked one (`true`).
+fn check(model: impl Fn(bool) + Sync + Send + 'static) {
+    let model = std::sync::Arc::new(model);
+    for blocked in [false, true] {
+        let mut builder = Builder::new();
+        builder.preemption_bound = Some(3);
+        let model = std::sync::Arc::clone(&model);
+        builder.check(move || model(blocked));
+    }
 }
 
-/// A Rate of `k` 10 ms buckets per window, with a 1 × 1 sketch, on `clock`.
-fn rate_on(clock: &ManualClock, k: usize) -> Arc<Rate> {
-    let rate = Rate::builder(TICK * k as u32)
+/// A Rate of `k` 10 ms buckets per window, with a 1 × 1 sketch, on `clock`, in the blocked
+/// layout if `blocked`.
+fn rate_on(clock: &ManualClock, k: usize, blocked: bool) -> Arc<Rate> {
+    let mut builder = Rate::builder(TICK * k as u32)
         .sub_windows(k)
         .estimator(1, 1)
-        .clock(clock)
-        .build()
-        .unwrap();
-    Arc::new(rate)
+        .clock(clock);
+    if blocked {
+        builder = builder.blocked_for_tests();
+    }
+    Arc::new(builder.build().unwrap())
 }
 
 /// `(prev_samples, curr_samples)`.
@@ -61,9 +73,9 @@ fn bucket(clock: &ManualClock) -> u128 {
 /// 100 (a ring of 4 slots). The observe counts in bucket 1 or in bucket 2, exactly once.
 #[test]
 fn observe_racing_a_window_change_counts_once_and_reads_nothing_stale() {
-    check(|| {
+    check(|blocked| {
         let clock = ManualClock::new();
-        let rate = rate_on(&clock, 1);
+        let rate = rate_on(&clock, 1, blocked);
         rate.observe("k", 100);
         clock.advance(TICK);
         rate.observe("k", 5);
@@ -93,9 +105,9 @@ fn observe_racing_a_window_change_counts_once_and_reads_nothing_stale() {
 /// and between them the two windows hold exactly bucket 1's 5 plus both events.
 #[test]
 fn two_observes_racing_a_window_change_lose_nothing() {
-    check(|| {
+    check(|blocked| {
         let clock = ManualClock::new();
-        let rate = rate_on(&clock, 1);
+        let rate = rate_on(&clock, 1, blocked);
         rate.observe("k", 100);
         clock.advance(TICK);
         rate.observe("k", 5);
@@ -136,8 +148,8 @@ fn two_observes_racing_a_window_change_lose_nothing() {
 /// in no case may it read bucket 0's stale 100.
 #[test]
 fn observe_racing_several_window_changes_sees_each_slot_cleared() {
-    check(|| {
-        let (clock, rate) = several_changes_setup();
+    check(|blocked| {
+        let (clock, rate) = several_changes_setup(blocked);
         let advancer = several_changes_advancer(&clock);
         let before = bucket(&clock);
         let got = rate.observe("k", 1);
@@ -167,8 +179,8 @@ fn observe_racing_several_window_changes_sees_each_slot_cleared() {
 /// included, even when it is in flight while the clock moves two windows on.
 #[test]
 fn observe_in_flight_across_window_changes_returns_at_least_its_own_events() {
-    check(|| {
-        let (clock, rate) = several_changes_setup();
+    check(|blocked| {
+        let (clock, rate) = several_changes_setup(blocked);
         let advancer = several_changes_advancer(&clock);
         let got = rate.observe("k", 1);
         advancer.join().unwrap();
@@ -176,10 +188,10 @@ fn observe_in_flight_across_window_changes_returns_at_least_its_own_events() {
     });
 }
 
-/// Bucket 0 holds 100, bucket 1 holds 5, and the clock is in bucket 1.
-fn several_changes_setup() -> (ManualClock, Arc<Rate>) {
+/// Bucket 0 holds 100, bucket 1 holds 5, and the clock is in bucket 1 (`blocked`: the layout).
+fn several_changes_setup(blocked: bool) -> (ManualClock, Arc<Rate>) {
     let clock = ManualClock::new();
-    let rate = rate_on(&clock, 1);
+    let rate = rate_on(&clock, 1, blocked);
     rate.observe("k", 100);
     clock.advance(TICK);
     rate.observe("k", 5);
@@ -201,9 +213,9 @@ fn several_changes_advancer(clock: &ManualClock) -> thread::JoinHandle<()> {
 /// sees the window of buckets 1..=2 or 2..=3, with its own event counted once.
 #[test]
 fn sub_window_observe_racing_a_change_counts_once_and_reads_nothing_stale() {
-    check(|| {
+    check(|blocked| {
         let clock = ManualClock::new();
-        let rate = rate_on(&clock, 2);
+        let rate = rate_on(&clock, 2, blocked);
         rate.observe("k", 100);
         clock.advance(TICK);
         rate.observe("k", 20);
@@ -242,9 +254,9 @@ fn sub_window_observe_racing_a_change_counts_once_and_reads_nothing_stale() {
 /// slot after the clearing sees 0: a count below both true answers.
 #[test]
 fn rate_racing_a_window_change_reads_the_window_before_or_after_it() {
-    check(|| {
+    check(|blocked| {
         let clock = ManualClock::new();
-        let rate = rate_on(&clock, 1);
+        let rate = rate_on(&clock, 1, blocked);
         rate.observe("k", 100);
         clock.advance(TICK);
         rate.observe("k", 5);
@@ -275,13 +287,13 @@ fn rate_racing_a_window_change_reads_the_window_before_or_after_it() {
 /// later the current and previous buckets (one of which reuses that slot) read 0.
 #[test]
 fn a_rate_registered_during_an_advance_gets_its_windows_cleared() {
-    check(|| {
+    check(|blocked| {
         let clock = ManualClock::new();
         let advancer = {
             let clock = clock.clone();
             thread::spawn(move || clock.advance(TICK))
         };
-        let rate = rate_on(&clock, 1);
+        let rate = rate_on(&clock, 1, blocked);
         rate.observe("k", 7);
         advancer.join().unwrap();
         clock.advance(10 * TICK);

@@ -187,6 +187,34 @@ fn sketch_verdict(rows: usize, columns: usize) -> Result<usize, Vec<ConfigError>
     }
 }
 
+/// As [`sketch_verdict`], for a limiter's sketches, which keep a key's rows in one cache line
+/// of 16 counters: at most 16 rows, each with at most `16 / rows` counters of a line, in a
+/// power of two of lines. `Ok` holds the counters (16 a line).
+fn blocked_sketch_verdict(rows: usize, columns: usize) -> Result<usize, Vec<ConfigError>> {
+    let mut errors = Vec::new();
+    if rows == 0 {
+        errors.push(ConfigError::ZeroRows);
+    }
+    if columns == 0 {
+        errors.push(ConfigError::ZeroColumns);
+    }
+    if rows > 16 {
+        errors.push(ConfigError::TooManyRows { rows, max: 16 });
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let per_row = (16 / rows).min(columns.checked_next_power_of_two().unwrap_or(usize::MAX));
+    let total = columns
+        .div_ceil(per_row)
+        .checked_next_power_of_two()
+        .and_then(|blocks| blocks.checked_mul(16));
+    match total {
+        Some(n) if n <= Estimator::MAX_COUNTERS => Ok(n),
+        _ => Err(vec![ConfigError::TooLarge { rows, columns }]),
+    }
+}
+
 fn errors_of(verdict: &Result<usize, Vec<ConfigError>>) -> &[ConfigError] {
     match verdict {
         Ok(_) => &[],
@@ -282,7 +310,8 @@ fn affordable(verdict: &Result<usize, Vec<ConfigError>>, copies: usize) -> bool 
 ///
 /// Checks: each returns `Ok` exactly when the parameters are valid (sizes within
 /// `Estimator::MAX_COUNTERS`, ε and δ in (0, 1), intervals of a tick to `MAX_INTERVAL` per
-/// sub-window, 1–64 sub-windows dividing the interval, limits ≥ 1, promotion in (0, 1],
+/// sub-window, 1–64 sub-windows dividing the interval, limits from 1 to `MAX_LIMIT`, a limiter's
+/// sketch of 1–16 rows, promotion in (0, 1],
 /// capacity ≥ 1), and otherwise an `Err` naming one of the violated constraints with a
 /// message, never a panic; what it builds has the asked size and works (a fresh limiter
 /// admits its first request). Valid sizes are only tried up to 64 MiB; invalid ones of any
@@ -440,11 +469,22 @@ fn construct_limiter(
     capacity: usize,
     (rows, columns): (usize, usize),
 ) {
-    let verdict = sketch_verdict(rows, columns);
+    let verdict = blocked_sketch_verdict(rows, columns);
     if !affordable(&verdict, 5) {
         return;
     }
     let mut errors = Vec::new();
+    for limit in [max_inflight, max_rate.map(|(l, _)| l)]
+        .into_iter()
+        .flatten()
+    {
+        if limit > floodgate::limiter::MAX_LIMIT {
+            errors.push(ConfigError::LimitTooLarge {
+                limit,
+                max: floodgate::limiter::MAX_LIMIT,
+            });
+        }
+    }
     let invalid = ConfigError::InvalidLimit("");
     if max_inflight.is_none() && max_rate.is_none() {
         errors.push(invalid.clone());

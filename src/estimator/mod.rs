@@ -32,11 +32,74 @@ use std::hash::Hash;
 
 use crate::error::ConfigError;
 
+mod blocked;
 mod count_min;
 mod key_hash;
 
+pub(crate) use blocked::{checked_shape, Blocked};
 pub(crate) use count_min::{checked_size, dimensions_for_error, CountMin};
 pub(crate) use key_hash::{remix, KeyHasher};
+
+/// A table of counts in either layout: flat rows of `isize` (the public sketches, whose
+/// count-min bound assumes independent rows) or a key's rows in one cache line (the
+/// limiter's). A `Rate`'s window slots are one or the other, as its builder says.
+pub(crate) enum Table {
+    Flat(CountMin),
+    Blocked(Blocked),
+}
+
+impl Table {
+    /// Adds `value` (a negative one gives back, in the blocked layout) and returns the key's
+    /// estimate, this update included.
+    #[inline]
+    pub(crate) fn incr(&self, hash: u64, value: isize) -> isize {
+        match self {
+            Table::Flat(t) => t.incr(hash, value),
+            Table::Blocked(t) if value >= 0 => t.incr(hash, narrow(value)),
+            Table::Blocked(t) => {
+                t.decr(hash, narrow(value.saturating_neg()));
+                t.get(hash)
+            }
+        }
+    }
+
+    #[inline]
+    pub(crate) fn get(&self, hash: u64) -> isize {
+        match self {
+            Table::Flat(t) => t.get(hash),
+            Table::Blocked(t) => t.get(hash),
+        }
+    }
+
+    /// Zeroes the table (a blocked one: the blocks written since the last reset).
+    pub(crate) fn reset(&self) {
+        match self {
+            Table::Flat(t) => t.reset(),
+            Table::Blocked(t) => t.reset(),
+        }
+    }
+
+    pub(crate) fn mean_count(&self) -> f64 {
+        match self {
+            Table::Flat(t) => t.mean_count(),
+            Table::Blocked(t) => t.mean_count(),
+        }
+    }
+
+    pub(crate) fn memory_bytes(&self) -> usize {
+        match self {
+            Table::Flat(t) => t.memory_bytes(),
+            Table::Blocked(t) => t.memory_bytes(),
+        }
+    }
+}
+
+/// A non-negative count as a blocked counter's delta: anything past `u32::MAX` saturates the
+/// counter all the same.
+#[inline]
+fn narrow(value: isize) -> u32 {
+    u32::try_from(value).unwrap_or(u32::MAX)
+}
 
 /// An atomic H×N count-min sketch: approximate per-key counts in fixed memory, without locks.
 ///

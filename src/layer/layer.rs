@@ -39,7 +39,8 @@ use crate::{Limits, OwnedPermit, Reason, Rejected};
 ///      none comes in time.
 ///    - **Limits the limiter does not count** (an in-flight limit from a `limits_fn` in front
 ///      of a limiter built without `max_inflight`, say: [`Reason::InflightNotCounted`] or
-///      [`Reason::RateNotCounted`]): that is the server's configuration error, not the
+///      [`Reason::RateNotCounted`]; or a limit above
+///      [`MAX_LIMIT`](crate::limiter::MAX_LIMIT): [`Reason::LimitTooLarge`]): that is the server's configuration error, not the
 ///      client's doing, so the answer is `500 Internal Server Error`, with an empty body, no
 ///      rate-limit headers, and the [`Rejected`] in its extensions (its `Display` says what to
 ///      fix). The inner service is not called.

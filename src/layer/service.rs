@@ -440,7 +440,7 @@ pub(super) fn refuse<B>(refusal: Option<Refusal>) -> Response<LimitBody<B>> {
     };
     if matches!(
         rejected.reason,
-        Reason::InflightNotCounted | Reason::RateNotCounted
+        Reason::InflightNotCounted | Reason::RateNotCounted | Reason::LimitTooLarge
     ) {
         *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
     } else {

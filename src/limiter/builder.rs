@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::clock::{ManualClock, Tick, TimeSource};
 use crate::error::ConfigError;
-use crate::estimator::{CountMin, KeyHasher};
+use crate::estimator::{Blocked, KeyHasher};
 use crate::Rate;
 
 use super::exact::ExactStage;
@@ -184,12 +184,17 @@ impl<K> LimiterBuilder<K> {
         self
     }
 
-    /// The size of each sketch (in-flight, and each rate window): `rows` × `columns`
-    /// (columns rounded up to a power of two), instead of the size that follows from
-    /// [`peak_rate`](Self::peak_rate).
+    /// The size of each sketch (in-flight, and each rate window): `rows` × `columns`, instead
+    /// of the size that follows from [`peak_rate`](Self::peak_rate).
+    ///
+    /// A key's counters for all its rows live in one 64-byte cache line of 16 counters, so
+    /// `rows` is at most 16, and each row has at most `16 / rows` counters in a line (4 at the
+    /// default 4 rows): `columns` is rounded up to a multiple of that, a whole number of
+    /// lines. Counters are 32 bits (limits up to [`MAX_LIMIT`]).
     ///
     /// Checked by [`build`](Self::build): zero rows or columns give
-    /// [`ConfigError::ZeroRows`] or [`ConfigError::ZeroColumns`], and more than
+    /// [`ConfigError::ZeroRows`] or [`ConfigError::ZeroColumns`], more than 16 rows
+    /// [`ConfigError::TooManyRows`], and more than
     /// [`Estimator::MAX_COUNTERS`](crate::Estimator::MAX_COUNTERS) counters (for the rate, across its window slots)
     /// [`ConfigError::TooLarge`], each naming the rows and columns asked for.
     ///
@@ -214,12 +219,12 @@ impl<K> LimiterBuilder<K> {
     ///
     /// A count-min counter carries about (requests per window) ÷ (columns) of other keys'
     /// requests: that noise is what every key's estimate starts from. Each sketch gets the
-    /// columns (a power of two, from [`MIN_SIZED_COLUMNS`] to [`MAX_SIZED_COLUMNS`]) that keep
-    /// the noise at the peak rate at most a quarter of its promotion threshold (half the
-    /// limit by default): the rate sketch for `peak × interval` requests per window, the
-    /// in-flight sketch for `peak ×` [`ASSUMED_TIME_IN_FLIGHT`] requests in flight. With a
-    /// million requests a second and limits of 100 per second, that is 2^17 columns, and a
-    /// limiter of about 21 MiB. For lower limits at that volume the columns stop at the most,
+    /// columns (from [`MIN_SIZED_COLUMNS`] to [`MAX_SIZED_COLUMNS`]) that keep the noise at
+    /// the peak rate at most a quarter of its promotion threshold (half the limit by default):
+    /// the rate sketch for `peak × interval` requests per window, the in-flight sketch for
+    /// `peak ×` [`ASSUMED_TIME_IN_FLIGHT`] requests in flight. With a million requests a
+    /// second and limits of 100 per second, that is 80,000 columns (4 rows of 4 bytes each: a
+    /// key's rows in one 64-byte line), and a limiter of about 11.5 MB. For lower limits at that volume the columns stop at the most,
     /// and [`Limiter::stats`] says when traffic goes past what they can tell apart
     /// (`saturated`): decisions then stay on the safe side of each limit (a key is never
     /// admitted over it) but healthy keys may be refused.
@@ -348,6 +353,9 @@ impl<K> LimiterBuilder<K> {
         if self.max_rate.is_some_and(|(l, _)| l < 1) {
             return Err(ConfigError::InvalidLimit("max_rate must be at least 1"));
         }
+        for limit in [self.max_inflight, self.max_rate.map(|(l, _)| l)] {
+            check_limit(limit)?;
+        }
         if !(self.promotion > 0.0 && self.promotion <= 1.0) {
             return Err(ConfigError::InvalidLimit(
                 "the promotion threshold must be in (0, 1]",
@@ -393,7 +401,7 @@ impl<K> LimiterBuilder<K> {
                 let columns = self
                     .columns
                     .unwrap_or_else(|| sized_columns(in_flight, t.promote_at as f64));
-                Some(CountMin::try_new(self.rows, columns)?)
+                Some(Blocked::try_new(self.rows, columns, false)?)
             }
             None => None,
         };
@@ -403,7 +411,9 @@ impl<K> LimiterBuilder<K> {
                 let columns = self
                     .columns
                     .unwrap_or_else(|| sized_columns(per_window, t.promote_at));
-                let mut builder = Rate::builder(interval).estimator(self.rows, columns);
+                let mut builder = Rate::builder(interval)
+                    .estimator(self.rows, columns)
+                    .blocked();
                 if let Some(clock) = &self.clock {
                     builder = builder.clock(clock);
                 }
@@ -492,12 +502,22 @@ impl<K> LimiterBuilder<K> {
     }
 }
 
+/// A limit the counters can reach, or [`ConfigError::LimitTooLarge`].
+pub(super) fn check_limit(limit: Option<isize>) -> Result<(), ConfigError> {
+    match limit {
+        Some(limit) if limit > MAX_LIMIT => Err(ConfigError::LimitTooLarge {
+            limit,
+            max: MAX_LIMIT,
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// The columns that keep the noise of `events` spread over a sketch at most 1/NOISE_MARGIN
-/// of `promote_at`, as a power of two within the sized bounds.
+/// of `promote_at`, within the sized bounds. Not rounded to a power of two: the blocked
+/// tables take any whole number of cache lines.
 fn sized_columns(events: f64, promote_at: f64) -> usize {
     let wanted = (NOISE_MARGIN * events / promote_at.max(1.0)).ceil();
-    // `as` saturates (a NaN is 0); the bounds are powers of two.
-    (wanted as usize)
-        .clamp(MIN_SIZED_COLUMNS, MAX_SIZED_COLUMNS)
-        .next_power_of_two()
+    // `as` saturates (a NaN is 0).
+    (wanted as usize).clamp(MIN_SIZED_COLUMNS, MAX_SIZED_COLUMNS)
 }

@@ -92,9 +92,10 @@ pub const DEFAULT_PEAK_RATE: u64 = 1_000_000;
 /// How long a request is assumed to be in flight on average, to size the in-flight sketch
 /// from the peak rate (Little's law: requests in flight = rate × time in flight).
 pub const ASSUMED_TIME_IN_FLIGHT: Duration = Duration::from_millis(100);
-/// The fewest and the most columns that sizing from the peak rate picks. The most keeps a
-/// default limiter within 32 MiB: 4 rows × 2^17 counters × 8 bytes = 4 MiB per sketch, and a
-/// rate keeps 5 of them (see [`Rate`](crate::Rate)).
+/// The fewest and the most columns that sizing from the peak rate picks. The most is what a
+/// default limiter (a peak of a million requests a second, limits of 100) needs: 4 rows ×
+/// 2^17 counters × 4 bytes = 2 MiB per sketch (a key's 4 rows in one 64-byte line), and a rate
+/// keeps 5 of them (see [`Rate`](crate::Rate)).
 pub const MIN_SIZED_COLUMNS: usize = 1 << 10;
 /// See [`MIN_SIZED_COLUMNS`].
 pub const MAX_SIZED_COLUMNS: usize = 1 << 17;
@@ -113,6 +114,12 @@ pub const MIN_SIZED_EXACT_CAPACITY: usize = 1 << 10;
 pub const MAX_SIZED_EXACT_CAPACITY: usize = 1 << 14;
 /// The largest exact-stage capacity a limiter accepts, in keys.
 pub const MAX_EXACT_CAPACITY: usize = 1 << 20;
+/// The largest limit a limiter takes, in flight or per rate interval: 2^30 − 1. Its sketches
+/// count in 32-bit counters that saturate at 2^30 (twice the counters a cache line holds, next
+/// to `isize`), so a saturated count is still over every limit. A larger limit is refused: by
+/// the builder and [`Limiter::set_limits`] with [`ConfigError::LimitTooLarge`], and per request
+/// with [`Reason::LimitTooLarge`].
+pub const MAX_LIMIT: isize = (1 << 30) - 1;
 /// Default promotion threshold, as a fraction of each limit.
 pub const DEFAULT_PROMOTION: f64 = 0.5;
 /// The most requests a limiter lets wait in [`Limiter::acquire`] at once, unless told
@@ -430,6 +437,12 @@ where
     /// ```
     pub fn set_limits(&self, limits: Limits) -> Result<(), ConfigError> {
         let thresholds = self.shared.thresholds(&limits).map_err(|rejected| {
+            if rejected.reason == Reason::LimitTooLarge {
+                return ConfigError::LimitTooLarge {
+                    limit: rejected.limit,
+                    max: MAX_LIMIT,
+                };
+            }
             ConfigError::InvalidLimit(match rejected.reason {
                 Reason::RateNotCounted => {
                     "this limiter counts no rate: build it with max_rate to set rate limits"
@@ -635,6 +648,11 @@ where
         }
         if let (Some(limit), None) = (limits.rate_limit(), &self.sketches.rate) {
             return Err(Rejected::not_counted(Reason::RateNotCounted, limit));
+        }
+        for limit in [limits.inflight_limit(), limits.rate_limit()] {
+            if let Some(limit) = limit.filter(|&l| l > MAX_LIMIT) {
+                return Err(Rejected::not_counted(Reason::LimitTooLarge, limit));
+            }
         }
         Ok(Thresholds::new(limits, self.promotion))
     }

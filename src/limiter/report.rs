@@ -20,6 +20,10 @@ pub enum Reason {
     /// The request asked for a rate limit from a limiter that counts no rate (built without
     /// `max_rate`).
     RateNotCounted,
+    /// The request asked for a limit above [`MAX_LIMIT`](super::MAX_LIMIT), which the
+    /// limiter's counters cannot reach (they saturate at 2^30): a misconfigured plan, refused
+    /// rather than left unlimited.
+    LimitTooLarge,
 }
 
 /// A rejected request: which limit, the estimate it was judged by, and when to retry.
@@ -139,6 +143,15 @@ impl std::fmt::Display for Rejected {
                     "a rate limit of {} was asked of a limiter that counts no rate (build it \
                      with max_rate)",
                     self.limit
+                )
+            }
+            Reason::LimitTooLarge => {
+                return write!(
+                    f,
+                    "a limit of {} was asked of a limiter whose counters saturate at 2^30: the \
+                     largest limit is {}",
+                    self.limit,
+                    super::MAX_LIMIT
                 )
             }
         };

@@ -6,7 +6,7 @@
 
 use std::hash::Hash;
 
-use crate::estimator::{CountMin, KeyHasher};
+use crate::estimator::{Blocked, KeyHasher};
 use crate::rate::{ExactWindows, WindowView};
 use crate::Rate;
 
@@ -19,8 +19,8 @@ use super::{Estimate, Rejected};
 /// against come with each decision, as [`Thresholds`].
 pub(crate) struct Sketches {
     pub(crate) hasher: KeyHasher,
-    /// Requests in flight per key.
-    pub(crate) inflight: Option<CountMin>,
+    /// Requests in flight per key: a key's rows in one cache line.
+    pub(crate) inflight: Option<Blocked>,
     /// Requests per key in a sliding window.
     pub(crate) rate: Option<Rate>,
 }
@@ -221,7 +221,7 @@ impl Sketches {
 
     /// Bytes of the sketches.
     pub(crate) fn memory_bytes(&self) -> usize {
-        self.inflight.as_ref().map_or(0, CountMin::memory_bytes)
+        self.inflight.as_ref().map_or(0, Blocked::memory_bytes)
             + self.rate.as_ref().map_or(0, Rate::memory_bytes)
     }
 }

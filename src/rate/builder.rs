@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::{Rate, RateCore, Slot, MAX_INTERVAL, MAX_SUB_WINDOWS};
 use crate::clock::{ManualClock, Tick, TimeSource, TICK, TICK_NANOS};
 use crate::error::ConfigError;
-use crate::estimator::{checked_size, CountMin, KeyHasher};
+use crate::estimator::{checked_shape, checked_size, Blocked, CountMin, KeyHasher, Table};
 use crate::sync::AtomicU64;
 
 /// Configures a [`Rate`]: interval, sketch size, sub-windows and clock.
@@ -34,6 +34,8 @@ pub struct RateBuilder {
     /// Windows start at multiples of the interval in Unix time (a fleet's), not when the
     /// `Rate` is built.
     pub(super) aligned: bool,
+    /// Slots in the limiter's blocked layout (`estimator/blocked.rs`) instead of flat rows.
+    pub(super) blocked: bool,
 }
 
 impl RateBuilder {
@@ -104,6 +106,21 @@ impl RateBuilder {
         self
     }
 
+    /// Keeps each key's counters for every row in one cache line of each slot, with 32-bit
+    /// counters that saturate at 2^30, and clears only the blocks written in a slot's last
+    /// use: the layout a `Limiter` counts its rate in. At most 16 rows.
+    pub(crate) fn blocked(mut self) -> Self {
+        self.blocked = true;
+        self
+    }
+
+    /// The blocked layout, for the crate's own loom models and tests (not a stable API).
+    #[cfg(feature = "fault-injection")]
+    #[doc(hidden)]
+    pub fn blocked_for_tests(self) -> Self {
+        self.blocked()
+    }
+
     /// Builds the `Rate`.
     ///
     /// # Errors
@@ -160,13 +177,24 @@ impl RateBuilder {
             });
         }
         // The k + 4 slots together stay within the counters one sketch may have.
-        checked_size(self.rows, self.columns, k + 4)?;
+        if self.blocked {
+            checked_shape(self.rows, self.columns, k + 4)?;
+        } else {
+            checked_size(self.rows, self.columns, k + 4)?;
+        }
+        let table = || -> Result<Table, ConfigError> {
+            Ok(if self.blocked {
+                Table::Blocked(Blocked::try_new(self.rows, self.columns, true)?)
+            } else {
+                Table::Flat(CountMin::try_new(self.rows, self.columns)?)
+            })
+        };
         let slots = (0..k + 4)
             .map(|bucket| {
                 Ok(Slot {
                     // Slot s starts out cleared for bucket s.
                     bucket: AtomicU64::new(bucket as u64),
-                    counts: CountMin::try_new(self.rows, self.columns)?,
+                    counts: table()?,
                 })
             })
             .collect::<Result<Box<[Slot]>, ConfigError>>()?;

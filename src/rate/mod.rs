@@ -10,7 +10,8 @@
 //!
 //! Each bucket's counts live in a count-min table of their own (an
 //! [`Estimator`](crate::Estimator)'s counters; the `Rate` owns the one hasher of all its
-//! slots), in a ring of k + 4 slots; bucket `b` uses slot `b mod (k+4)`. Readers need
+//! slots; a `Limiter`'s `Rate` keeps a key's rows in one cache line instead, and its clearing
+//! zeroes only the blocks written since), in a ring of k + 4 slots; bucket `b` uses slot `b mod (k+4)`. Readers need
 //! buckets `b−k ..= b`; the shared ticker ([`clock`](crate::clock)) clears the slots of
 //! buckets `b+1` and `b+2` as bucket `b` begins (the `Rate` is scheduled on the ticker's
 //! timing wheel for the start of each bucket, so a ticker does nothing for it in between), so
@@ -49,7 +50,7 @@ use std::time::Duration;
 
 use crate::clock::{Registration, Tick, TimeSource, TICK_NANOS};
 use crate::error::ConfigError;
-use crate::estimator::{CountMin, KeyHasher};
+use crate::estimator::{KeyHasher, Table};
 use crate::sync::{AtomicU64, Ordering};
 
 /// Rows of the default `Rate` sketch (pingora-limits' value).
@@ -168,7 +169,9 @@ struct Slot {
     /// The bucket this slot was last cleared for. Stored with `Release` after the clearing,
     /// loaded with `Acquire` before counting into the slot (see the module docs).
     bucket: AtomicU64,
-    counts: CountMin,
+    /// Flat for a public `Rate`; blocked for a limiter's, whose clearing then zeroes only the
+    /// blocks written in the slot's last use.
+    counts: Table,
 }
 
 struct RateCore {
@@ -289,6 +292,7 @@ impl Rate {
             sub_windows: 1,
             clock: None,
             aligned: false,
+            blocked: false,
         }
     }
 
