@@ -80,6 +80,9 @@ pub mod rate;
 mod sync;
 
 pub use error::ConfigError;
+#[cfg(feature = "fault-injection")]
+#[doc(hidden)]
+pub use estimator::BlockedEstimator;
 pub use estimator::Estimator;
 pub use inflight::{BorrowedGuard, Guard, Inflight};
 #[cfg(feature = "tower")]

@@ -12,6 +12,9 @@
 //! `DIR/overestimate.svg` (DIR: `docs`), and with `--readme`, the summary between the README's
 //! markers; the summary (the README's tables) also goes to standard output.
 //!
+//! `compare_report --overestimate-only [--docs DIR]` needs no run: it draws
+//! `DIR/overestimate.svg` alone and prints its table.
+//!
 //! Which results to expect comes from `benches/common/ids.rs`, the module the benches take
 //! their ids from. Every input is read and every expected result checked before anything is
 //! written: a missing one fails the report, naming the file or the row.
@@ -40,15 +43,24 @@ fn run() -> Result<(), String> {
     let mut run_dir: Option<PathBuf> = None;
     let mut docs = PathBuf::from("docs");
     let mut readme: Option<PathBuf> = None;
+    let mut overestimate_only = false;
     let mut args = std::env::args().skip(1);
-    let usage = "usage: compare_report RUN_DIR [--docs DIR] [--readme README.md]";
+    let usage = "usage: compare_report RUN_DIR [--docs DIR] [--readme README.md]\n       \
+                 compare_report --overestimate-only [--docs DIR]";
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--docs" => docs = args.next().ok_or(usage)?.into(),
+            "--overestimate-only" => overestimate_only = true,
             "--readme" => readme = Some(args.next().ok_or(usage)?.into()),
             _ if run_dir.is_none() && !arg.starts_with('-') => run_dir = Some(arg.into()),
             _ => return Err(format!("unknown argument {arg:?}\n{usage}")),
         }
+    }
+    if overestimate_only {
+        return draw_overestimates(&docs).map(|rows| {
+            let (heading, table) = plots::overestimate_table(&rows);
+            println!("{heading}\n\n{}", table.join("\n"));
+        });
     }
     let run_dir = run_dir.ok_or(usage)?;
 
@@ -63,12 +75,7 @@ fn run() -> Result<(), String> {
     let csv = run_dir.join("results.csv");
     write(&csv, &inputs.results.to_csv())?;
 
-    std::fs::create_dir_all(&docs).map_err(|e| format!("{}: {e}", docs.display()))?;
-    let overestimates = plots::overestimates();
-    let figure = docs.join("overestimate.svg");
-    plots::draw_overestimates(&overestimates, &figure)
-        .map_err(|e| format!("{}: {e}", figure.display()))?;
-    eprintln!("compare_report: wrote {}", figure.display());
+    let overestimates = draw_overestimates(&docs)?;
     let figure = docs.join("ns_per_op.svg");
     plots::draw_ns_per_op(&report::panels(&inputs.results), &figure)
         .map_err(|e| format!("{}: {e}", figure.display()))?;
@@ -86,6 +93,17 @@ fn run() -> Result<(), String> {
         write(&readme, &text)?;
     }
     Ok(())
+}
+
+/// Measures the over-estimates and draws `DIR/overestimate.svg`.
+fn draw_overestimates(docs: &std::path::Path) -> Result<Vec<plots::Overestimate>, String> {
+    std::fs::create_dir_all(docs).map_err(|e| format!("{}: {e}", docs.display()))?;
+    let overestimates = plots::overestimates();
+    let figure = docs.join("overestimate.svg");
+    plots::draw_overestimates(&overestimates, &figure)
+        .map_err(|e| format!("{}: {e}", figure.display()))?;
+    eprintln!("compare_report: wrote {}", figure.display());
+    Ok(overestimates)
 }
 
 fn write(path: &std::path::Path, text: &str) -> Result<(), String> {

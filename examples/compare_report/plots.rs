@@ -8,8 +8,12 @@
 //!   `estimate − true count` (never negative: checked). The chart shows their mean and 99th
 //!   percentile on log-log axes, with the bound ε·total = (e/N)·total: with probability at
 //!   least 1 − δ = 1 − e^−H a key's over-estimate is at most that (Cormode & Muthukrishnan,
-//!   2005). The same figures go to the report as a Markdown table. The hash keys are random
-//!   per instance (by design), so the figures vary a little from run to run.
+//!   2005). Beside them, the limiter's blocked layout (a key's 4 rows in one 64-byte line of
+//!   16 `u32` counters) in the memory of the flat 4 × N: 2N counters per row. Its rows share
+//!   their line's other keys, so the bound (which assumes independent rows) is drawn for the
+//!   flat table only; the table counts the keys over ε·total for each. The same figures go
+//!   to the report as a Markdown table. The hash keys are random per instance (by design), so
+//!   the figures vary a little from run to run.
 //! - `ns_per_op.svg`: median ns per operation of each structure, one panel per part (and per
 //!   simulated rate), from the results the report read.
 
@@ -17,7 +21,7 @@ use std::collections::HashMap;
 use std::error::Error;
 use std::path::Path;
 
-use floodgate::Estimator;
+use floodgate::{BlockedEstimator, Estimator};
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -41,6 +45,8 @@ type Result<T> = std::result::Result<T, Box<dyn Error>>;
 
 /// The over-estimates of one sketch size, over the distinct keys of the stream.
 pub struct Overestimate {
+    /// The limiter's blocked layout, in the memory of the flat `rows × columns / 2`.
+    blocked: bool,
     rows: usize,
     columns: usize,
     mean: f64,
@@ -76,17 +82,34 @@ pub fn overestimates() -> Vec<Overestimate> {
     let distinct: Vec<u64> = (1..=KEYS).filter(|&k| truth[k as usize] > 0).collect();
 
     let mut results = Vec::new();
-    for rows in DEPTHS {
+    // The flat tables of each depth, then the blocked one in the memory of the flat 4 × N.
+    let shapes = DEPTHS
+        .into_iter()
+        .map(|rows| (false, rows))
+        .chain([(true, DEPTHS[0])]);
+    for (blocked, rows) in shapes {
         for bits in WIDTH_BITS {
-            let columns = 1usize << bits;
-            let sketch = Estimator::new(rows, columns);
-            for &key in &stream {
-                sketch.incr(key, 1);
-            }
+            // u32 counters where the flat table's are 8 bytes: twice the columns.
+            let columns = (1usize << bits) << usize::from(blocked);
+            let estimate: Box<dyn Fn(u64) -> isize> = if blocked {
+                let sketch = BlockedEstimator::try_new(rows, columns).expect("a valid size");
+                let flat_bytes = rows * (columns / 2) * std::mem::size_of::<isize>();
+                assert!(sketch.memory_bytes() <= flat_bytes + 1024, "equal memory");
+                for &key in &stream {
+                    sketch.incr(key, 1);
+                }
+                Box::new(move |key| sketch.get(key))
+            } else {
+                let sketch = Estimator::new(rows, columns);
+                for &key in &stream {
+                    sketch.incr(key, 1);
+                }
+                Box::new(move |key| sketch.get(key))
+            };
             let mut over: Vec<i64> = distinct
                 .iter()
                 .map(|&key| {
-                    let over = sketch.get(key) as i64 - truth[key as usize];
+                    let over = estimate(key) as i64 - truth[key as usize];
                     assert!(over >= 0, "key {key} under-counted by {}", -over);
                     over
                 })
@@ -94,6 +117,7 @@ pub fn overestimates() -> Vec<Overestimate> {
             over.sort_unstable();
             let n = over.len();
             let mut row = Overestimate {
+                blocked,
                 rows,
                 columns,
                 mean: over.iter().sum::<i64>() as f64 / n as f64,
@@ -120,13 +144,19 @@ pub fn overestimate_table(rows: &[Overestimate]) -> (String, Vec<String>) {
         thousands(rows.first().map_or(0, |r| r.keys as u64))
     );
     let mut table = vec![
-        "| H × N | ε = e/N | bound ε·total | mean | p99 | max | keys over the bound | δ = e^−H |"
+        "| layout | H × N | ε = e/N | bound ε·total | mean | p99 | max | keys over the bound | \
+         δ = e^−H |"
             .to_string(),
-        "|---|---:|---:|---:|---:|---:|---:|---:|".to_string(),
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|".to_string(),
     ];
     for r in rows {
         table.push(format!(
-            "| {}×{} | {:.2e} | {:.1} | {:.2} | {} | {} | {:.3}% | {:.2}% |",
+            "| {} | {}×{} | {:.2e} | {:.1} | {:.2} | {} | {} | {:.3}% | {:.2}% |",
+            if r.blocked {
+                "blocked (limiter), memory of flat H × N/2"
+            } else {
+                "flat (Estimator)"
+            },
             r.rows,
             r.columns,
             r.epsilon(),
@@ -143,6 +173,7 @@ pub fn overestimate_table(rows: &[Overestimate]) -> (String, Vec<String>) {
 
 const BLUE_DARK: RGBColor = RGBColor(31, 119, 180);
 const ORANGE: RGBColor = RGBColor(230, 85, 13);
+const GREEN_DARK: RGBColor = RGBColor(44, 160, 44);
 
 pub fn draw_overestimates(rows: &[Overestimate], path: &Path) -> Result<()> {
     let root = SVGBackend::new(path, (1000, 680)).into_drawing_area();
@@ -180,7 +211,7 @@ pub fn draw_overestimates(rows: &[Overestimate], path: &Path) -> Result<()> {
         )?;
     chart
         .configure_mesh()
-        .x_desc("sketch width N (columns per row)")
+        .x_desc("sketch width N (columns per row of the flat table)")
         .y_desc("estimate − true count")
         .x_label_formatter(&|x| format!("{x:.0}"))
         .y_label_formatter(&|y| {
@@ -197,7 +228,7 @@ pub fn draw_overestimates(rows: &[Overestimate], path: &Path) -> Result<()> {
 
     let bound: Vec<(f64, f64)> = rows
         .iter()
-        .filter(|r| r.rows == DEPTHS[0])
+        .filter(|r| r.rows == DEPTHS[0] && !r.blocked)
         .map(|r| (r.columns as f64, r.bound()))
         .collect();
     chart
@@ -205,21 +236,36 @@ pub fn draw_overestimates(rows: &[Overestimate], path: &Path) -> Result<()> {
         .label("bound ε·total = (e/N)·total")
         .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], BLACK.stroke_width(3)));
 
-    for (depth, color) in DEPTHS.into_iter().zip([BLUE_DARK, ORANGE]) {
-        let of_depth: Vec<&Overestimate> = rows.iter().filter(|r| r.rows == depth).collect();
-        let mean: Vec<(f64, f64)> = of_depth
+    // Each series at the flat table's N: the blocked one in the memory of the flat 4 × N.
+    let series = [
+        (false, DEPTHS[0], BLUE_DARK, format!("H = {}", DEPTHS[0])),
+        (false, DEPTHS[1], ORANGE, format!("H = {}", DEPTHS[1])),
+        (
+            true,
+            DEPTHS[0],
+            GREEN_DARK,
+            format!("blocked H = {} (2N, same memory)", DEPTHS[0]),
+        ),
+    ];
+    for (blocked, depth, color, name) in series {
+        let of_shape: Vec<&Overestimate> = rows
             .iter()
-            .map(|r| (r.columns as f64, r.mean))
+            .filter(|r| r.rows == depth && r.blocked == blocked)
+            .collect();
+        let width = |r: &Overestimate| (r.columns >> usize::from(r.blocked)) as f64;
+        let mean: Vec<(f64, f64)> = of_shape
+            .iter()
+            .map(|r| (width(r), r.mean))
             .filter(|&(_, v)| v > 0.0)
             .collect();
-        let p99: Vec<(f64, f64)> = of_depth
+        let p99: Vec<(f64, f64)> = of_shape
             .iter()
-            .map(|r| (r.columns as f64, r.p99 as f64))
+            .map(|r| (width(r), r.p99 as f64))
             .filter(|&(_, v)| v > 0.0)
             .collect();
         chart
             .draw_series(LineSeries::new(mean.clone(), color.stroke_width(2)))?
-            .label(format!("mean, H = {depth}"))
+            .label(format!("mean, {name}"))
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2)));
         chart.draw_series(mean.iter().map(|&p| Circle::new(p, 4, color.filled())))?;
         chart
@@ -229,7 +275,7 @@ pub fn draw_overestimates(rows: &[Overestimate], path: &Path) -> Result<()> {
                 5,
                 color.stroke_width(2),
             ))?
-            .label(format!("99th percentile, H = {depth}"))
+            .label(format!("99th percentile, {name}"))
             .legend(move |(x, y)| {
                 DashedPathElement::new([(x, y), (x + 20, y)], 6, 4, color.stroke_width(2))
             });

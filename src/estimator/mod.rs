@@ -40,6 +40,61 @@ pub(crate) use blocked::{checked_shape, Blocked};
 pub(crate) use count_min::{checked_size, dimensions_for_error, CountMin};
 pub(crate) use key_hash::{remix, KeyHasher};
 
+/// The limiter's blocked table with a hasher of its own, for the crate's accuracy figures
+/// (`examples/compare_report` draws its over-estimates next to [`Estimator`]'s): not a
+/// stable API.
+#[cfg(feature = "fault-injection")]
+#[doc(hidden)]
+pub struct BlockedEstimator {
+    counts: Blocked,
+    hasher: KeyHasher,
+}
+
+#[cfg(feature = "fault-injection")]
+impl BlockedEstimator {
+    /// A blocked table of `rows` × at least `columns` counters per row.
+    ///
+    /// # Errors
+    ///
+    /// As the limiter's sketches: [`ConfigError::TooManyRows`] past 16 rows, and the errors
+    /// of [`Estimator::try_new`].
+    pub fn try_new(rows: usize, columns: usize) -> Result<Self, ConfigError> {
+        Ok(BlockedEstimator {
+            counts: Blocked::try_new(rows, columns, false)?,
+            hasher: KeyHasher::new(),
+        })
+    }
+
+    /// Adds `value` to `key`'s count and returns its estimate.
+    pub fn incr<T: Hash>(&self, key: T, value: u32) -> isize {
+        self.counts.incr(self.hasher.hash(&key), value)
+    }
+
+    /// `key`'s estimate.
+    pub fn get<T: Hash>(&self, key: T) -> isize {
+        self.counts.get(self.hasher.hash(&key))
+    }
+
+    /// Counters per row, over all blocks.
+    pub fn columns(&self) -> usize {
+        self.counts.columns()
+    }
+
+    /// Bytes it occupies.
+    pub fn memory_bytes(&self) -> usize {
+        std::mem::size_of::<KeyHasher>() + self.counts.memory_bytes()
+    }
+}
+
+#[cfg(feature = "fault-injection")]
+impl std::fmt::Debug for BlockedEstimator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlockedEstimator")
+            .field("columns", &self.columns())
+            .finish_non_exhaustive()
+    }
+}
+
 /// A table of counts in either layout: flat rows of `isize` (the public sketches, whose
 /// count-min bound assumes independent rows) or a key's rows in one cache line (the
 /// limiter's). A `Rate`'s window slots are one or the other, as its builder says.

@@ -484,6 +484,11 @@ impl<K> LimiterBuilder<K> {
                 sketches,
                 defaults: AtomicCell::new(defaults),
                 promotion: self.promotion,
+                highest_rate_promotion: crate::sync::AtomicU64::new(
+                    defaults
+                        .rate
+                        .map_or(0, |rate| rate.promote_at.ceil() as u64),
+                ),
                 exact: ExactStage::new(capacity),
                 over_limit: OverLimit::new(capacity * SLOTS_PER_EXACT_KEY),
                 waiters: Waiters::new(self.max_waiters, self.max_waiters_per_key, time.coarse()),

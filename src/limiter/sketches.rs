@@ -87,8 +87,14 @@ impl Sketches {
 
     /// The counts of a key being promoted now, read after its flag is set (the promotion's
     /// half of the handshake, see the `exact` module): upper bounds on what was admitted
-    /// before the exact stage counts it.
-    pub(crate) fn promoted_counts(&self, s: &Sketched) -> Counts {
+    /// before the exact stage counts it. `proven`: a bound on the key's admissions in this
+    /// rate window and the one before that the promotion threshold proves, when it holds
+    /// (see the `exact` module), asked for after the counts are read; they are lowered to it.
+    pub(crate) fn promoted_counts(
+        &self,
+        s: &Sketched,
+        proven: impl FnOnce() -> Option<isize>,
+    ) -> Counts {
         let inflight = InflightCount {
             base: self
                 .inflight
@@ -98,7 +104,17 @@ impl Sketches {
         };
         let rate = match (&self.rate, s.window) {
             (Some(rate), Some(w)) => {
-                ExactWindows::new(w.bucket, rate.count_hashed(s.hash, w.bucket) - 1)
+                let current = rate.count_hashed(s.hash, w.bucket) - 1;
+                let previous = w
+                    .bucket
+                    .checked_sub(1)
+                    .map(|b| rate.count_hashed(s.hash, b));
+                // After the reads: the thresholds of every admission they include are known.
+                let proven = proven();
+                let mut exact =
+                    ExactWindows::new(w.bucket, proven.map_or(current, |p| current.min(p)));
+                exact.before = proven.zip(previous).map(|(p, n)| n.min(p));
+                exact
             }
             _ => ExactWindows::new(0, 0),
         };
@@ -217,6 +233,11 @@ impl Sketches {
                 view.sliding()
             }),
         }
+    }
+
+    /// The time now on the rate windows' clock (0 without a rate: nothing is judged by it).
+    pub(crate) fn now(&self) -> u64 {
+        self.rate.as_ref().map_or(0, Rate::now_at)
     }
 
     /// Bytes of the sketches.

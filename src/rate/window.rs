@@ -84,6 +84,9 @@ pub(crate) struct ExactWindows {
     pub(crate) current: isize,
     /// The count of the window before `bucket`.
     pub(crate) previous: isize,
+    /// An upper bound on the requests admitted in the window before `since`, if one is known
+    /// other than the sketch's (what the promotion threshold proves: see the `exact` module).
+    pub(crate) before: Option<isize>,
 }
 
 impl ExactWindows {
@@ -94,6 +97,7 @@ impl ExactWindows {
             bucket: since,
             current: 0,
             previous: 0,
+            before: None,
         }
     }
 
@@ -128,6 +132,8 @@ impl ExactWindows {
             Some(counted)
         } else if bucket == self.since {
             Some(self.base.saturating_add(counted))
+        } else if bucket + 1 == self.since {
+            self.before
         } else {
             None
         }
@@ -176,6 +182,12 @@ impl Rate {
         let (bucket, elapsed) = core.now();
         let into = elapsed.saturating_sub(bucket.saturating_mul(core.bucket_nanos));
         (bucket, core.time_at(elapsed), into)
+    }
+
+    /// The time now on the Rate's clock, as a request would read it.
+    pub(crate) fn now_at(&self) -> u64 {
+        let core = &*self.core;
+        core.time_at(core.now().1)
     }
 
     /// The key's estimate in `bucket`.
@@ -289,5 +301,14 @@ mod tests {
             "a window with no request counted is exactly 0"
         );
         assert_eq!(r.bound(8), Some(0));
+        let mut promoted = ExactWindows::new(5, 3);
+        assert_eq!(promoted.bound(4), None);
+        promoted.before = Some(9);
+        assert_eq!(
+            promoted.bound(4),
+            Some(9),
+            "the window before promotion, if known"
+        );
+        assert_eq!(promoted.bound(3), None);
     }
 }

@@ -23,6 +23,24 @@
 //! - Both take their index from [`spread`], a remix of the key's hash that is independent of
 //!   the bits the sketches take for their columns.
 //!
+//! # What the promotion threshold proves
+//!
+//! The sketch's estimate bounds `p`, but a key whose counters all share a heavy key's (with a
+//! key's rows in one cache line, that happens to about one key in 256 of those that share a
+//! heavy key's line) would then be refused from its first request. The threshold bounds it
+//! better: a request admitted by the sketch alone saw, after its own increment, a count in
+//! its window below its promotion threshold `P` (the sliding count is at least the current
+//! window's), and of m concurrent increments of a key the j-th to read sees at least j; so at
+//! most `⌈P⌉ − 1` of a key's requests in a window were admitted that way. A key promoted now
+//! is therefore bounded by that in this window and the one before, unless it was admitted
+//! some other way in them: by this stage (it was promoted, then left), or by the sketch alone
+//! while hot (no place, or a twin hash). Each set records the latest time one of its keys was
+//! (`Set::lost`), and the bound is used only if that is before the window before this one
+//! began. `P` is the highest rate threshold any request was judged by so far (the limiter
+//! raises it before a request counts in the sketches, and it is read after the promotion
+//! reads them), unbounded once a request was judged with no rate limit; a fleet's limiter
+//! does not use the bound.
+//!
 //! # Who gets a place: by evidence, not by arrival
 //!
 //! When a key's set is full, the key knocks at the set's door, which counts per epoch the
@@ -214,6 +232,11 @@ impl<K> ExactStage<K> {
 
     /// Decides a request that the sketch stage could not decide alone: its key is hot, or
     /// flagged. `Ok(Some(generation))` when its in-flight slot is counted here.
+    ///
+    /// `proven`: the most a key can have been admitted in a rate window by the sketch alone,
+    /// below its promotion threshold (the module docs say when that bounds a promoted key's
+    /// counts); `None` where nothing is proven (a fleet's limiter). Asked for at a promotion,
+    /// after the sketches are read.
     pub(crate) fn decide<Q>(
         &self,
         key: &Q,
@@ -221,6 +244,7 @@ impl<K> ExactStage<K> {
         t: &Thresholds,
         hot: bool,
         sketches: &Sketches,
+        proven: impl FnOnce() -> Option<isize>,
     ) -> Result<Option<u64>, Refusal>
     where
         K: Borrow<Q>,
@@ -228,6 +252,7 @@ impl<K> ExactStage<K> {
     {
         let mut set = self.set(s.hash);
         let epoch = self.epoch.load(Ordering::Relaxed);
+        let at = s.window.map_or(0, |w| w.at);
         let found = set.find(s.hash).and_then(|way| {
             let entry = set.get(way)?;
             let cool = !hot && sketches.is_cool(s.hash, &entry.counts, Some(s), t);
@@ -235,11 +260,15 @@ impl<K> ExactStage<K> {
         });
         let way = match found {
             // Another key with the same 64-bit hash is promoted: only the sketch can judge.
-            Some((_, false, _)) => return alone(sketches, s, t),
+            Some((_, false, _)) => {
+                set.lost(at);
+                return alone(sketches, s, t);
+            }
             // A request the sketch admits alone, for a key that has cooled down apart from it:
             // demote the key.
             Some((way, true, true)) => {
                 set.vacate(way);
+                set.lost(at);
                 self.unflag(s.hash);
                 return Ok(None);
             }
@@ -251,7 +280,13 @@ impl<K> ExactStage<K> {
                     // The promotion's half of the handshake: flag, then read the sketches.
                     self.flag(s.hash);
                     self.counters.promotions.fetch_add(1, Ordering::Relaxed);
-                    let counts = sketches.promoted_counts(s);
+                    // What the threshold proves holds only if no key of the set was admitted
+                    // otherwise since the window before this one began.
+                    let before = s
+                        .window
+                        .map_or(0, |w| w.at.saturating_sub(w.into).saturating_sub(w.len));
+                    let kept = set.kept_since(before);
+                    let counts = sketches.promoted_counts(s, || proven().filter(|_| kept));
                     set.occupy(
                         way,
                         s.hash,
@@ -264,6 +299,7 @@ impl<K> ExactStage<K> {
                 }
                 None => {
                     self.counters.decided_alone.fetch_add(1, Ordering::Relaxed);
+                    set.lost(at);
                     return alone(sketches, s, t);
                 }
             },
@@ -304,6 +340,7 @@ impl<K> ExactStage<K> {
             return None;
         }
         if let Some(old) = set.vacate(way) {
+            set.lost(now);
             self.unflag(old);
         }
         self.counters.replaced.fetch_add(1, Ordering::Relaxed);
@@ -328,6 +365,7 @@ impl<K> ExactStage<K> {
         entry.counts.inflight.tracked -= 1;
         if sketches.is_cool(hash, &entry.counts, None, &entry.thresholds) {
             set.vacate(way);
+            set.lost(sketches.now());
             self.unflag(hash);
         }
     }
@@ -344,6 +382,8 @@ impl<K> ExactStage<K> {
                     .is_some_and(|e| sketches.is_cool(e.hash, &e.counts, None, &e.thresholds));
                 if cool {
                     if let Some(hash) = set.vacate(way) {
+                        // Read under the lock, after every admission the entry counted.
+                        set.lost(sketches.now());
                         self.unflag(hash);
                     }
                 }

@@ -102,6 +102,11 @@ impl Knock {
     }
 }
 
+/// How far a time on the limiter's clock read by one thread may trail one read by another
+/// for the same instant: two ticks of the coarse clock. [`Set::lost`] adds it, so that an event
+/// is never recorded as earlier than a window an admission it undoes was counted in.
+const LOST_MARGIN: u64 = 2 * crate::clock::TICK_NANOS;
+
 /// A place: its entry, and the key buffer of the last entry it held, reused by the next.
 #[derive(Debug)]
 struct Way<K> {
@@ -114,6 +119,11 @@ pub(crate) struct Set<K> {
     ways: Box<[Way<K>]>,
     door: [Knock; DOOR],
     next_generation: u64,
+    /// The latest time (nanoseconds on the limiter's clock, plus the coarse time's lag) at
+    /// which a key of this set left the stage or was admitted by the sketch alone while hot:
+    /// before that, a key promoted now may have been admitted past its promotion threshold
+    /// (see [`Set::lost`]).
+    lost_at: u64,
 }
 
 impl<K> Set<K> {
@@ -127,7 +137,22 @@ impl<K> Set<K> {
                 .collect(),
             door: [Knock::default(); DOOR],
             next_generation: 0,
+            lost_at: 0,
         }
+    }
+
+    /// Records that at time `at` a key of this set was admitted other than by the sketch
+    /// below its threshold or by this stage: it left the stage (with what the stage admitted
+    /// of it) or was admitted by the sketch alone while hot.
+    pub(crate) fn lost(&mut self, at: u64) {
+        self.lost_at = self.lost_at.max(at.saturating_add(LOST_MARGIN));
+    }
+
+    /// Whether nothing was lost since `since`: every key of the set not in the stage now was
+    /// admitted since then only by the sketch, below its promotion threshold.
+    pub(crate) fn kept_since(&self, since: u64) -> bool {
+        // 0: never (`lost` adds a margin, so a recorded time is never 0).
+        self.lost_at == 0 || self.lost_at < since
     }
 
     /// Bytes a set allocates for its ways.
