@@ -218,16 +218,29 @@ impl Blocked {
     /// Calls `f` on the key's counter in every row of its `block`, row 0 first.
     #[inline]
     fn for_each_counter<'s>(&self, block: &'s Block, hash: u64, mut f: impl FnMut(&'s AtomicU32)) {
-        let mut bits = hash;
-        for row in 0..self.rows {
-            if row == ROWS_FROM_HASH {
-                bits = remix(hash, row as u64);
+        if self.rows == 4 && self.per_row == 4 {
+            // The default shape, with the bounds known to the compiler: the same counters as
+            // below (4 bits scaled to 0..4 are the top 2), the loop unrolled.
+            for row in 0..4 {
+                f(&block.0[row * 4 + ((hash >> (4 * row + 2)) & 3) as usize]);
             }
+            return;
+        }
+        let mut visit = |row: usize, bits: u64| {
             // 4 bits scaled to 0..per_row (exact for the powers of two; 16 and 5 otherwise).
             let choice = ((bits & 0xF) as usize * self.per_row) >> 4;
-            bits >>= 4;
-            if let Some(c) = block.0.get(row * self.per_row + choice) {
-                f(c);
+            // Below 16 already (row < rows, choice < per_row ≤ 16 / rows): the mask only
+            // lets the compiler see it, so there is no bounds check.
+            f(&block.0[(row * self.per_row + choice) & (BLOCK_COUNTERS - 1)]);
+        };
+        let from_hash = self.rows.min(ROWS_FROM_HASH);
+        for row in 0..from_hash {
+            visit(row, hash >> (4 * row));
+        }
+        if self.rows > ROWS_FROM_HASH {
+            let more = remix(hash, ROWS_FROM_HASH as u64);
+            for row in ROWS_FROM_HASH..self.rows {
+                visit(row, more >> (4 * (row - ROWS_FROM_HASH)));
             }
         }
     }

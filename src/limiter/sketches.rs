@@ -65,7 +65,7 @@ impl Sketches {
     #[inline]
     pub(crate) fn is_hot(&self, s: &Sketched, t: &Thresholds) -> bool {
         let inflight = matches!((t.inflight, s.inflight), (Some(t), Some(n)) if n >= t.promote_at);
-        let rate = matches!((t.rate, s.window), (Some(t), Some(w)) if w.sliding() >= t.promote_at);
+        let rate = matches!((t.rate, s.window), (Some(t), Some(w)) if w.reaches(t.promote_at));
         inflight || rate
     }
 

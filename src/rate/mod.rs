@@ -317,7 +317,7 @@ impl Rate {
         let core = &*self.core;
         let hash = core.hash(key);
         let (bucket, _) = core.now();
-        let slot = core.slot_to_count_in(bucket);
+        let slot = core.slot_to_count_in(core.slot_index(bucket));
         let current = slot.counts.incr(hash, events);
         if core.sub_windows == 1 {
             current
@@ -499,16 +499,28 @@ impl RateCore {
 
     #[inline]
     fn slot(&self, bucket: u64) -> &Slot {
-        &self.slots[(bucket % self.slots.len() as u64) as usize]
+        &self.slots[self.slot_index(bucket)]
     }
 
-    /// The slot of `bucket`, ordered for counting into it: the load of its tag is there for
+    /// The index of `bucket`'s slot in the ring.
+    #[inline]
+    fn slot_index(&self, bucket: u64) -> usize {
+        (bucket % self.slots.len() as u64) as usize
+    }
+
+    /// The index of the slot before the one at `index`, round the ring.
+    #[inline]
+    fn index_before(&self, index: usize) -> usize {
+        index.checked_sub(1).unwrap_or(self.slots.len() - 1)
+    }
+
+    /// The slot at `index`, ordered for counting into it: the load of its tag is there for
     /// its `Acquire` alone (the value is not needed). It pairs with the ticker's `Release`
     /// store of the tag after clearing the slot, so a clearing whose tag this load sees
     /// happens-before the increments that follow and cannot wipe them (module docs).
     #[inline]
-    fn slot_to_count_in(&self, bucket: u64) -> &Slot {
-        let slot = self.slot(bucket);
+    fn slot_to_count_in(&self, index: usize) -> &Slot {
+        let slot = &self.slots[index];
         let _ordered_after_clearing = slot.bucket.load(Ordering::Acquire);
         slot
     }

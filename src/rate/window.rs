@@ -28,6 +28,16 @@ impl WindowView {
         (self.prev.max(0) as i128) * (i - x) + (self.curr as i128) * i <= (limit as i128) * i
     }
 
+    /// Whether the sliding-window count reaches `threshold`: `prev·(len − into) + curr·len ≥
+    /// threshold·len`, without a division. In `f64`, whose rounding is monotone, so a count
+    /// `curr` at or over the threshold always reaches it (the exact stage's proof of what a
+    /// key admitted below its threshold rests on that).
+    #[inline]
+    pub(crate) fn reaches(&self, threshold: f64) -> bool {
+        let (len, into) = (self.len as f64, self.into.min(self.len) as f64);
+        self.prev.max(0) as f64 * (len - into) + self.curr as f64 * len >= threshold * len
+    }
+
     /// The sliding-window count: `prev·(1−f) + curr`, with `f = into / len`.
     pub(crate) fn sliding(&self) -> f64 {
         let fraction = self.into.min(self.len) as f64 / self.len as f64;
@@ -149,8 +159,14 @@ impl Rate {
         let core = &*self.core;
         debug_assert_eq!(core.sub_windows, 1, "the limiter uses plain windows");
         let (bucket, elapsed) = core.now();
-        let curr = core.slot_to_count_in(bucket).counts.incr(hash, 1);
-        self.window_view(hash, bucket, elapsed, curr)
+        let index = core.slot_index(bucket);
+        let curr = core.slot_to_count_in(index).counts.incr(hash, 1);
+        // The slot before, without a second division.
+        let prev = match bucket {
+            0 => 0,
+            _ => core.slots[core.index_before(index)].counts.get(hash),
+        };
+        core.window_view(bucket, elapsed, prev, curr)
     }
 
     /// The sliding-window count that a counter carries on average now, `prev·(1−f) + curr`
@@ -205,25 +221,28 @@ impl Rate {
 
     /// The current window as `observe_hashed` would see it, without counting anything.
     pub(crate) fn view(&self, hash: u64) -> WindowView {
-        let (bucket, elapsed) = self.core.now();
-        self.window_view(hash, bucket, elapsed, self.core.count(hash, bucket))
-    }
-
-    /// The window of `bucket` at time `elapsed`, with the key's current count `curr` and its
-    /// count in the bucket before (none before the Rate existed).
-    fn window_view(&self, hash: u64, bucket: u64, elapsed: u64, curr: isize) -> WindowView {
         let core = &*self.core;
+        let (bucket, elapsed) = core.now();
         let prev = match bucket.checked_sub(1) {
             Some(prev) => core.count(hash, prev),
             None => 0,
         };
+        core.window_view(bucket, elapsed, prev, core.count(hash, bucket))
+    }
+}
+
+impl super::RateCore {
+    /// The window of `bucket` at time `elapsed`, with the key's counts in it (`curr`) and in
+    /// the bucket before (`prev`; 0 before the Rate existed).
+    #[inline]
+    fn window_view(&self, bucket: u64, elapsed: u64, prev: isize, curr: isize) -> WindowView {
         WindowView {
             bucket,
             prev,
             curr,
-            into: elapsed.saturating_sub(bucket * core.bucket_nanos),
-            len: core.bucket_nanos,
-            at: core.time_at(elapsed),
+            into: elapsed.saturating_sub(bucket * self.bucket_nanos),
+            len: self.bucket_nanos,
+            at: self.time_at(elapsed),
         }
     }
 }
