@@ -98,18 +98,20 @@ pub(crate) fn sub(counter: &AtomicIsize, delta: isize) {
 /// The exact saturating path for deltas the fast path does not take.
 #[cold]
 fn update_slow(counter: &AtomicIsize, delta: isize) -> isize {
-    let step = |raw: isize| {
+    // The logical value the last (the successful) step wrote; CEILING if none wrote.
+    let mut written = CEILING;
+    let _ = counter.fetch_update(ORDER, ORDER, |raw| {
         if raw >= SATURATED {
+            written = CEILING;
             None // sticky: a saturated counter is never lowered
         } else {
             let new = raw.saturating_add(delta);
-            Some(if new > CEILING { PARK } else { new.max(FLOOR) })
+            let raw_new = if new > CEILING { PARK } else { new.max(FLOOR) };
+            written = logical(raw_new);
+            Some(raw_new)
         }
-    };
-    match counter.fetch_update(ORDER, ORDER, step) {
-        Ok(old) => step(old).map_or(CEILING, logical),
-        Err(_) => CEILING,
-    }
+    });
+    written
 }
 
 /// The same saturating operations on a 32-bit counter that only ever holds a non-negative
@@ -169,13 +171,15 @@ pub(crate) mod narrow {
             }
             new
         } else {
-            let step = |raw: u32| (raw < SATURATED).then(|| raw.saturating_add(delta));
-            match counter.fetch_update(ORDER, ORDER, |raw| {
-                step(raw).map(|new| if new > CEILING { PARK } else { new })
-            }) {
-                Ok(old) => step(old).map_or(CEILING, logical),
-                Err(_) => CEILING,
-            }
+            // As `update_slow` above: the value of the last step, the one that wrote (a
+            // saturated counter reads the ceiling, written or not).
+            let mut written = CEILING;
+            let _ = counter.fetch_update(ORDER, ORDER, |raw| {
+                let new = raw.saturating_add(delta);
+                written = logical(new);
+                (raw < SATURATED).then_some(if new > CEILING { PARK } else { new })
+            });
+            written
         }
     }
 

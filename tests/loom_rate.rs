@@ -63,22 +63,30 @@ fn counts(rate: &Rate) -> (isize, isize) {
     rate.rate_with("k", |c: RateComponents| (c.prev_samples, c.curr_samples))
 }
 
+/// Buckets 4 and 6 hold 100 and `then`, and the clock is in bucket 6: the next advance, to
+/// bucket 7, clears the slots of buckets 8 and 9, and bucket 9's is bucket 4's (a plain Rate
+/// keeps a ring of k + 4 = 5 slots), which still holds its 100. What the models call stale.
+fn stale_then(clock: &ManualClock, rate: &Rate, then: isize) {
+    clock.advance(4 * TICK);
+    rate.observe("k", 100);
+    clock.advance(2 * TICK);
+    rate.observe("k", then);
+}
+
 /// The bucket (10 ms) the clock is in.
 fn bucket(clock: &ManualClock) -> u128 {
     clock.now().as_nanos() / TICK.as_nanos()
 }
 
-/// One observe racing one window change. Buckets 0, 1 hold 100 and 5; the clock is in bucket
-/// 1, and the advance to bucket 2 clears the slot of bucket 4, which still holds bucket 0's
-/// 100 (a ring of 4 slots). The observe counts in bucket 1 or in bucket 2, exactly once.
+/// One observe racing one window change. Buckets 4, 6 hold 100 and 5; the clock is in bucket
+/// 6, and the advance to bucket 7 clears the slot of bucket 9, which still holds bucket 4's
+/// 100 (see `stale_then`). The observe counts in bucket 6 or in bucket 7, exactly once.
 #[test]
 fn observe_racing_a_window_change_counts_once_and_reads_nothing_stale() {
     check(|blocked| {
         let clock = ManualClock::new();
         let rate = rate_on(&clock, 1, blocked);
-        rate.observe("k", 100);
-        clock.advance(TICK);
-        rate.observe("k", 5);
+        stale_then(&clock, &rate, 5);
 
         let advancer = {
             let clock = clock.clone();
@@ -87,7 +95,7 @@ fn observe_racing_a_window_change_counts_once_and_reads_nothing_stale() {
         let got = rate.observe("k", 1);
         advancer.join().unwrap();
 
-        // Bucket 1 (5 + 1) or bucket 2 (a fresh slot): never bucket 0's stale 100.
+        // Bucket 6 (5 + 1) or bucket 7 (a fresh slot): never bucket 4's stale 100.
         assert!(got == 6 || got == 1, "observe returned {got}");
         let in_new = isize::from(got == 1);
         assert_eq!(
@@ -95,22 +103,21 @@ fn observe_racing_a_window_change_counts_once_and_reads_nothing_stale() {
             (6 - in_new, in_new),
             "observe returned {got}"
         );
-        clock.advance(2 * TICK); // bucket 4: bucket 0's slot again
-        assert_eq!(rate.peek("k"), 0, "bucket 0's count read as current");
+        clock.advance(2 * TICK); // bucket 9: bucket 4's slot again
+        assert_eq!(rate.peek("k"), 0, "bucket 4's count read as current");
         assert_eq!(counts(&rate), (0, 0));
     });
 }
 
-/// Two observes racing one window change (bucket 1 → 2): each counts once, in bucket 1 or 2,
-/// and between them the two windows hold exactly bucket 1's 5 plus both events.
+/// Two observes racing one window change (bucket 6 → 7, which clears bucket 4's stale 100
+/// from the slot of bucket 9): each counts once, in bucket 6 or 7, and between them the two
+/// windows hold exactly bucket 6's 5 plus both events.
 #[test]
 fn two_observes_racing_a_window_change_lose_nothing() {
     check(|blocked| {
         let clock = ManualClock::new();
         let rate = rate_on(&clock, 1, blocked);
-        rate.observe("k", 100);
-        clock.advance(TICK);
-        rate.observe("k", 5);
+        stale_then(&clock, &rate, 5);
 
         let advancer = {
             let clock = clock.clone();
@@ -132,7 +139,7 @@ fn two_observes_racing_a_window_change_lose_nothing() {
         );
         assert!(prev >= 5 && curr <= 2, "({prev}, {curr})");
         for got in [mine, theirs] {
-            // In bucket 1: 6 or 7. In bucket 2: 1 or 2. Never bucket 0's 100.
+            // In bucket 6: 6 or 7. In bucket 7: 1 or 2. Never bucket 4's 100.
             assert!(matches!(got, 1 | 2 | 6 | 7), "observe returned {got}");
         }
         // Each result counts at least the observes known to be in its bucket: its own.
@@ -141,11 +148,11 @@ fn two_observes_racing_a_window_change_lose_nothing() {
     });
 }
 
-/// One observe racing three window changes (buckets 1 → 4), each clearing a slot: the first
-/// clears bucket 0's 100 from the slot bucket 4 will use. The observing thread reads the clock
-/// first: the observe counts in that bucket or a later one. Once the clock is in bucket 3 or 4
+/// One observe racing three window changes (buckets 6 → 9), each clearing slots: the first
+/// clears bucket 4's 100 from the slot bucket 9 will use. The observing thread reads the clock
+/// first: the observe counts in that bucket or a later one. Once the clock is in bucket 8 or 9
 /// no slot it can count in is cleared any more, so its count must be exact and must survive;
-/// in no case may it read bucket 0's stale 100.
+/// in no case may it read bucket 4's stale 100.
 #[test]
 fn observe_racing_several_window_changes_sees_each_slot_cleared() {
     check(|blocked| {
@@ -155,21 +162,21 @@ fn observe_racing_several_window_changes_sees_each_slot_cleared() {
         let got = rate.observe("k", 1);
         advancer.join().unwrap();
 
-        // Bucket 1 holds 5 (6 with this event); every other slot it can reach was cleared
-        // before it counted. An observe that read the clock in bucket 1 or 2 may count in a
+        // Bucket 6 holds 5 (6 with this event); every other slot it can reach was cleared
+        // before it counted. An observe that read the clock in bucket 6 or 7 may count in a
         // slot that a later tick clears (its bucket is then two or more behind): see
         // `observe_in_flight_across_window_changes_returns_at_least_its_own_events`.
         assert!(
             matches!(got, 0 | 1 | 6),
             "observe from bucket {before} returned {got}"
         );
-        let (prev, curr) = counts(&rate); // buckets 3 and 4
+        let (prev, curr) = counts(&rate); // buckets 8 and 9
         assert!(prev <= 1 && curr <= 1, "stale count: ({prev}, {curr})");
-        if before >= 3 {
+        if before >= 8 {
             assert_eq!(got, 1, "observe from bucket {before}");
-            assert_eq!(prev + curr, 1, "an observe in bucket 3 or 4 was lost");
+            assert_eq!(prev + curr, 1, "an observe in bucket 8 or 9 was lost");
         }
-        if before == 4 {
+        if before == 9 {
             assert_eq!((prev, curr), (0, 1));
         }
     });
@@ -188,17 +195,16 @@ fn observe_in_flight_across_window_changes_returns_at_least_its_own_events() {
     });
 }
 
-/// Bucket 0 holds 100, bucket 1 holds 5, and the clock is in bucket 1 (`blocked`: the layout).
+/// Bucket 4 holds 100, bucket 6 holds 5, and the clock is in bucket 6 (`stale_then`;
+/// `blocked`: the layout).
 fn several_changes_setup(blocked: bool) -> (ManualClock, Arc<Rate>) {
     let clock = ManualClock::new();
     let rate = rate_on(&clock, 1, blocked);
-    rate.observe("k", 100);
-    clock.advance(TICK);
-    rate.observe("k", 5);
+    stale_then(&clock, &rate, 5);
     (clock, rate)
 }
 
-/// Advances the clock from bucket 1 to bucket 4, one tick at a time, on another thread.
+/// Advances the clock from bucket 6 to bucket 9, one tick at a time, on another thread.
 fn several_changes_advancer(clock: &ManualClock) -> thread::JoinHandle<()> {
     let clock = clock.clone();
     thread::spawn(move || {
@@ -208,16 +214,18 @@ fn several_changes_advancer(clock: &ManualClock) -> thread::JoinHandle<()> {
     })
 }
 
-/// With 2 sub-windows (ring of 5 slots): buckets 0, 1, 2 hold 100, 20, 3 and the clock is in
-/// bucket 2; the advance to bucket 3 clears the slot of bucket 5 (bucket 0's 100). The observe
-/// sees the window of buckets 1..=2 or 2..=3, with its own event counted once.
+/// With 2 sub-windows (a ring of k + 4 = 6 slots): buckets 5, 7, 8 hold 100, 20, 3 and the
+/// clock is in bucket 8; the advance to bucket 9 clears the slot of bucket 11, which is
+/// bucket 5's and still holds its 100. The observe sees the window of buckets 7..=8 or
+/// 8..=9, with its own event counted once.
 #[test]
 fn sub_window_observe_racing_a_change_counts_once_and_reads_nothing_stale() {
     check(|blocked| {
         let clock = ManualClock::new();
         let rate = rate_on(&clock, 2, blocked);
+        clock.advance(5 * TICK);
         rate.observe("k", 100);
-        clock.advance(TICK);
+        clock.advance(2 * TICK);
         rate.observe("k", 20);
         clock.advance(TICK);
         rate.observe("k", 3);
@@ -229,21 +237,21 @@ fn sub_window_observe_racing_a_change_counts_once_and_reads_nothing_stale() {
         let got = rate.observe("k", 1);
         advancer.join().unwrap();
 
-        // Window 1..=2: 20 + 3 + 1; window 2..=3: 3 + 1.
+        // Window 7..=8: 20 + 3 + 1; window 8..=9: 3 + 1.
         assert!(got == 24 || got == 4, "observe returned {got}");
         assert_eq!(
             counts(&rate),
             (20, 4),
-            "bucket 3: prev is bucket 1, curr buckets 2..=3"
+            "bucket 9: prev is bucket 7, curr buckets 8..=9"
         );
-        let in_bucket_3 = isize::from(got == 4);
-        clock.advance(TICK); // bucket 4
-        assert_eq!(counts(&rate), (4 - in_bucket_3, in_bucket_3));
-        clock.advance(TICK); // bucket 5: bucket 0's slot again
+        let in_bucket_9 = isize::from(got == 4);
+        clock.advance(TICK); // bucket 10
+        assert_eq!(counts(&rate), (4 - in_bucket_9, in_bucket_9));
+        clock.advance(TICK); // bucket 11: bucket 5's slot again
         assert_eq!(
             counts(&rate),
-            (in_bucket_3, 0),
-            "bucket 0's count read as current"
+            (in_bucket_9, 0),
+            "bucket 5's count read as current"
         );
     });
 }
