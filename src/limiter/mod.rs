@@ -775,6 +775,10 @@ where
     #[inline]
     fn over_limit_now(&self, spread: u64, t: &Thresholds) -> Option<Rejected> {
         let (rate, threshold) = (self.sketches.rate.as_ref()?, t.rate?);
+        // Most keys hold no deadline: one load says so, before the time is worked out.
+        if !self.over_limit.may_hold(spread, threshold.tag_mix) {
+            return None;
+        }
         let limit = threshold.limit;
         // The time the usual path would decide on; near a window's end that is the exact time,
         // and the request goes the usual way.

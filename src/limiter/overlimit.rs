@@ -88,6 +88,15 @@ impl OverLimit {
         (spread ^ mix) >> DEADLINE_BITS
     }
 
+    /// Whether the slot of the key with spread hash `spread` holds a deadline of the key's
+    /// under the limit whose [`limit_mix`] is `mix` (passed or not): `false` for most keys,
+    /// with one load and no clock.
+    #[inline]
+    pub(crate) fn may_hold(&self, spread: u64, limit_mix: u64) -> bool {
+        let word = self.slot(spread).load(Ordering::Relaxed);
+        word != 0 && word >> DEADLINE_BITS == Self::tag(spread, limit_mix)
+    }
+
     /// How long the key with spread hash `spread` is still over its limit at time `now`
     /// (rounded up to a unit, at most `cap`), if it is known to be.
     #[inline]
