@@ -776,18 +776,14 @@ where
     fn over_limit_now(&self, spread: u64, t: &Thresholds) -> Option<Rejected> {
         let (rate, threshold) = (self.sketches.rate.as_ref()?, t.rate?);
         // Most keys hold no deadline: one load says so, before the time is worked out.
-        if !self.over_limit.may_hold(spread, threshold.tag_mix) {
-            return None;
-        }
+        let word = self.over_limit.held(spread, threshold.tag_mix)?;
         let limit = threshold.limit;
         // The time the usual path would decide on; near a window's end that is the exact time,
         // and the request goes the usual way.
         let now = rate.settled_now()?;
         // No rate rejection waits more than two windows.
         let cap = rate.interval().saturating_mul(2);
-        let remaining = self
-            .over_limit
-            .remaining(spread, threshold.tag_mix, now, cap)?;
+        let remaining = OverLimit::remaining_of(word, now, cap)?;
         Some(Rejected::still_over(limit, remaining))
     }
 

@@ -88,29 +88,26 @@ impl OverLimit {
         (spread ^ mix) >> DEADLINE_BITS
     }
 
-    /// Whether the slot of the key with spread hash `spread` holds a deadline of the key's
-    /// under the limit whose [`limit_mix`] is `mix` (passed or not): `false` for most keys,
-    /// with one load and no clock.
+    /// The slot's word if it holds a deadline of the key with spread hash `spread` under the
+    /// limit whose [`limit_mix`] is `mix` (passed or not): `None` for most keys, with one
+    /// load and no clock. [`remaining_of`](Self::remaining_of) reads the deadline.
     #[inline]
-    pub(crate) fn may_hold(&self, spread: u64, limit_mix: u64) -> bool {
+    pub(crate) fn held(&self, spread: u64, limit_mix: u64) -> Option<u64> {
         let word = self.slot(spread).load(Ordering::Relaxed);
-        word != 0 && word >> DEADLINE_BITS == Self::tag(spread, limit_mix)
+        (word != 0 && word >> DEADLINE_BITS == Self::tag(spread, limit_mix)).then_some(word)
     }
 
     /// How long the key with spread hash `spread` is still over its limit at time `now`
     /// (rounded up to a unit, at most `cap`), if it is known to be.
     #[inline]
-    pub(crate) fn remaining(
-        &self,
-        spread: u64,
-        limit_mix: u64,
-        now: u64,
-        cap: Duration,
-    ) -> Option<Duration> {
-        let word = self.slot(spread).load(Ordering::Relaxed);
-        if word == 0 || word >> DEADLINE_BITS != Self::tag(spread, limit_mix) {
-            return None;
-        }
+    #[cfg(test)]
+    fn remaining(&self, spread: u64, limit_mix: u64, now: u64, cap: Duration) -> Option<Duration> {
+        Self::remaining_of(self.held(spread, limit_mix)?, now, cap)
+    }
+
+    /// [`remaining`](Self::remaining) for the `word` that [`held`](Self::held) returned.
+    #[inline]
+    pub(crate) fn remaining_of(word: u64, now: u64, cap: Duration) -> Option<Duration> {
         // Units from now's unit to the deadline's, modulo the deadline's range.
         let ahead = (word.wrapping_sub(now >> UNIT_SHIFT)) & DEADLINE_MASK;
         if ahead >= MAX_AHEAD {
