@@ -9,7 +9,7 @@ use crate::estimator::{Blocked, KeyHasher};
 use crate::Rate;
 
 use super::exact::ExactStage;
-use super::limits::Thresholds;
+use super::limits::{HighestRatePromotion, Thresholds};
 use super::overlimit::{OverLimit, SLOTS_PER_EXACT_KEY};
 use super::sketches::Sketches;
 use super::*;
@@ -484,11 +484,7 @@ impl<K> LimiterBuilder<K> {
                 sketches,
                 defaults: AtomicCell::new(defaults),
                 promotion: self.promotion,
-                highest_rate_promotion: crate::sync::AtomicU64::new(
-                    defaults
-                        .rate
-                        .map_or(0, |rate| rate.promote_at.ceil() as u64),
-                ),
+                highest_rate_promotion: HighestRatePromotion::new(&defaults),
                 exact: ExactStage::new(capacity),
                 over_limit: OverLimit::new(capacity * SLOTS_PER_EXACT_KEY),
                 waiters: Waiters::new(self.max_waiters, self.max_waiters_per_key, time.coarse()),

@@ -69,7 +69,7 @@ use crate::clock::{Registration, Tick, TimeSource, TICK_NANOS};
 use crate::error::ConfigError;
 use crate::sync::{AtomicU64, Ordering};
 use exact::{spread, ExactStage, Refusal};
-use limits::Thresholds;
+use limits::{HighestRatePromotion, Thresholds};
 use overlimit::OverLimit;
 use sketches::Sketches;
 
@@ -173,13 +173,8 @@ struct Shared<K> {
     defaults: AtomicCell<Thresholds>,
     /// The fraction of each limit at which a key is promoted.
     promotion: f64,
-    /// The highest rate promotion threshold (rounded up) any decision may have been judged
-    /// against so far: the defaults' and every per-request limit's, `u64::MAX` once a request
-    /// was judged with no rate limit at all (it could be admitted past any threshold). Only
-    /// raised. Every request raises it, if it must, before it counts in the sketches, and a
-    /// promotion reads it after reading them (both `SeqCst`): so the promotion sees the
-    /// threshold of every admission its counts include (see `exact`'s module docs).
-    highest_rate_promotion: AtomicU64,
+    /// The highest rate promotion threshold any decision was judged against so far.
+    highest_rate_promotion: HighestRatePromotion,
     exact: ExactStage<K>,
     over_limit: OverLimit,
     /// Requests waiting for a permit ([`Limiter::acquire`]).
@@ -651,36 +646,21 @@ where
     /// limiter does not count.
     fn thresholds(&self, limits: &Limits) -> Result<Thresholds, Rejected> {
         let thresholds = self.thresholds_unnoted(limits)?;
-        self.note_rate_promotion(&thresholds);
+        if self.sketches.rate.is_some() {
+            self.highest_rate_promotion.note(&thresholds);
+        }
         Ok(thresholds)
     }
 
-    /// Raises [`highest_rate_promotion`](Self::highest_rate_promotion) to `t`'s, if it is
-    /// lower: a load, and a write only when a new threshold is higher than all before it.
-    #[inline]
-    fn note_rate_promotion(&self, t: &Thresholds) {
-        if self.sketches.rate.is_none() {
-            return;
-        }
-        let threshold = t
-            .rate
-            .map_or(u64::MAX, |rate| rate.promote_at.ceil() as u64);
-        if self.highest_rate_promotion.load(Ordering::Relaxed) < threshold {
-            self.highest_rate_promotion
-                .fetch_max(threshold, Ordering::SeqCst);
-        }
-    }
-
-    /// What the promotion threshold proves of a key that the exact stage promotes: it was
-    /// admitted by the sketch alone at most this often in a rate window (see `exact`'s module
-    /// docs). `None` in a fleet, whose shares and views the proof does not cover.
+    /// What the promotion threshold proves of a key that the exact stage promotes (see
+    /// [`HighestRatePromotion::proven`]); `None` in a fleet, whose shares and views the proof
+    /// does not cover.
     fn proven_by_threshold(&self) -> Option<isize> {
         #[cfg(feature = "redis")]
         if self.fleet.is_some() {
             return None;
         }
-        let highest = self.highest_rate_promotion.load(Ordering::SeqCst);
-        isize::try_from(highest).ok().map(|p| p - 1)
+        self.highest_rate_promotion.proven()
     }
 
     /// [`thresholds`](Self::thresholds) without raising the highest promotion threshold.
