@@ -290,8 +290,9 @@ impl Simulated for SimDashMap {
 
 /// The floor of floodgate's rate decision: the atomics it must do on the lines it must touch,
 /// on indexes worked out before timing. A request adds 1 to its key's counter in each of the
-/// 4 rows of one 64-byte block of the current window's table (4 locked adds on one line) and
-/// reads its 4 counters in one block of the previous window's (4 loads on one line): 2 lines.
+/// 2 rows (floodgate's default) of one 64-byte block of the current window's table (2 locked
+/// adds on one line) and reads its 2 counters in one block of the previous window's (2 loads
+/// on one line): 2 lines.
 /// The tables have as many blocks as floodgate's at the same peak rate; the floor clears
 /// nothing (whatever a window change costs is above the floor) and hashes nothing: its trace's
 /// keys are the blocks and counters, pre-computed ([`SimFloor::trace`]).
@@ -307,11 +308,11 @@ struct Block([AtomicU32; 16]);
 
 impl SimFloor {
     fn new(rate: u64) -> Self {
-        // floodgate's sizing (LimiterBuilder::peak_rate): 4·events/promote_at columns, from
-        // 2^10 to 2^17, 4 a block.
-        let columns = (4 * rate * INTERVAL_NANOS / 1_000_000_000 / u64::from(LIMIT / 2))
+        // floodgate's sizing (LimiterBuilder::peak_rate): 8·events/promote_at columns, from
+        // 2^10 to 2^17, 8 a row in a block.
+        let columns = (8 * rate * INTERVAL_NANOS / 1_000_000_000 / u64::from(LIMIT / 2))
             .clamp(1 << 10, 1 << 17);
-        let blocks = columns.div_ceil(4) as usize;
+        let blocks = columns.div_ceil(8) as usize;
         let table = || {
             (0..blocks)
                 .map(|_| Block(std::array::from_fn(|_| AtomicU32::new(0))))
@@ -324,7 +325,7 @@ impl SimFloor {
     }
 
     /// `trace` with each key replaced by its block (top 32 bits) and a counter of each row
-    /// (two bits a row, low bits), taken from a hash of it.
+    /// (three bits a row, low bits), taken from a hash of it.
     fn trace(&self, trace: &[Op]) -> Vec<Op> {
         let hasher = ahash::RandomState::new();
         let blocks = self.tables[0].len() as u64;
@@ -352,8 +353,8 @@ impl Simulated for SimFloor {
         let current = &self.tables[window & 1][block].0;
         let previous = &self.tables[(window + 1) & 1][block].0;
         let (mut curr, mut prev) = (u32::MAX, u32::MAX);
-        for row in 0..4 {
-            let i = row * 4 + (packed >> (2 * row)) as usize % 4;
+        for row in 0..2 {
+            let i = row * 8 + (packed >> (3 * row)) as usize % 8;
             curr = curr.min(current[i].fetch_add(1, Relaxed) + 1);
             prev = prev.min(previous[i].load(Relaxed));
         }

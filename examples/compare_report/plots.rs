@@ -8,8 +8,9 @@
 //!   `estimate − true count` (never negative: checked). The chart shows their mean and 99th
 //!   percentile on log-log axes, with the bound ε·total = (e/N)·total: with probability at
 //!   least 1 − δ = 1 − e^−H a key's over-estimate is at most that (Cormode & Muthukrishnan,
-//!   2005). Beside them, the limiter's blocked layout (a key's 4 rows in one 64-byte line of
-//!   16 `u32` counters) in the memory of the flat 4 × N: 2N counters per row. Its rows share
+//!   2005). Beside them, the limiter's blocked layout (a key's rows in one 64-byte line of 16
+//!   `u32` counters), with 4 rows and with its default 2, each in the memory of the flat
+//!   table of its depth: 2N counters per row. Its rows share
 //!   their line's other keys, so the bound (which assumes independent rows) is drawn for the
 //!   flat table only; the table counts the keys over ε·total for each. The same figures go
 //!   to the report as a Markdown table. The hash keys are random per instance (by design), so
@@ -82,11 +83,12 @@ pub fn overestimates() -> Vec<Overestimate> {
     let distinct: Vec<u64> = (1..=KEYS).filter(|&k| truth[k as usize] > 0).collect();
 
     let mut results = Vec::new();
-    // The flat tables of each depth, then the blocked one in the memory of the flat 4 × N.
+    // The flat tables of each depth, then the blocked ones (4 rows, and the limiter's default
+    // 2) in the memory of the flat table of the same depth.
     let shapes = DEPTHS
         .into_iter()
         .map(|rows| (false, rows))
-        .chain([(true, DEPTHS[0])]);
+        .chain([(true, DEPTHS[0]), (true, DEPTHS[1])]);
     for (blocked, rows) in shapes {
         for bits in WIDTH_BITS {
             // u32 counters where the flat table's are 8 bytes: twice the columns.
@@ -174,6 +176,7 @@ pub fn overestimate_table(rows: &[Overestimate]) -> (String, Vec<String>) {
 const BLUE_DARK: RGBColor = RGBColor(31, 119, 180);
 const ORANGE: RGBColor = RGBColor(230, 85, 13);
 const GREEN_DARK: RGBColor = RGBColor(44, 160, 44);
+const PURPLE: RGBColor = RGBColor(117, 107, 177);
 
 pub fn draw_overestimates(rows: &[Overestimate], path: &Path) -> Result<()> {
     let root = SVGBackend::new(path, (1000, 680)).into_drawing_area();
@@ -245,6 +248,12 @@ pub fn draw_overestimates(rows: &[Overestimate], path: &Path) -> Result<()> {
             DEPTHS[0],
             GREEN_DARK,
             format!("blocked H = {} (2N, same memory)", DEPTHS[0]),
+        ),
+        (
+            true,
+            DEPTHS[1],
+            PURPLE,
+            format!("blocked H = {} (2N, same memory; the limiter's)", DEPTHS[1]),
         ),
     ];
     for (blocked, depth, color, name) in series {

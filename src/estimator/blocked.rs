@@ -5,7 +5,7 @@
 //!
 //! A table is B blocks of 16 saturating `u32` counters (see `counter::narrow`), each block
 //! aligned to a cache line. With H rows (1 to 16), row r owns the `w = ⌊16/H⌋` counters
-//! `r·w .. (r+1)·w` of every block (4 each at the default H = 4; counters past `H·w` are
+//! `r·w .. (r+1)·w` of every block (8 each at the limiter's default H = 2; counters past `H·w` are
 //! unused), or fewer when fewer columns were asked for (a table of 1 × 1 is one counter). A
 //! key's block is the top 32 bits of its hash scaled to B (a multiply and a shift, Lemire's
 //! "fastrange"), so B need not be a power of two and a table is sized to the line, not
@@ -218,9 +218,14 @@ impl Blocked {
     /// Calls `f` on the key's counter in every row of its `block`, row 0 first.
     #[inline]
     fn for_each_counter<'s>(&self, block: &'s Block, hash: u64, mut f: impl FnMut(&'s AtomicU32)) {
+        // The limiter's default shape (2 × 8) and 4 × 4, with the bounds known to the compiler:
+        // the same counters as below (4 bits scaled to 0..2^k are their top k), unrolled.
+        if self.rows == 2 && self.per_row == 8 {
+            f(&block.0[((hash >> 1) & 7) as usize]);
+            f(&block.0[8 + ((hash >> 5) & 7) as usize]);
+            return;
+        }
         if self.rows == 4 && self.per_row == 4 {
-            // The default shape, with the bounds known to the compiler: the same counters as
-            // below (4 bits scaled to 0..4 are the top 2), the loop unrolled.
             for row in 0..4 {
                 f(&block.0[row * 4 + ((hash >> (4 * row + 2)) & 3) as usize]);
             }

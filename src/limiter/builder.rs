@@ -188,8 +188,8 @@ impl<K> LimiterBuilder<K> {
     /// of the size that follows from [`peak_rate`](Self::peak_rate).
     ///
     /// A key's counters for all its rows live in one 64-byte cache line of 16 counters, so
-    /// `rows` is at most 16, and each row has at most `16 / rows` counters in a line (4 at the
-    /// default 4 rows): `columns` is rounded up to a multiple of that, a whole number of
+    /// `rows` is at most 16, and each row has at most `16 / rows` counters in a line (8 at the
+    /// default 2 rows): `columns` is rounded up to a multiple of that, a whole number of
     /// lines. Counters are 32 bits (limits up to [`MAX_LIMIT`]).
     ///
     /// Checked by [`build`](Self::build): zero rows or columns give
@@ -220,11 +220,12 @@ impl<K> LimiterBuilder<K> {
     /// A count-min counter carries about (requests per window) ÷ (columns) of other keys'
     /// requests: that noise is what every key's estimate starts from. Each sketch gets the
     /// columns (from [`MIN_SIZED_COLUMNS`] to [`MAX_SIZED_COLUMNS`]) that keep the noise at
-    /// the peak rate at most a quarter of its promotion threshold (half the limit by default):
-    /// the rate sketch for `peak × interval` requests per window, the in-flight sketch for
+    /// the peak rate at an eighth of its promotion threshold (half the limit by default): the
+    /// rate sketch for `peak × interval` requests per window, the in-flight sketch for
     /// `peak ×` [`ASSUMED_TIME_IN_FLIGHT`] requests in flight. With a million requests a
-    /// second and limits of 100 per second, that is 80,000 columns (4 rows of 4 bytes each: a
-    /// key's rows in one 64-byte line), and a limiter of about 11.5 MB. For lower limits at that volume the columns stop at the most,
+    /// second and limits of 100 per second, that is the most, 2^17 columns (2 rows of 4-byte
+    /// counters: a key's rows in one 64-byte line; the noise is then 0.15 of the threshold),
+    /// and a limiter of about 10.7 MB. For lower limits at that volume the columns stop at the most,
     /// and [`Limiter::stats`] says when traffic goes past what they can tell apart
     /// (`saturated`): decisions then stay on the safe side of each limit (a key is never
     /// admitted over it) but healthy keys may be refused.

@@ -81,8 +81,12 @@ pub use report::{Estimate, HeavyHitter, LimiterStats, Reason, Rejected};
 pub use wait::Acquire;
 use wait::Waiters;
 
-/// Default rows of the limiter's sketches.
-pub const DEFAULT_ROWS: usize = 4;
+/// Default rows of the limiter's sketches: 2, of 8 counters each in a key's cache line. Each
+/// row costs a request a locked add; a key's rows share one line's other keys, so more rows
+/// buy less than in a flat sketch, and the exact stage corrects what the sketch over-counts
+/// (see `exact`'s module docs). 4 rows cost 1.1–1.5× as much per request in
+/// `benches/limiter.rs`'s simulated groups.
+pub const DEFAULT_ROWS: usize = 2;
 /// Columns of a sketch given explicitly as [`LimiterBuilder::sketch`]`(rows, DEFAULT_COLUMNS)`;
 /// without [`sketch`](LimiterBuilder::sketch), the columns follow from the peak rate.
 pub const DEFAULT_COLUMNS: usize = 4096;
@@ -92,17 +96,17 @@ pub const DEFAULT_PEAK_RATE: u64 = 1_000_000;
 /// How long a request is assumed to be in flight on average, to size the in-flight sketch
 /// from the peak rate (Little's law: requests in flight = rate × time in flight).
 pub const ASSUMED_TIME_IN_FLIGHT: Duration = Duration::from_millis(100);
-/// The fewest and the most columns that sizing from the peak rate picks. The most is what a
-/// default limiter (a peak of a million requests a second, limits of 100) needs: 4 rows ×
-/// 2^17 counters × 4 bytes = 2 MiB per sketch (a key's 4 rows in one 64-byte line), and a rate
-/// keeps 5 of them (see [`Rate`](crate::Rate)).
+/// The fewest and the most columns that sizing from the peak rate picks. A default limiter (a
+/// peak of a million requests a second, limits of 100) is at the most: 2 rows × 2^17
+/// counters × 4 bytes = 1 MiB per sketch (a key's rows in one 64-byte line), and a rate keeps
+/// 5 of them (see [`Rate`](crate::Rate)).
 pub const MIN_SIZED_COLUMNS: usize = 1 << 10;
 /// See [`MIN_SIZED_COLUMNS`].
 pub const MAX_SIZED_COLUMNS: usize = 1 << 17;
-/// Sizing keeps the mean count that a counter carries from other keys (the noise every
-/// estimate starts from) at the peak rate at most 1/4 of the promotion threshold: the min of
-/// 4 rows then reaches the threshold by noise alone with negligible probability.
-const NOISE_MARGIN: f64 = 4.0;
+/// Sizing aims the mean count that a counter carries from other keys (the noise every
+/// estimate starts from) at the peak rate at 1/8 of the promotion threshold: the min of 2 rows
+/// then reaches the threshold by noise alone with negligible probability.
+const NOISE_MARGIN: f64 = 8.0;
 /// `stats().saturated` turns on when the noise reaches this fraction of a promotion
 /// threshold: from there on, light keys start to look hot.
 const SATURATED_AT: f64 = 0.5;

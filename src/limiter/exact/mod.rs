@@ -26,7 +26,7 @@
 //! # What the promotion threshold proves
 //!
 //! The sketch's estimate bounds `p`, but a key whose counters all share a heavy key's (with a
-//! key's rows in one cache line, that happens to about one key in 256 of those that share a
+//! key's rows in one cache line, that happens to about one key in 64 of those that share a
 //! heavy key's line) would then be refused from its first request. The threshold bounds it
 //! better: a request admitted by the sketch alone saw, after its own increment, a count in
 //! its window below its promotion threshold `P` (the sliding count is at least the current
