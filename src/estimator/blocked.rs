@@ -39,7 +39,7 @@ use crate::counter::narrow;
 use crate::error::ConfigError;
 use crate::sync::{AtomicU32, AtomicU64, Ordering::Relaxed};
 
-use super::count_min::MAX_COUNTERS;
+use super::count_min::{check_not_empty, MAX_COUNTERS};
 use super::key_hash::remix;
 
 /// Counters in a block: 16 × 4 bytes, one 64-byte cache line.
@@ -283,19 +283,15 @@ fn zero(block: &Block) {
     }
 }
 
-/// The counters per row in a block and the number of blocks of `copies` tables of `rows` rows and at least `columns` counters per row, or why they are not
-/// allowed: checked before anything is allocated.
+/// The counters per row in a block and the number of blocks of `copies` tables of `rows` rows
+/// and at least `columns` counters per row, or why they are not allowed: checked before
+/// anything is allocated.
 pub(crate) fn checked_shape(
     rows: usize,
     columns: usize,
     copies: usize,
 ) -> Result<(usize, usize), ConfigError> {
-    if rows == 0 {
-        return Err(ConfigError::ZeroRows);
-    }
-    if columns == 0 {
-        return Err(ConfigError::ZeroColumns);
-    }
+    check_not_empty(rows, columns)?;
     if rows > MAX_BLOCKED_ROWS {
         return Err(ConfigError::TooManyRows {
             rows,

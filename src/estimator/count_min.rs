@@ -155,6 +155,17 @@ impl CountMin {
     }
 }
 
+/// Why a table of `rows` × `columns` is empty, if it is: the first check of every layout.
+pub(crate) fn check_not_empty(rows: usize, columns: usize) -> Result<(), ConfigError> {
+    if rows == 0 {
+        return Err(ConfigError::ZeroRows);
+    }
+    if columns == 0 {
+        return Err(ConfigError::ZeroColumns);
+    }
+    Ok(())
+}
+
 /// The column count (rounded up to a power of two) and the total number of counters of
 /// `copies` tables of `rows` × `columns`, or why they are not allowed: the total may not
 /// exceed [`MAX_COUNTERS`]. Checked before anything is allocated.
@@ -163,12 +174,7 @@ pub(crate) fn checked_size(
     columns: usize,
     copies: usize,
 ) -> Result<(usize, usize), ConfigError> {
-    if rows == 0 {
-        return Err(ConfigError::ZeroRows);
-    }
-    if columns == 0 {
-        return Err(ConfigError::ZeroColumns);
-    }
+    check_not_empty(rows, columns)?;
     let too_large = || ConfigError::TooLarge { rows, columns };
     let width = columns.checked_next_power_of_two().ok_or_else(too_large)?;
     let total = rows
