@@ -88,7 +88,7 @@ fn other_keys_are_decided_as_usual_while_one_floods() {
         .build()
         .unwrap();
     take_over_the_limit(&limiter, "flooded");
-    let mut flood = || drop(limiter.try_acquire("flooded"));
+    let flood = || drop(limiter.try_acquire("flooded"));
     for i in 0..200 {
         let key = format!("healthy-{i}");
         for n in 0..LIMIT {
