@@ -772,10 +772,16 @@ where
     }
 
     /// Gives back what an admitted request took, and wakes a waiter of its key if any.
+    #[inline]
     fn release(&self, ticket: &Ticket) {
-        if self.sketches.inflight.is_none() {
-            return;
+        // A limiter that counts no requests in flight has nothing to give back: no call.
+        if self.sketches.inflight.is_some() {
+            self.release_inflight(ticket);
         }
+    }
+
+    /// [`release`](Self::release) for a limiter that counts requests in flight.
+    fn release_inflight(&self, ticket: &Ticket) {
         match ticket.tracked {
             Some(generation) => self.exact.release(ticket.hash, generation, &self.sketches),
             None => self.sketches.release(ticket.hash),

@@ -196,9 +196,11 @@ struct RateCore {
     /// How close to a bucket's end the coarse time may come before the precise clock is read:
     /// two ticks on the shared clock, none on a manual clock (whose time is exact).
     margin: u64,
-    /// The bucket the ticker last saw as current: lets the request path find its bucket
-    /// without a division. Only ever raised (`fetch_max`); `Relaxed` because it is a hint
-    /// checked against the time, and the slot's own tag orders the data.
+    /// The bucket the ticker last saw as current, with its slot's index in the low
+    /// [`HINT_INDEX_BITS`] ([`pack_hint`]): lets the request path find its bucket and slot
+    /// without a division. Only ever raised (`fetch_max`; the bucket is in the high bits);
+    /// `Relaxed` because it is a hint checked against the time, and the slot's own tag orders
+    /// the data.
     current_hint: AtomicU64,
 }
 
@@ -535,8 +537,15 @@ impl RateCore {
     /// The current bucket and the time since `start`, in nanoseconds.
     #[inline]
     fn now(&self) -> (u64, u64) {
+        let (bucket, _, elapsed) = self.now_indexed();
+        (bucket, elapsed)
+    }
+
+    /// [`now`](Self::now), with the index of the bucket's slot.
+    #[inline]
+    fn now_indexed(&self) -> (u64, usize, u64) {
         match self.settled() {
-            Some((bucket, elapsed)) => (bucket, elapsed),
+            Some(now) => now,
             None => self.now_precise(),
         }
     }
@@ -544,20 +553,24 @@ impl RateCore {
     /// The current bucket and the time since `start` by the coarse time, when that is as good
     /// as the exact time: in the bucket the ticker last saw, and not within the coarse time's
     /// lag of its end (where an event may already belong to the next bucket).
+    /// Returns the bucket, its slot's index and the time.
     #[inline]
-    fn settled(&self) -> Option<(u64, u64)> {
+    fn settled(&self) -> Option<(u64, usize, u64)> {
         let elapsed = self.elapsed_at(self.time.coarse());
         let hint = self.current_hint.load(Ordering::Relaxed);
-        let begin = hint.saturating_mul(self.bucket_nanos);
+        let (bucket, index) = unpack_hint(hint);
+        let begin = bucket.saturating_mul(self.bucket_nanos);
         let end = begin.saturating_add(self.bucket_nanos);
-        (elapsed >= begin && elapsed.saturating_add(self.margin) < end).then_some((hint, elapsed))
+        (elapsed >= begin && elapsed.saturating_add(self.margin) < end)
+            .then_some((bucket, index, elapsed))
     }
 
     /// Near a boundary (or before the ticker has caught up): the exact bucket.
     #[inline(never)]
-    fn now_precise(&self) -> (u64, u64) {
+    fn now_precise(&self) -> (u64, usize, u64) {
         let elapsed = self.elapsed_at(self.time.precise());
-        (elapsed / self.bucket_nanos, elapsed)
+        let bucket = elapsed / self.bucket_nanos;
+        (bucket, self.slot_index(bucket), elapsed)
     }
 
     /// Nanoseconds since the anchor at time `t` on the clock (0 before it).
@@ -613,13 +626,36 @@ impl RateCore {
     }
 }
 
+/// Bits of [`RateCore::current_hint`] that hold the slot index: more than the
+/// `MAX_SUB_WINDOWS + 4` slots a ring can have. A bucket is at least a tick (10 ms) long, so
+/// bucket numbers stay below 2^41 and fit above them.
+const HINT_INDEX_BITS: u32 = 8;
+const _: () = assert!(MAX_SUB_WINDOWS + 4 < 1 << HINT_INDEX_BITS);
+
+/// The hint word for `bucket`, whose slot is at `index`.
+fn pack_hint(bucket: u64, index: usize) -> u64 {
+    bucket << HINT_INDEX_BITS | index as u64
+}
+
+/// The bucket and slot index of a hint word.
+#[inline]
+fn unpack_hint(hint: u64) -> (u64, usize) {
+    (
+        hint >> HINT_INDEX_BITS,
+        (hint & ((1 << HINT_INDEX_BITS) - 1)) as usize,
+    )
+}
+
 impl Tick for RateCore {
     /// Runs as each bucket begins (and once after registration): clears the slots of the next
     /// two buckets, and asks to run again when the next bucket begins.
     fn tick(&self, now: u64) -> u64 {
         let elapsed = self.elapsed_at(now);
         let current = elapsed / self.bucket_nanos;
-        self.current_hint.fetch_max(current, Ordering::Relaxed);
+        self.current_hint.fetch_max(
+            pack_hint(current, self.slot_index(current)),
+            Ordering::Relaxed,
+        );
         // Bucket current + 2 is new work; current + 1 was normally cleared as "two ahead" a
         // bucket ago, and is retried here after a late tick. `prepare` reads the clock again
         // and leaves alone a bucket that starts within a tick.

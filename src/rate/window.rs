@@ -34,6 +34,11 @@ impl WindowView {
     /// key admitted below its threshold rests on that).
     #[inline]
     pub(crate) fn reaches(&self, threshold: f64) -> bool {
+        // The count is at most `prev + curr`: below the threshold, it cannot reach it (most
+        // requests stop here, with no multiplication).
+        if (self.prev.max(0).saturating_add(self.curr) as f64) < threshold {
+            return false;
+        }
         let (len, into) = (self.len as f64, self.into.min(self.len) as f64);
         self.prev.max(0) as f64 * (len - into) + self.curr as f64 * len >= threshold * len
     }
@@ -155,11 +160,11 @@ impl ExactWindows {
 impl Rate {
     /// Counts one event for an already-hashed key and returns the window as it stands after
     /// it.
+    #[inline] // the request path: its caller, the limiter, is its only one
     pub(crate) fn observe_hashed(&self, hash: u64) -> WindowView {
         let core = &*self.core;
         debug_assert_eq!(core.sub_windows, 1, "the limiter uses plain windows");
-        let (bucket, elapsed) = core.now();
-        let index = core.slot_index(bucket);
+        let (bucket, index, elapsed) = core.now_indexed();
         let curr = core.slot_to_count_in(index).counts.incr(hash, 1);
         // The slot before, without a second division.
         let prev = match bucket {
@@ -216,7 +221,7 @@ impl Rate {
     #[inline]
     pub(crate) fn settled_now(&self) -> Option<u64> {
         let core = &*self.core;
-        core.settled().map(|(_, elapsed)| core.time_at(elapsed))
+        core.settled().map(|(_, _, elapsed)| core.time_at(elapsed))
     }
 
     /// The current window as `observe_hashed` would see it, without counting anything.
