@@ -236,6 +236,7 @@ mod tests {
     fn local(at: u64, into: u64) -> WindowView {
         WindowView {
             bucket: 5,
+            index: 0,
             prev: 0,
             curr: 0,
             into,

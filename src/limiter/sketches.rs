@@ -104,11 +104,9 @@ impl Sketches {
         };
         let rate = match (&self.rate, s.window) {
             (Some(rate), Some(w)) => {
-                let current = rate.count_hashed(s.hash, w.bucket) - 1;
-                let previous = w
-                    .bucket
-                    .checked_sub(1)
-                    .map(|b| rate.count_hashed(s.hash, b));
+                let (previous, current) = rate.counts_in(s.hash, &w);
+                let current = current - 1;
+                let previous = w.bucket.checked_sub(1).map(|_| previous);
                 // After the reads: the thresholds of every admission they include are known.
                 let proven = proven();
                 let mut exact =
@@ -152,10 +150,7 @@ impl Sketches {
         }
         if let (Some(rate), Some(mut view)) = (&self.rate, s.window) {
             // The same for the window counts.
-            view.curr = rate.count_hashed(s.hash, view.bucket);
-            if let Some(prev) = view.bucket.checked_sub(1) {
-                view.prev = rate.count_hashed(s.hash, prev);
-            }
+            (view.prev, view.curr) = rate.counts_in(s.hash, &view);
             counts.rate.roll_to(view.bucket);
             view.lower_to(&counts.rate, 1);
             if let Some(t) = t.rate {

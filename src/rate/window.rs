@@ -10,6 +10,9 @@ use super::Rate;
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct WindowView {
     pub(crate) bucket: u64,
+    /// The index of `bucket`'s slot in the ring, so that reading the window again takes no
+    /// division.
+    pub(crate) index: usize,
     /// The key's estimate in the previous window.
     pub(crate) prev: isize,
     /// The key's estimate in the current window, this observation included.
@@ -171,7 +174,17 @@ impl Rate {
             0 => 0,
             _ => core.slots[core.index_before(index)].counts.get(hash),
         };
-        core.window_view(bucket, elapsed, prev, curr)
+        core.window_view(bucket, index, elapsed, prev, curr)
+    }
+
+    /// The key's counts in `view`'s windows now: (previous, current).
+    pub(crate) fn counts_in(&self, hash: u64, view: &WindowView) -> (isize, isize) {
+        let core = &*self.core;
+        let prev = match view.bucket {
+            0 => 0,
+            _ => core.slots[core.index_before(view.index)].counts.get(hash),
+        };
+        (prev, core.slots[view.index].counts.get(hash))
     }
 
     /// The sliding-window count that a counter carries on average now, `prev·(1−f) + curr`
@@ -211,10 +224,6 @@ impl Rate {
         core.time_at(core.now().1)
     }
 
-    /// The key's estimate in `bucket`.
-    pub(crate) fn count_hashed(&self, hash: u64, bucket: u64) -> isize {
-        self.core.count(hash, bucket)
-    }
 
     /// The time now on the Rate's clock by the coarse time, if the windows read it as they
     /// would the exact time (not near a window's end); `None` near a boundary.
@@ -226,13 +235,10 @@ impl Rate {
 
     /// The current window as `observe_hashed` would see it, without counting anything.
     pub(crate) fn view(&self, hash: u64) -> WindowView {
-        let core = &*self.core;
-        let (bucket, elapsed) = core.now();
-        let prev = match bucket.checked_sub(1) {
-            Some(prev) => core.count(hash, prev),
-            None => 0,
-        };
-        core.window_view(bucket, elapsed, prev, core.count(hash, bucket))
+        let (bucket, index, elapsed) = self.core.now_indexed();
+        let mut view = self.core.window_view(bucket, index, elapsed, 0, 0);
+        (view.prev, view.curr) = self.counts_in(hash, &view);
+        view
     }
 }
 
@@ -240,9 +246,17 @@ impl super::RateCore {
     /// The window of `bucket` at time `elapsed`, with the key's counts in it (`curr`) and in
     /// the bucket before (`prev`; 0 before the Rate existed).
     #[inline]
-    fn window_view(&self, bucket: u64, elapsed: u64, prev: isize, curr: isize) -> WindowView {
+    fn window_view(
+        &self,
+        bucket: u64,
+        index: usize,
+        elapsed: u64,
+        prev: isize,
+        curr: isize,
+    ) -> WindowView {
         WindowView {
             bucket,
+            index,
             prev,
             curr,
             into: elapsed.saturating_sub(bucket * self.bucket_nanos),
@@ -259,6 +273,7 @@ mod tests {
     fn view(prev: isize, curr: isize, fraction: f64) -> WindowView {
         WindowView {
             bucket: 5,
+            index: 0,
             prev,
             curr,
             into: (fraction * 1e9) as u64,
