@@ -55,6 +55,34 @@ fn a_flooding_key_is_rejected_without_a_lock_and_without_counting() {
     );
 }
 
+/// The cache is consulted only when the key's own counts say it may be over its limit; they
+/// say so until its `retry_after`, across the window change too (where its current window is
+/// empty and only the previous one holds it back).
+#[test]
+fn a_flooding_key_is_refused_without_a_lock_until_its_retry_after_across_the_window_change() {
+    let clock = ManualClock::new();
+    let limiter = limiter(&clock);
+    let retry = take_over_the_limit(&limiter, "flooded");
+    assert!(
+        retry > INTERVAL,
+        "the test wants a wait past the window's end"
+    );
+    let locks = limiter.exact_locks_taken();
+    let step = retry / 64;
+    let mut waited = Duration::ZERO;
+    while waited + step < retry {
+        let rejected = limiter.try_acquire("flooded").unwrap_err();
+        assert_eq!(rejected.reason, Reason::Rate);
+        assert_eq!(
+            limiter.exact_locks_taken(),
+            locks,
+            "{waited:?} after the refusal, the flood took a lock"
+        );
+        clock.advance(step);
+        waited += step;
+    }
+}
+
 #[test]
 fn a_flooding_key_is_admitted_again_the_moment_one_more_request_fits() {
     let clock = ManualClock::new();
