@@ -102,7 +102,7 @@ impl ManualClock {
     /// assert_eq!(clock.now(), Duration::from_millis(2005));
     /// ```
     pub fn advance(&self, by: Duration) {
-        let by = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
+        let by = super::saturating_nanos(by);
         let inner = &*self.inner;
         let mut schedule = inner.scheduler.lock();
         let target = inner.nanos.load(Ordering::Relaxed).saturating_add(by);

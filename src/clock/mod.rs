@@ -81,6 +81,13 @@ pub fn coarse_now() -> Duration {
     Duration::from_nanos(ticker::coarse_nanos())
 }
 
+/// `duration` in nanoseconds, saturating at `u64::MAX` (584 years): the one conversion of
+/// a `Duration` to the nanoseconds the clocks and windows count in.
+#[inline]
+pub(crate) fn saturating_nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// The shared coarse clock in nanoseconds, one relaxed load and nothing else: for a reader
 /// beside a `Rate` on the shared clock, whose own reads start the ticker and watch it. 0
 /// before the ticker first ran.

@@ -52,18 +52,16 @@ impl FleetNode {
             let after = (interval * 3)
                 .max(config.get_timeout() + interval)
                 .min(window);
-            u64::try_from(after.as_nanos()).unwrap_or(u64::MAX)
+            crate::clock::saturating_nanos(after)
         };
-        let sync_nanos = u64::try_from(config.get_sync_interval().as_nanos()).unwrap_or(u64::MAX);
+        let sync_nanos = crate::clock::saturating_nanos(config.get_sync_interval());
         FleetNode {
             config,
             id: node_id(),
             sync_nanos,
             nodes: AtomicUsize::new(1),
             inverse: AtomicU64::new(1f64.to_bits()),
-            last_ok: AtomicU64::new(
-                u64::try_from(crate::clock::coarse_now().as_nanos()).unwrap_or(u64::MAX),
-            ),
+            last_ok: AtomicU64::new(crate::clock::saturating_nanos(crate::clock::coarse_now())),
             stale_after,
             report: Mutex::new(Report::default()),
             clock_told: AtomicBool::new(false),

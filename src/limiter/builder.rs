@@ -474,7 +474,7 @@ impl<K> LimiterBuilder<K> {
         let shared = Arc::new_cyclic(|weak: &Weak<Shared<K>>| {
             let sweeper = Arc::new(Sweeper {
                 shared: weak.clone(),
-                period: u64::try_from(period.as_nanos()).unwrap_or(u64::MAX),
+                period: crate::clock::saturating_nanos(period),
                 next_sweep: crate::sync::AtomicU64::new(0),
             });
             // Registered before the limiter exists: a sweep that comes first finds nothing to

@@ -256,7 +256,7 @@ where
     node.check_clock(now_ms as i128 - aligned_ms as i128);
     match store.sync(&node.id, now_ms, window_ms, &pushes) {
         Ok(synced) => {
-            let len = u64::try_from(rate.interval().as_nanos()).unwrap_or(u64::MAX);
+            let len = crate::clock::saturating_nanos(rate.interval());
             for (pushed, totals) in keys.iter().zip(synced.totals) {
                 shared.exact.update(pushed.hash, pushed.generation, |e| {
                     e.counts.fleet = e.counts.fleet.synced(

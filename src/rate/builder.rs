@@ -236,7 +236,7 @@ impl RateBuilder {
 fn unix_nanos() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        .map_or(0, crate::clock::saturating_nanos)
 }
 
 /// Where windows of `interval` nanoseconds aligned to the Unix epoch start on a clock that

@@ -224,7 +224,6 @@ impl Rate {
         core.time_at(core.now().1)
     }
 
-
     /// The time now on the Rate's clock by the coarse time, if the windows read it as they
     /// would the exact time (not near a window's end); `None` near a boundary.
     #[inline]

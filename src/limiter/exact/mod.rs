@@ -314,7 +314,7 @@ impl<K> ExactStage<K> {
             Err(rejected) => {
                 entry.rejected += 1;
                 let over_until = rejected.retry_after.zip(s.window).map(|(retry, w)| {
-                    let retry = u64::try_from(retry.as_nanos()).unwrap_or(u64::MAX);
+                    let retry = crate::clock::saturating_nanos(retry);
                     w.at.saturating_add(t.rate.map_or(retry, |rate| rate.held_for(retry)))
                 });
                 entry.over_until = over_until.unwrap_or(0);

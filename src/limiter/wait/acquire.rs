@@ -197,7 +197,7 @@ where
             Err(rejected) => return Self::ready(shared, Err(rejected)),
         };
         let hash = shared.sketches.hash(key);
-        let max_wait = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
+        let max_wait = crate::clock::saturating_nanos(max_wait);
         // Waiters of this key may be parked: they go first, so join their line without
         // trying (no lock here). If the bucket was counted by another key's waiters, the
         // request heads a new line at its first poll, and a head tries at once.
@@ -235,7 +235,7 @@ fn worth_waiting(rejected: &Rejected, now: u64, deadline: u64) -> bool {
     match rejected.reason {
         Reason::Inflight => rejected.limit > 0 && deadline > now.div_ceil(TICK_NANOS),
         Reason::Rate => rejected.retry_after.is_some_and(|retry| {
-            let retry = u64::try_from(retry.as_nanos()).unwrap_or(u64::MAX);
+            let retry = crate::clock::saturating_nanos(retry);
             now.saturating_add(retry) <= deadline.saturating_mul(TICK_NANOS)
         }),
         _ => false,
@@ -252,7 +252,7 @@ fn latest_now<K>(shared: &Shared<K>) -> u64 {
 /// The tick at which a rate rejection at `now` says one more request fits.
 fn retry_tick(rejected: &Rejected, now: u64) -> Option<u64> {
     let retry = rejected.retry_after?;
-    let retry = u64::try_from(retry.as_nanos()).unwrap_or(u64::MAX);
+    let retry = crate::clock::saturating_nanos(retry);
     Some(now.saturating_add(retry).div_ceil(TICK_NANOS))
 }
 
