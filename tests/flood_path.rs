@@ -55,9 +55,9 @@ fn a_flooding_key_is_rejected_without_a_lock_and_without_counting() {
     );
 }
 
-/// The cache is consulted only when the key's own counts say it may be over its limit; they
-/// say so until its `retry_after`, across the window change too (where its current window is
-/// empty and only the previous one holds it back).
+/// The over-limit cache holds a flooded key until its `retry_after`, across the window change
+/// too (where its current window is empty and only the previous one holds it back): a cache
+/// consulted only when the key's own counts say it may be over would have to see that.
 #[test]
 fn a_flooding_key_is_refused_without_a_lock_until_its_retry_after_across_the_window_change() {
     let clock = ManualClock::new();
@@ -116,7 +116,9 @@ fn other_keys_are_decided_as_usual_while_one_floods() {
         .build()
         .unwrap();
     take_over_the_limit(&limiter, "flooded");
-    let flood = || drop(limiter.try_acquire("flooded"));
+    // Five flood requests to each healthy one: in each key's windows, the flood's first 10
+    // are admitted and the rest refused, nearly all by the over-limit cache.
+    let flood = || (0..5).for_each(|_| drop(limiter.try_acquire("flooded")));
     for i in 0..200 {
         let key = format!("healthy-{i}");
         for n in 0..LIMIT {

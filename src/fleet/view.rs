@@ -25,7 +25,7 @@
 //! the others' pace, not held to a share. This node's own requests always count exactly.
 
 use super::KeyTotals;
-use crate::rate::WindowView;
+use crate::rate::{Rolling, WindowView};
 
 /// The fleet's counts of one key at the last sync that reached Redis, and this node's
 /// refusals of it.
@@ -57,39 +57,20 @@ pub(crate) struct FleetView {
 
 /// A node's refusals of one key in its latest window and the one before.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub(crate) struct Refusals {
-    window: u64,
-    current: u64,
-    previous: u64,
-}
+pub(crate) struct Refusals(Rolling<u64>);
 
 impl Refusals {
     /// Counts a refusal in `window`.
     pub(crate) fn note(&mut self, window: u64) {
-        self.roll_to(window);
-        self.current = self.current.saturating_add(1);
+        self.0.roll_to(window);
+        self.0.current = self.0.current.saturating_add(1);
     }
 
     /// The refusals in `window` and the one before (a request may have counted one in the
     /// window after already: a sync reads the counts of its own window).
-    pub(crate) fn of(mut self, window: u64) -> (u64, u64) {
-        if window.checked_add(1) == Some(self.window) {
-            return (self.previous, 0);
-        }
-        self.roll_to(window);
-        (self.current, self.previous)
-    }
-
-    fn roll_to(&mut self, window: u64) {
-        if window > self.window {
-            self.previous = if window == self.window + 1 {
-                self.current
-            } else {
-                0
-            };
-            self.current = 0;
-            self.window = window;
-        }
+    pub(crate) fn of(self, window: u64) -> (u64, u64) {
+        let before = window.checked_sub(1).and_then(|w| self.0.of(w));
+        (self.0.of(window).unwrap_or(0), before.unwrap_or(0))
     }
 }
 

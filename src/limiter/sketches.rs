@@ -165,7 +165,7 @@ impl Sketches {
                 let judged = judge_alone(&view, &t);
                 judged?;
             }
-            counts.rate.current += 1;
+            counts.rate.count_one();
         }
         if tracked {
             counts.inflight.tracked += 1;

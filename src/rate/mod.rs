@@ -162,7 +162,7 @@ mod builder;
 mod window;
 
 pub use builder::RateBuilder;
-pub(crate) use window::{ExactWindows, WindowView};
+pub(crate) use window::{ExactWindows, Rolling, WindowView};
 
 /// A window slot: one bucket's counts, and which bucket they belong to.
 struct Slot {

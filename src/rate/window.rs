@@ -89,6 +89,57 @@ impl WindowView {
     }
 }
 
+/// A count in the latest of a run of numbered periods (a rate's buckets, a fleet's windows,
+/// the exact stage's epochs) and in the one before: the crate's one two-period roll.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct Rolling<T> {
+    /// The latest period counted.
+    pub(crate) at: u64,
+    /// The count of period `at`, and of the one before it.
+    pub(crate) current: T,
+    pub(crate) previous: T,
+}
+
+impl<T: Copy + Default> Rolling<T> {
+    /// A count of `current` in period `at`, nothing before it.
+    pub(crate) fn starting(at: u64, current: T) -> Self {
+        Rolling {
+            at,
+            current,
+            previous: T::default(),
+        }
+    }
+
+    /// Moves forward to period `at`: the current count becomes the previous one when `at` is
+    /// the next period, and both are dropped when it is later still. An earlier `at` changes
+    /// nothing (what is counted then counts in the latest period).
+    pub(crate) fn roll_to(&mut self, at: u64) {
+        if at > self.at {
+            self.previous = if at == self.at + 1 {
+                self.current
+            } else {
+                T::default()
+            };
+            self.current = T::default();
+            self.at = at;
+        }
+    }
+
+    /// The count of period `at`: the current or previous count, nothing (the default) for a
+    /// later period, `None` for one before these two.
+    pub(crate) fn of(&self, at: u64) -> Option<T> {
+        if at == self.at {
+            Some(self.current)
+        } else if at.checked_add(1) == Some(self.at) {
+            Some(self.previous)
+        } else if at > self.at {
+            Some(T::default())
+        } else {
+            None
+        }
+    }
+}
+
 /// Requests admitted per window for one key, counted exactly from the window in which the
 /// limiter started counting it (its promotion).
 #[derive(Debug, Clone, Copy)]
@@ -97,11 +148,8 @@ pub(crate) struct ExactWindows {
     pub(crate) since: u64,
     /// An upper bound on the requests admitted in `since` before counting began.
     pub(crate) base: isize,
-    /// The latest window counted, and its count.
-    pub(crate) bucket: u64,
-    pub(crate) current: isize,
-    /// The count of the window before `bucket`.
-    pub(crate) previous: isize,
+    /// The counts of the latest window counted and the one before.
+    pub(crate) windows: Rolling<isize>,
     /// An upper bound on the requests admitted in the window before `since`, if one is known
     /// other than the sketch's (what the promotion threshold proves: see the `exact` module).
     pub(crate) before: Option<isize>,
@@ -112,9 +160,7 @@ impl ExactWindows {
         ExactWindows {
             since,
             base: base.max(0),
-            bucket: since,
-            current: 0,
-            previous: 0,
+            windows: Rolling::starting(since, 0),
             before: None,
         }
     }
@@ -122,30 +168,19 @@ impl ExactWindows {
     /// Moves the counts forward to `bucket` (a request from an older bucket counts in the
     /// latest, which only over-counts it).
     pub(crate) fn roll_to(&mut self, bucket: u64) {
-        if bucket > self.bucket {
-            self.previous = if bucket == self.bucket + 1 {
-                self.current
-            } else {
-                0
-            };
-            self.current = 0;
-            self.bucket = bucket;
-        }
+        self.windows.roll_to(bucket);
+    }
+
+    /// Counts one admitted request in the latest window.
+    pub(crate) fn count_one(&mut self) {
+        self.windows.current += 1;
     }
 
     /// An upper bound on the requests admitted in window `bucket` (after `roll_to(bucket)`
     /// or `roll_to(bucket + 1)`), or `None` if the window began before counting began (only
     /// the sketch can bound it).
     pub(crate) fn bound(&self, bucket: u64) -> Option<isize> {
-        let counted = if bucket == self.bucket {
-            self.current
-        } else if bucket + 1 == self.bucket {
-            self.previous
-        } else if bucket > self.bucket {
-            0
-        } else {
-            return None;
-        };
+        let counted = self.windows.of(bucket)?;
         if bucket > self.since {
             Some(counted)
         } else if bucket == self.since {
@@ -180,6 +215,7 @@ impl Rate {
     /// The key's counts in `view`'s windows now: (previous, current).
     pub(crate) fn counts_in(&self, hash: u64, view: &WindowView) -> (isize, isize) {
         let core = &*self.core;
+        debug_assert_eq!(view.index, core.slot_index(view.bucket), "a view of this Rate");
         let prev = match view.bucket {
             0 => 0,
             _ => core.slots[core.index_before(view.index)].counts.get(hash),
@@ -326,10 +362,10 @@ mod tests {
             None,
             "windows before counting began are not bounded"
         );
-        r.current += 2;
+        r.windows.current += 2;
         assert_eq!(r.bound(5), Some(9));
         r.roll_to(6);
-        r.current += 1;
+        r.count_one();
         assert_eq!(r.bound(5), Some(9));
         assert_eq!(r.bound(6), Some(1));
         r.roll_to(8);

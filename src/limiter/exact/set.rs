@@ -5,6 +5,7 @@ use std::borrow::Borrow;
 
 use super::Counts;
 use crate::limiter::limits::Thresholds;
+use crate::rate::Rolling;
 
 /// Places per set: the most entries a request ever looks at, and the unit the stage's
 /// capacity is rounded up to.
@@ -39,48 +40,32 @@ impl<K> Entry<K> {
     /// What the entry has shown in the current epoch or the last: its requests, whichever
     /// epoch had more, and its permits in flight.
     fn evidence(&self, epoch: u64) -> u64 {
-        let mut hits = self.hits;
-        hits.roll_to(epoch);
         let inflight = u64::try_from(self.counts.inflight.tracked).unwrap_or(0);
-        u64::from(hits.current.max(hits.previous)).saturating_add(inflight)
+        u64::from(self.hits.most(epoch)).saturating_add(inflight)
     }
 }
 
 /// Requests in the current epoch and the one before.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Hits {
-    epoch: u64,
-    current: u32,
-    previous: u32,
-}
+pub(crate) struct Hits(Rolling<u32>);
 
 impl Hits {
     /// The evidence a key brings in at its promotion: the `knocks` it showed at the door in
     /// `epoch`.
     pub(crate) fn at_promotion(epoch: u64, knocks: u32) -> Self {
-        Hits {
-            epoch,
-            current: knocks,
-            previous: 0,
-        }
-    }
-
-    fn roll_to(&mut self, epoch: u64) {
-        if epoch > self.epoch {
-            self.previous = if epoch == self.epoch + 1 {
-                self.current
-            } else {
-                0
-            };
-            self.current = 0;
-            self.epoch = epoch;
-        }
+        Hits(Rolling::starting(epoch, knocks))
     }
 
     /// Counts one request in `epoch`.
     pub(crate) fn count(&mut self, epoch: u64) {
-        self.roll_to(epoch);
-        self.current = self.current.saturating_add(1);
+        self.0.roll_to(epoch);
+        self.0.current = self.0.current.saturating_add(1);
+    }
+
+    /// The more of the requests in `epoch` and in the one before.
+    fn most(mut self, epoch: u64) -> u32 {
+        self.0.roll_to(epoch);
+        self.0.current.max(self.0.previous)
     }
 }
 
