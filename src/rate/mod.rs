@@ -121,8 +121,11 @@ pub struct RateComponents {
 /// assert!((estimate - 85.0).abs() < 1e-9);
 /// ```
 pub static PROPORTIONAL_RATE_ESTIMATE_CALC_FN: fn(RateComponents) -> f64 = |parts| {
-    let weighted = parts.prev_samples as f64 * (1.0 - parts.current_interval_fraction)
-        + parts.curr_samples as f64;
+    let weighted = window::sliding_count(
+        parts.prev_samples as f64,
+        parts.curr_samples as f64,
+        parts.current_interval_fraction,
+    );
     weighted / parts.interval.as_secs_f64()
 };
 
@@ -587,10 +590,16 @@ impl RateCore {
             .saturating_sub(self.shift)
     }
 
+    /// Nanoseconds from the start of `bucket` to the time `elapsed` (0 before it).
+    #[inline]
+    fn offset_in_bucket(&self, bucket: u64, elapsed: u64) -> u64 {
+        elapsed.saturating_sub(bucket.saturating_mul(self.bucket_nanos))
+    }
+
     /// How far into `bucket` the time `elapsed` is, in [0, 1).
     fn fraction(&self, bucket: u64, elapsed: u64) -> f64 {
-        let into_bucket = elapsed.saturating_sub(bucket * self.bucket_nanos);
-        (into_bucket as f64 / self.bucket_nanos as f64).clamp(0.0, 1.0)
+        let into = self.offset_in_bucket(bucket, elapsed);
+        (into as f64 / self.bucket_nanos as f64).clamp(0.0, 1.0)
     }
 
     /// The key's count in one bucket.

@@ -6,6 +6,14 @@ use std::time::Duration;
 
 use super::Rate;
 
+/// The sliding-window count `prev·(1−f) + curr`, `f` being how far into the current window
+/// the time is, in [0, 1]: the one home of the estimate, for the limiter's windows, the
+/// reports and the pingora-compatible rate function.
+#[inline]
+pub(crate) fn sliding_count(prev: f64, curr: f64, fraction: f64) -> f64 {
+    prev * (1.0 - fraction) + curr
+}
+
 /// One observation as the limiter sees it: the bucket it landed in and the key's counts.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct WindowView {
@@ -49,7 +57,7 @@ impl WindowView {
     /// The sliding-window count: `prev·(1−f) + curr`, with `f = into / len`.
     pub(crate) fn sliding(&self) -> f64 {
         let fraction = self.into.min(self.len) as f64 / self.len as f64;
-        self.prev as f64 * (1.0 - fraction) + self.curr as f64
+        sliding_count(self.prev as f64, self.curr as f64, fraction)
     }
 
     /// How long until one more request fits under `limit`, if nothing else arrives: the
@@ -215,7 +223,11 @@ impl Rate {
     /// The key's counts in `view`'s windows now: (previous, current).
     pub(crate) fn counts_in(&self, hash: u64, view: &WindowView) -> (isize, isize) {
         let core = &*self.core;
-        debug_assert_eq!(view.index, core.slot_index(view.bucket), "a view of this Rate");
+        debug_assert_eq!(
+            view.index,
+            core.slot_index(view.bucket),
+            "a view of this Rate"
+        );
         let prev = match view.bucket {
             0 => 0,
             _ => core.slots[core.index_before(view.index)].counts.get(hash),
@@ -235,7 +247,7 @@ impl Rate {
             Some(prev) => core.slot(prev).counts.mean_count(),
             None => 0.0,
         };
-        prev * (1.0 - core.fraction(bucket, elapsed)) + curr
+        sliding_count(prev, curr, core.fraction(bucket, elapsed))
     }
 
     /// The number since the Unix epoch of the window of `bucket` (windows aligned to it).
@@ -250,8 +262,11 @@ impl Rate {
     pub(crate) fn now_bucket(&self) -> (u64, u64, u64) {
         let core = &*self.core;
         let (bucket, elapsed) = core.now();
-        let into = elapsed.saturating_sub(bucket.saturating_mul(core.bucket_nanos));
-        (bucket, core.time_at(elapsed), into)
+        (
+            bucket,
+            core.time_at(elapsed),
+            core.offset_in_bucket(bucket, elapsed),
+        )
     }
 
     /// The time now on the Rate's clock, as a request would read it.
@@ -294,7 +309,7 @@ impl super::RateCore {
             index,
             prev,
             curr,
-            into: elapsed.saturating_sub(bucket * self.bucket_nanos),
+            into: self.offset_in_bucket(bucket, elapsed),
             len: self.bucket_nanos,
             at: self.time_at(elapsed),
         }
