@@ -48,6 +48,8 @@
 
 use std::time::Duration;
 
+#[cfg(feature = "fault-injection")]
+mod faults;
 mod fork;
 mod manual;
 mod schedule;

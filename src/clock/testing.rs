@@ -1,18 +1,11 @@
 //! Fault injection for tests of the ticker's self-healing. Not part of the stable API.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use super::faults::{LATE_BY_MICROS, PANIC_NEXT_TICK, STALL_NEXT_TICK_MS};
 use super::ticker::{self, GENERATION};
 use super::TICK;
-
-/// Set: the running ticker panics at its next tick.
-static PANIC_NEXT_TICK: AtomicBool = AtomicBool::new(false);
-/// Non-zero: the running ticker sleeps this many milliseconds before its next tick.
-static STALL_NEXT_TICK_MS: AtomicU64 = AtomicU64::new(0);
-/// Non-zero: every pass sleeps this many microseconds between reading the time and running
-/// the users due, as a pass does whose thread is preempted or whose users are many.
-static LATE_BY_MICROS: AtomicU64 = AtomicU64::new(0);
 
 /// Makes the running shared ticker panic at its next tick.
 pub fn panic_ticker() {
@@ -60,23 +53,4 @@ pub fn scheduled_users() -> usize {
 /// How many times the shared ticker has run a user's work (a `Rate`'s window change) so far.
 pub fn users_run() -> u64 {
     ticker::scheduler().runs()
-}
-
-/// The ticker's own faults, checked once per tick before it works.
-pub(super) fn before_tick() {
-    if PANIC_NEXT_TICK.swap(false, Ordering::Relaxed) {
-        panic!("floodgate-ticker: panic injected by clock::testing::panic_ticker");
-    }
-    let stall = STALL_NEXT_TICK_MS.swap(0, Ordering::Relaxed);
-    if stall > 0 {
-        std::thread::sleep(Duration::from_millis(stall));
-    }
-}
-
-/// A late pass, checked between reading the time and running the users due.
-pub(super) fn before_pass() {
-    let late = LATE_BY_MICROS.load(Ordering::Relaxed);
-    if late > 0 {
-        std::thread::sleep(Duration::from_micros(late));
-    }
 }

@@ -7,9 +7,10 @@ use std::time::Instant;
 
 use crossbeam_utils::CachePadded;
 
-use super::schedule::Scheduler;
 #[cfg(feature = "fault-injection")]
-use super::testing::{before_pass, before_tick};
+#[cfg(feature = "fault-injection")]
+use super::faults::{before_pass, before_tick};
+use super::schedule::Scheduler;
 use super::TICK;
 
 /// A ticker silent for this long is presumed dead or stalled.
