@@ -9,7 +9,7 @@ use http::Response;
 use pin_project_lite::pin_project;
 
 use super::headers::Admitted;
-use super::service::{refuse, Refusal};
+use super::refusal::{refuse, Refusal};
 use super::LimitBody;
 #[cfg(doc)]
 use super::LimitService;

@@ -22,6 +22,8 @@ mod key;
 #[allow(clippy::module_inception)]
 mod layer;
 mod limits;
+mod mode;
+mod refusal;
 mod service;
 mod wait;
 
@@ -30,5 +32,6 @@ pub use future::ResponseFuture;
 pub use key::{HostKey, KeyExtractor};
 pub use layer::LimitLayer;
 pub use limits::{LimiterDefaults, LimitsExtractor};
+pub use mode::{RefuseAtOnce, WaitUpTo};
 pub use service::LimitService;
-pub use wait::{RefuseAtOnce, WaitFuture, WaitUpTo};
+pub use wait::WaitFuture;

@@ -1,11 +1,10 @@
-//! The layer's two ways with a request over a limit: [`RefuseAtOnce`] (the default) or
-//! [`WaitUpTo`] a deadline for room, through [`Limiter::acquire`](crate::Limiter::acquire),
-//! with the [`WaitFuture`] that waits before it calls the inner service.
+//! The service of the [`WaitUpTo`] mode: a request over a limit waits up to a deadline for
+//! room, through [`Limiter::acquire`](crate::Limiter::acquire), in the [`WaitFuture`] that
+//! then calls the inner service.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
-use std::time::Duration;
 
 use http::{Request, Response};
 use pin_project_lite::pin_project;
@@ -15,18 +14,8 @@ use super::future::State;
 use super::headers::Policies;
 #[cfg(doc)]
 use super::LimitLayer;
-use super::{KeyExtractor, LimitBody, LimitService, LimitsExtractor, ResponseFuture};
+use super::{KeyExtractor, LimitBody, LimitService, LimitsExtractor, ResponseFuture, WaitUpTo};
 use crate::Acquire;
-
-/// A request over a limit is refused at once: the default of [`LimitLayer`] and
-/// [`LimitService`].
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RefuseAtOnce;
-
-/// A request over a limit waits up to this long for room before it is refused: see
-/// [`LimitLayer::wait`].
-#[derive(Debug, Clone, Copy)]
-pub struct WaitUpTo(pub Duration);
 
 impl<S, F, L, ReqBody, ResBody> Service<Request<ReqBody>> for LimitService<S, F, L, WaitUpTo>
 where
@@ -138,11 +127,11 @@ where
                     if waiting.is_none() {
                         // Polled again after a panic in the inner service's `call`: refuse
                         // rather than panic or hang.
-                        return Poll::Ready(Ok(super::service::refuse(None)));
+                        return Poll::Ready(Ok(super::refusal::refuse(None)));
                     }
                     let decided = ready!(Pin::new(acquire).poll(cx));
                     let Some(mut w) = waiting.take() else {
-                        return Poll::Ready(Ok(super::service::refuse(None)));
+                        return Poll::Ready(Ok(super::refusal::refuse(None)));
                     };
                     let state: State<S::Future> = match decided {
                         Ok(permit) => {
