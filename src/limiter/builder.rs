@@ -12,7 +12,14 @@ use super::exact::ExactStage;
 use super::limits::{HighestRatePromotion, Thresholds};
 use super::overlimit::{OverLimit, SLOTS_PER_EXACT_KEY};
 use super::sketches::Sketches;
-use super::*;
+use super::wait::Waiters;
+use super::{
+    Limiter, Limits, Shared, Sweeper, ASSUMED_TIME_IN_FLIGHT, DEFAULT_MAX_WAITERS,
+    DEFAULT_MAX_WAITERS_PER_KEY, DEFAULT_PEAK_RATE, DEFAULT_PROMOTION, DEFAULT_ROWS,
+    MAX_EXACT_CAPACITY, MAX_LIMIT, MAX_SIZED_COLUMNS, MAX_SIZED_EXACT_CAPACITY, MAX_WAITERS,
+    MIN_SIZED_COLUMNS, MIN_SIZED_EXACT_CAPACITY, NOISE_MARGIN,
+};
+use crossbeam_utils::atomic::AtomicCell;
 
 /// How often the exact stage is swept when no rate interval sets the pace: an epoch of its
 /// evidence, and the longest a cooled-down key waits to be demoted by the sweep.
@@ -522,4 +529,43 @@ fn sized_columns(events: f64, promote_at: f64) -> usize {
     let wanted = (NOISE_MARGIN * events / promote_at.max(1.0)).ceil();
     // `as` saturates (a NaN is 0).
     (wanted as usize).clamp(MIN_SIZED_COLUMNS, MAX_SIZED_COLUMNS)
+}
+
+#[cfg(feature = "redis")]
+impl<K> LimiterBuilder<K>
+where
+    K: crate::fleet::FleetKey + std::hash::Hash + Eq + Send + Sync + 'static,
+{
+    /// Holds the rate limit (`max_rate`) together with every other limiter of the same
+    /// [`FleetConfig`](crate::fleet::FleetConfig), through Redis (feature `redis`): see [`crate::fleet`].
+    ///
+    /// Decisions stay local; a thread of the limiter's own syncs the keys near their limits
+    /// every [`sync_interval`](crate::fleet::FleetConfig::sync_interval). The windows are aligned to the
+    /// Unix epoch, and the interval must be a whole number of milliseconds. In-flight limits
+    /// stay per node. [`build`](Self::build) checks the configuration
+    /// ([`ConfigError::Fleet`](crate::ConfigError::Fleet)); it does not need Redis to be up.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::{fleet::FleetConfig, ConfigError, Limiter};
+    ///
+    /// let fleet = FleetConfig::new("redis://127.0.0.1:6379/").prefix("edge");
+    /// let without_rate = Limiter::<String>::builder().max_inflight(5).fleet(fleet.clone()).build();
+    /// assert!(matches!(without_rate, Err(ConfigError::Fleet(_))));
+    /// let limiter = Limiter::<String>::builder()
+    ///     .max_rate(1000, Duration::from_secs(1))
+    ///     .fleet(fleet)
+    ///     .build()
+    ///     .unwrap();
+    /// assert!(limiter.fleet_status().is_some());
+    /// ```
+    pub fn fleet(mut self, config: crate::fleet::FleetConfig) -> Self {
+        self.fleet = Some(super::fleet::FleetSetup {
+            config,
+            spawn: super::fleet::spawn_sync::<K>,
+        });
+        self
+    }
 }

@@ -1,5 +1,5 @@
-//! A limiter in a fleet (feature `redis`): its builder switch, its thresholds while in a
-//! fleet, and the sync thread that pushes its counts to Redis and brings the fleet's back.
+//! A limiter in a fleet (feature `redis`): what its builder switch keeps, its thresholds
+//! while in a fleet, and the sync thread that pushes its counts to Redis and brings the fleet's back.
 //! The design and its bound are in `docs/fleet.md`.
 
 use std::hash::Hash;
@@ -11,7 +11,7 @@ use super::exact::Counts;
 use super::limits::{RateThreshold, Thresholds};
 use super::sketches::judge_alone;
 use super::Rejected;
-use super::{Limiter, LimiterBuilder, Shared};
+use super::{Limiter, Shared};
 use crate::fleet::{FleetConfig, FleetKey, FleetNode, FleetStatus, Push, Store};
 use crate::rate::WindowView;
 
@@ -27,44 +27,6 @@ impl<K> Clone for FleetSetup<K> {
             config: self.config.clone(),
             spawn: self.spawn,
         }
-    }
-}
-
-impl<K> LimiterBuilder<K>
-where
-    K: FleetKey + Hash + Eq + Send + Sync + 'static,
-{
-    /// Holds the rate limit (`max_rate`) together with every other limiter of the same
-    /// [`FleetConfig`], through Redis (feature `redis`): see [`crate::fleet`].
-    ///
-    /// Decisions stay local; a thread of the limiter's own syncs the keys near their limits
-    /// every [`sync_interval`](FleetConfig::sync_interval). The windows are aligned to the
-    /// Unix epoch, and the interval must be a whole number of milliseconds. In-flight limits
-    /// stay per node. [`build`](Self::build) checks the configuration
-    /// ([`ConfigError::Fleet`](crate::ConfigError::Fleet)); it does not need Redis to be up.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use floodgate::{fleet::FleetConfig, ConfigError, Limiter};
-    ///
-    /// let fleet = FleetConfig::new("redis://127.0.0.1:6379/").prefix("edge");
-    /// let without_rate = Limiter::<String>::builder().max_inflight(5).fleet(fleet.clone()).build();
-    /// assert!(matches!(without_rate, Err(ConfigError::Fleet(_))));
-    /// let limiter = Limiter::<String>::builder()
-    ///     .max_rate(1000, Duration::from_secs(1))
-    ///     .fleet(fleet)
-    ///     .build()
-    ///     .unwrap();
-    /// assert!(limiter.fleet_status().is_some());
-    /// ```
-    pub fn fleet(mut self, config: FleetConfig) -> Self {
-        self.fleet = Some(FleetSetup {
-            config,
-            spawn: spawn_sync::<K>,
-        });
-        self
     }
 }
 
@@ -150,7 +112,7 @@ pub(super) fn judge(
 }
 
 /// Starts the sync thread of a fleet limiter. It holds the limiter weakly and ends with it.
-fn spawn_sync<K>(shared: Weak<Shared<K>>, node: Arc<FleetNode>)
+pub(super) fn spawn_sync<K>(shared: Weak<Shared<K>>, node: Arc<FleetNode>)
 where
     K: FleetKey + Hash + Eq + Send + Sync + 'static,
 {
