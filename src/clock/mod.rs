@@ -9,7 +9,9 @@
 //! 1. publishes the time (nanoseconds since a process-wide epoch) in one atomic, which the
 //!    request path reads with a single relaxed load instead of calling `Instant::now()`;
 //! 2. runs the periodic work that is due: each `Rate` clears the window slots it will use
-//!    next as each of its windows begins, well before they are used.
+//!    next as each of its windows begins, well before they are used, and each `Limiter`
+//!    sweeps its exact stage, forgets the over-limit deadlines that have passed and wakes
+//!    the waiters that are due.
 //!
 //! The work of a tick follows what is due, not how many `Rate`s exist: each `Rate` is one
 //! entry in a hierarchical timing wheel keyed by the tick of its next window change (O(1) to
@@ -94,7 +96,4 @@ pub(crate) fn saturating_nanos(duration: Duration) -> u64 {
 /// beside a `Rate` on the shared clock, whose own reads start the ticker and watch it. 0
 /// before the ticker first ran.
 #[cfg(feature = "redis")]
-#[inline]
-pub(crate) fn coarse_nanos_read() -> u64 {
-    ticker::coarse_load()
-}
+pub(crate) use ticker::coarse_load;

@@ -75,7 +75,7 @@ pub(super) fn coarse_nanos() -> u64 {
 /// The coarse time as published, without starting or watching the ticker.
 #[cfg(feature = "redis")]
 #[inline]
-pub(super) fn coarse_load() -> u64 {
+pub(crate) fn coarse_load() -> u64 {
     COARSE.load(Ordering::Relaxed)
 }
 

@@ -62,8 +62,7 @@ mod view;
 
 pub use key::FleetKey;
 pub(crate) use node::FleetNode;
-#[allow(unused_imports)]
-pub(crate) use store::{KeyTotals, Push, Store, StoreError, Synced, MAX_COUNT};
+pub(crate) use store::{KeyTotals, Push, Store};
 pub(crate) use view::FleetView;
 
 /// Where the fleet's Redis is, how the fleet's keys are named there, and how often a node syncs.

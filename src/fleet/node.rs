@@ -61,6 +61,8 @@ impl FleetNode {
             sync_nanos,
             nodes: AtomicUsize::new(1),
             inverse: AtomicU64::new(1f64.to_bits()),
+            // `coarse_now` starts the shared ticker, whose time `coarse_load` reads from then
+            // on (a limiter on a manual clock has no `Rate` of its own on it to start it).
             last_ok: AtomicU64::new(crate::clock::saturating_nanos(crate::clock::coarse_now())),
             stale_after,
             report: Mutex::new(Report::default()),
@@ -84,7 +86,8 @@ impl FleetNode {
     /// request path, so that a sync blocked on a stalled Redis does not delay it.
     #[inline]
     pub(crate) fn degraded(&self) -> bool {
-        coarse_nanos().saturating_sub(self.last_ok.load(Ordering::Relaxed)) > self.stale_after
+        crate::clock::coarse_load().saturating_sub(self.last_ok.load(Ordering::Relaxed))
+            > self.stale_after
     }
 
     /// A sync reached Redis: `nodes` seen, `keys` pushed.
@@ -92,7 +95,8 @@ impl FleetNode {
         self.nodes.store(nodes.max(1), Ordering::Relaxed);
         self.inverse
             .store((1.0 / nodes.max(1) as f64).to_bits(), Ordering::Relaxed);
-        self.last_ok.store(coarse_nanos(), Ordering::Relaxed);
+        self.last_ok
+            .store(crate::clock::coarse_load(), Ordering::Relaxed);
         let mut report = lock(&self.report);
         let was_out = report.logged;
         report.connected = true;
@@ -169,11 +173,4 @@ fn node_id() -> String {
             .map_or(0, |d| d.as_nanos()),
     );
     format!("{}-{:016x}", std::process::id(), random.finish())
-}
-
-/// The shared coarse clock, read on the request path: one load. A fleet limiter has a rate on
-/// the shared clock whose reads keep the ticker alive (and one on a manual clock starts it
-/// here, when the node is made).
-fn coarse_nanos() -> u64 {
-    crate::clock::coarse_nanos_read()
 }

@@ -104,7 +104,9 @@ pub(crate) struct Synced<'a> {
 pub(crate) struct StoreError {
     what: String,
     source: Option<redis::RedisError>,
-    /// The sync's deadline passed before this step could start.
+    /// The sync's deadline passed before this step could start. Read only by the store's
+    /// tests (`is_timeout`), which tell running out of time from an error; the operator sees
+    /// it in the message.
     #[cfg_attr(not(test), allow(dead_code))]
     out_of_time: bool,
 }

@@ -45,7 +45,8 @@ pub(crate) struct FleetView {
     pub(crate) at: u64,
     /// The other nodes' admissions of the key per nanosecond, between the last two syncs (or
     /// over the window before, at a window's first sync), in fixed point: 2^32 is one per
-    /// nanosecond (no float on the request path, but in a window's first moments).
+    /// nanosecond, so that the request path applies it with integer arithmetic (the sync
+    /// works it out in floats).
     pub(crate) others_pace: Pace,
     /// The other nodes that refused the key in `window` or the window before. Refusals of
     /// the window before count too: a node whose refusal is held in its over-limit cache past

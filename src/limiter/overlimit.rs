@@ -17,7 +17,7 @@
 //! One `AtomicU64` per slot, indexed by the key's spread hash: 24 bits of tag (other bits of
 //! the spread) and the deadline's low 40 bits, in units of 2^16 ns (65.5 µs), compared with
 //! wrapping arithmetic so the clock may run for any length of time; deadlines more than 2^39
-//! units (10 hours) ahead are not cached. The deadline is rounded down: the cache lets a key
+//! units (2^55 ns, about 417 days) ahead are not cached. The deadline is rounded down: the cache lets a key
 //! through up to a unit early, to be decided the usual way, and never rejects it at or past
 //! its deadline. The `retry_after` it reports is rounded up to the next unit (never early,
 //! at most 65.5 µs late) and never beyond the two windows a rate rejection can wait at most.

@@ -13,7 +13,7 @@
 //! - [`permits`]: [`permits::AnyPermit`], a permit of either kind.
 //! - [`redis`]: real `redis-server`s (one, or a Cluster) on free loopback ports for the fleet's
 //!   tests, skipped with a printed reason without the binary (failed under CI); also included by
-//!   the fleet store's unit tests in `src/fleet/store.rs`.
+//!   the fleet store's unit tests (`src/fleet/store/tests.rs`) and the fleet bench.
 //! - [`serial`]: serialising the tests of one binary, and quieting their injected panics.
 //! - [`ticker`]: polling with a deadline, and checks that the shared ticker is alive and single.
 // Each test crate uses the part it needs.
