@@ -1,7 +1,7 @@
 //! The ids of every criterion group and bench that `scripts/compare` reports, in one place.
 //!
 //! The benches take their names from here (through `common`), and the report
-//! (`examples/compare_report`) includes this file with `#[path]` and looks for exactly these
+//! (`tools/compare_report`) includes this file with `#[path]` and looks for exactly these
 //! results, so renaming a bench renames it in the report too, and a bench that stops
 //! producing a result fails the report by name. Plain data only: no dependencies, so the
 //! report can include it without the benches' machinery.

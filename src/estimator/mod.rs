@@ -41,7 +41,7 @@ pub(crate) use count_min::{checked_size, dimensions_for_error, CountMin};
 pub(crate) use key_hash::{remix, KeyHasher};
 
 /// The limiter's blocked table with a hasher of its own, for the crate's accuracy figures
-/// (`examples/compare_report` draws its over-estimates next to [`Estimator`]'s): not a
+/// (`tools/compare_report` draws its over-estimates next to [`Estimator`]'s): not a
 /// stable API.
 #[cfg(feature = "fault-injection")]
 #[doc(hidden)]

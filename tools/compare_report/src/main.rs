@@ -1,7 +1,7 @@
 //! The comparison report of `scripts/compare`, from one run of the benches.
 //!
 //! ```text
-//! cargo run --release --example compare_report -- RUN_DIR [--docs DIR] [--readme README.md]
+//! cargo run --release --manifest-path tools/compare_report/Cargo.toml -- RUN_DIR [--docs DIR] [--readme README.md]
 //! ```
 //!
 //! RUN_DIR is what `scripts/compare` left in `target/compare`: `criterion/` (the run's
@@ -19,7 +19,7 @@
 //! their ids from. Every input is read and every expected result checked before anything is
 //! written: a missing one fails the report, naming the file or the row.
 
-#[path = "../../benches/common/ids.rs"]
+#[path = "../../../benches/common/ids.rs"]
 mod ids;
 mod inputs;
 mod parts;
@@ -110,4 +110,17 @@ fn write(path: &std::path::Path, text: &str) -> Result<(), String> {
     std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     eprintln!("compare_report: wrote {}", path.display());
     Ok(())
+}
+
+/// `1234567` as `1,234,567`: the figures' and the tables' counts.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, d) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(d);
+    }
+    out
 }

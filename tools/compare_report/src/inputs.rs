@@ -58,7 +58,7 @@ impl Results {
             if !known.contains(&found) {
                 eprintln!(
                     "compare_report: warning: {found} is not in the report (give it an id in \
-                     benches/common/ids.rs and a place in examples/compare_report/parts.rs)"
+                     benches/common/ids.rs and a place in tools/compare_report/src/parts.rs)"
                 );
             }
         }

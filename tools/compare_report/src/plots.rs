@@ -141,9 +141,9 @@ pub fn overestimate_table(rows: &[Overestimate]) -> (String, Vec<String>) {
     let heading = format!(
         "Over-estimation: Zipf s=1.0 over {} keys, {} increments (seeded), {} distinct \
          keys; per key, estimate − true count.",
-        thousands(KEYS),
-        thousands(STREAM as u64),
-        thousands(rows.first().map_or(0, |r| r.keys as u64))
+        crate::thousands(KEYS),
+        crate::thousands(STREAM as u64),
+        crate::thousands(rows.first().map_or(0, |r| r.keys as u64))
     );
     let mut table = vec![
         "| layout | H × N | ε = e/N | bound ε·total | mean | p99 | max | keys over the bound | \
@@ -198,8 +198,8 @@ pub fn draw_overestimates(rows: &[Overestimate], path: &Path) -> Result<()> {
             format!(
                 "Count-min over-estimate per key vs sketch width \
                  (Zipf s=1.0, {} increments over {} keys)",
-                thousands(STREAM as u64),
-                thousands(KEYS)
+                crate::thousands(STREAM as u64),
+                crate::thousands(KEYS)
             ),
             ("sans-serif", 22),
         )
@@ -302,19 +302,6 @@ pub fn draw_overestimates(rows: &[Overestimate], path: &Path) -> Result<()> {
         .draw()?;
     root.present()?;
     Ok(())
-}
-
-/// `1234567` as `1,234,567`.
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, d) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(d);
-    }
-    out
 }
 
 // ---- ns per operation ----

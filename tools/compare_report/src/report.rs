@@ -72,21 +72,8 @@ fn count_of(part: u64, whole: u64) -> String {
     if part == 0 {
         "0".to_string()
     } else {
-        format!("{} ({})", thousands(part), percent(part, whole))
+        format!("{} ({})", crate::thousands(part), percent(part, whole))
     }
-}
-
-/// `1000000` as `1,000,000`.
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, d) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(d);
-    }
-    out
 }
 
 fn threads_title(threads: usize) -> String {
@@ -500,7 +487,7 @@ impl<'a> Report<'a> {
         for workload in sim::WORKLOADS {
             for (rate, rate_id) in sim::RATES {
                 let ours = self.median(&Bench::simulated(workload, rate_id, sim::FLOODGATE));
-                let mut cells = vec![format!("`{workload}`"), thousands(rate)];
+                let mut cells = vec![format!("`{workload}`"), crate::thousands(rate)];
                 for structure in sim::STRUCTURES {
                     let value = self.median(&Bench::simulated(workload, rate_id, structure));
                     cells.push(if structure == sim::FLOODGATE {
@@ -564,12 +551,12 @@ impl<'a> Report<'a> {
                     };
                     lines.push(row(&[
                         format!("`{workload}`"),
-                        thousands(rate),
+                        crate::thousands(rate),
                         limiter.label.to_string(),
-                        thousands(a.requests),
-                        thousands(a.admitted),
+                        crate::thousands(a.requests),
+                        crate::thousands(a.admitted),
                         count_of(a.wrong_refusals, a.healthy),
-                        thousands(a.wrong_refusals_after_2s),
+                        crate::thousands(a.wrong_refusals_after_2s),
                         count_of(a.over_admissions, a.admitted),
                         if a.origin_requests == 0 {
                             "—".to_string()
@@ -700,7 +687,7 @@ impl<'a> Report<'a> {
         doc.extend([
             "## Over-estimation against the count-min bound".to_string(),
             String::new(),
-            "From `examples/compare_report/plots.rs` (`docs/overestimate.svg`). Hash keys are \
+            "From `tools/compare_report/src/plots.rs` (`docs/overestimate.svg`). Hash keys are \
              random per instance, so these figures vary a little from run to run."
                 .to_string(),
             String::new(),
@@ -795,7 +782,7 @@ pub fn panels(results: &crate::inputs::Results) -> Vec<Panel> {
             title: format!(
                 "{}: {} requests/s, one thread",
                 parts::sim::TITLE,
-                thousands(rate)
+                crate::thousands(rate)
             ),
             categories: sim::WORKLOADS
                 .iter()
