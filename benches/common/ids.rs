@@ -148,9 +148,9 @@ pub mod limiter {
     pub const PART: &str = "limiter";
     pub const FLOOD_10M: &str = "flood_10m";
     pub const FLOOD_1KEY: &str = "flood_1key";
-    /// The uniform traffic through a limiter sized for a tenth of it (not in the report).
+    /// The uniform traffic through a limiter sized for a tenth of it.
     pub const UNIFORM_PAST_PEAK: &str = "uniform_past_peak";
-    pub const WORKLOADS: [&str; 4] = [UNIFORM, ZIPF, FLOOD_10M, FLOOD_1KEY];
+    pub const WORKLOADS: [&str; 5] = [UNIFORM, UNIFORM_PAST_PEAK, ZIPF, FLOOD_10M, FLOOD_1KEY];
 
     pub const FLOODGATE: Structure = Structure {
         id: "floodgate",

@@ -476,12 +476,19 @@ impl<'a> Report<'a> {
                 .to_string(),
             String::new(),
             "**Median ns per operation**, one thread; in parentheses, the peer's ÷ floodgate's \
-             (above 1: floodgate is faster)"
+             (above 1: floodgate is faster). The floor is what floodgate's rate decision must \
+             do on the lines it must touch: 2 locked adds on one line of the current window's \
+             table and 2 loads on one line of the previous window's, on indexes worked out \
+             before timing, tables as large as floodgate's; in parentheses, floodgate ÷ floor. \
+             A request of floodgate's touches one line of each window's table, the over-limit \
+             cache's slot and the exact stage's filter cell: 4 lines, and a 5th, a word of the \
+             window's dirty bitmap, when its add takes a counter up from zero."
                 .to_string(),
             String::new(),
         ];
         let mut head = vec!["workload".to_string(), "requests/s".to_string()];
         head.extend(sim::STRUCTURES.iter().map(|s| s.label.to_string()));
+        head.push(sim::FLOOR.label.to_string());
         lines.push(row(&head));
         lines.push(rule(1, head.len()));
         for workload in sim::WORKLOADS {
@@ -496,6 +503,8 @@ impl<'a> Report<'a> {
                         format!("{} ({})", ns(value), ratio(value / ours))
                     });
                 }
+                let floor = self.median(&Bench::simulated(workload, rate_id, sim::FLOOR));
+                cells.push(format!("{} ({})", ns(floor), ratio(ours / floor)));
                 lines.push(row(&cells));
             }
         }
