@@ -41,6 +41,8 @@ fn each_key_is_held_exactly_to_its_own_in_flight_limit() {
     }
 }
 
+/// Each key alone in its windows: keys at their limits in one window may meet another's
+/// line in full (see the README's sizing section), which is not what this test is about.
 #[test]
 fn each_key_is_admitted_exactly_its_own_rate_per_window() {
     let clock = ManualClock::new();
@@ -50,9 +52,9 @@ fn each_key_is_admitted_exactly_its_own_rate_per_window() {
         .build()
         .unwrap();
     for round in 0..3 {
-        // Whole windows apart: the previous window no longer weighs on this one.
-        clock.advance(2 * SECOND);
         for i in 1..=200isize {
+            // Whole windows apart: the previous window no longer weighs on this one.
+            clock.advance(2 * SECOND);
             let key = i as u64;
             let limits = Limits::new().max_rate(plan(i).rate_limit().unwrap());
             let admitted = (0..4 * i)
@@ -268,4 +270,43 @@ fn limits_the_counters_cannot_reach_are_refused_wherever_they_enter() {
     assert!(rejected.to_string().contains("largest limit"), "{rejected}");
     assert_eq!(limiter.estimate(&1).inflight, Some(0), "nothing counted");
     assert!(limiter.try_acquire(&1).is_ok(), "the defaults still admit");
+}
+
+/// `set_limits` checks the defaults as `build` does: a push that would refuse every key (a
+/// limit below 1) or switch limiting off (no limit at all) is refused with the builder's
+/// error, and the defaults in force stay. Per-key `Limits` of 0 still refuse their key: that
+/// is asked for one key at a time.
+#[test]
+fn a_push_of_defaults_that_would_refuse_every_key_or_limit_nothing_is_refused() {
+    let clock = ManualClock::new();
+    let limiter: Limiter<u64> = Limiter::builder()
+        .max_inflight(5)
+        .max_rate(10, SECOND)
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let before = limiter.limits();
+    for (push, what) in [
+        (Limits::new().max_rate(-1), "max_rate must be at least 1"),
+        (Limits::new().max_rate(0), "max_rate must be at least 1"),
+        (
+            Limits::new().max_inflight(0).max_rate(10),
+            "max_inflight must be at least 1",
+        ),
+        (Limits::new(), "max_inflight, max_rate or both"),
+    ] {
+        let err = limiter.set_limits(push).unwrap_err();
+        assert!(
+            matches!(err, ConfigError::InvalidLimit(_)),
+            "{push:?}: {err:?}"
+        );
+        assert!(err.to_string().contains(what), "{push:?}: {err}");
+        assert_eq!(limiter.limits(), before, "{push:?} changed the defaults");
+    }
+    assert!(limiter.try_acquire(&1).is_ok(), "the defaults still admit");
+    let suspended = Limits::new().max_rate(0);
+    assert!(
+        limiter.try_acquire_with(&2, &suspended).is_err(),
+        "a key's own limit of 0 refuses it"
+    );
 }

@@ -350,20 +350,7 @@ impl<K> LimiterBuilder<K> {
     where
         K: Send + Sync + 'static,
     {
-        if self.max_inflight.is_none() && self.max_rate.is_none() {
-            return Err(ConfigError::InvalidLimit(
-                "a limiter needs max_inflight, max_rate or both",
-            ));
-        }
-        if self.max_inflight.is_some_and(|l| l < 1) {
-            return Err(ConfigError::InvalidLimit("max_inflight must be at least 1"));
-        }
-        if self.max_rate.is_some_and(|(l, _)| l < 1) {
-            return Err(ConfigError::InvalidLimit("max_rate must be at least 1"));
-        }
-        for limit in [self.max_inflight, self.max_rate.map(|(l, _)| l)] {
-            check_limit(limit)?;
-        }
+        check_defaults(self.max_inflight, self.max_rate.map(|(limit, _)| limit))?;
         if !(self.promotion > 0.0 && self.promotion <= 1.0) {
             return Err(ConfigError::InvalidLimit(
                 "the promotion threshold must be in (0, 1]",
@@ -512,7 +499,7 @@ impl<K> LimiterBuilder<K> {
 }
 
 /// A limit the counters can reach, or [`ConfigError::LimitTooLarge`].
-pub(super) fn check_limit(limit: Option<isize>) -> Result<(), ConfigError> {
+fn check_limit(limit: Option<isize>) -> Result<(), ConfigError> {
     match limit {
         Some(limit) if limit > MAX_LIMIT => Err(ConfigError::LimitTooLarge {
             limit,
@@ -520,6 +507,28 @@ pub(super) fn check_limit(limit: Option<isize>) -> Result<(), ConfigError> {
         }),
         _ => Ok(()),
     }
+}
+
+/// The checks of a limiter's default limits, at build and by `set_limits` alike: at least one
+/// limit (none would limit nothing), each at least 1 (below, every key would be refused) and
+/// at most [`MAX_LIMIT`].
+pub(super) fn check_defaults(
+    inflight: Option<isize>,
+    rate: Option<isize>,
+) -> Result<(), ConfigError> {
+    if inflight.is_none() && rate.is_none() {
+        return Err(ConfigError::InvalidLimit(
+            "a limiter needs max_inflight, max_rate or both",
+        ));
+    }
+    if inflight.is_some_and(|l| l < 1) {
+        return Err(ConfigError::InvalidLimit("max_inflight must be at least 1"));
+    }
+    if rate.is_some_and(|l| l < 1) {
+        return Err(ConfigError::InvalidLimit("max_rate must be at least 1"));
+    }
+    check_limit(inflight)?;
+    check_limit(rate)
 }
 
 /// The columns that keep the noise of `events` spread over a sketch at most 1/NOISE_MARGIN

@@ -422,8 +422,12 @@ where
     ///
     /// # Errors
     ///
-    /// [`ConfigError::InvalidLimit`] when `limits` has a kind the limiter does not count
-    /// (its builder set no `max_inflight`, or no `max_rate`); the defaults are then unchanged.
+    /// The defaults are checked as [`LimiterBuilder::build`] checks them, and are left
+    /// unchanged on an error: [`ConfigError::InvalidLimit`] when `limits` has no limit at all
+    /// (it would limit nothing), a limit below 1 (it would refuse every key), or a kind the
+    /// limiter does not count (its builder set no `max_inflight`, or no `max_rate`);
+    /// [`ConfigError::LimitTooLarge`] above [`MAX_LIMIT`]. A key's own limit of 0, through
+    /// [`try_acquire_with`](Self::try_acquire_with), still refuses that key.
     ///
     /// # Examples
     ///
@@ -442,13 +446,9 @@ where
     /// assert_eq!(limiter.limits(), Limits::new().max_inflight(2));
     /// ```
     pub fn set_limits(&self, limits: Limits) -> Result<(), ConfigError> {
+        builder::check_defaults(limits.inflight_limit(), limits.rate_limit())?;
+        // Checked above: the only refusal left is a kind the limiter does not count.
         let thresholds = self.shared.thresholds(&limits).map_err(|rejected| {
-            if rejected.reason == Reason::LimitTooLarge {
-                return ConfigError::LimitTooLarge {
-                    limit: rejected.limit,
-                    max: MAX_LIMIT,
-                };
-            }
             ConfigError::InvalidLimit(match rejected.reason {
                 Reason::RateNotCounted => {
                     "this limiter counts no rate: build it with max_rate to set rate limits"
