@@ -124,3 +124,14 @@ fn thousands(n: u64) -> String {
     }
     out
 }
+
+/// A median in ns: three significant digits at most (the tables' cells, the figures' labels).
+fn ns(value: f64) -> String {
+    if value < 10.0 {
+        format!("{value:.2}")
+    } else if value < 100.0 {
+        format!("{value:.1}")
+    } else {
+        format!("{value:.0}")
+    }
+}

@@ -359,17 +359,6 @@ fn one_two_five(low: f64, high: f64) -> Vec<f64> {
     steps[first..=last].to_vec()
 }
 
-/// A median for a label: three significant digits at most.
-fn format_ns(ns: f64) -> String {
-    if ns < 10.0 {
-        format!("{ns:.2}")
-    } else if ns < 100.0 {
-        format!("{ns:.1}")
-    } else {
-        format!("{ns:.0}")
-    }
-}
-
 const PANEL_HEIGHT: u32 = 380;
 const WIDTH: u32 = 1400;
 const LEGEND_WIDTH: u32 = 250;
@@ -437,7 +426,7 @@ pub fn draw_ns_per_op(parts: &[Panel], path: &Path) -> Result<()> {
                     let value = *part.median_ns.get(&(c, s))?;
                     let x = c as i32 * UNIT + UNIT * 8 / 100 + s as i32 * slot + slot * 9 / 20;
                     Some(Text::new(
-                        format_ns(value),
+                        crate::ns(value),
                         (x, value),
                         ("sans-serif", 13)
                             .into_font()

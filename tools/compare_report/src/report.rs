@@ -12,17 +12,6 @@ use crate::plots::Panel;
 pub const README_BEGIN: &str = "<!-- comparison:begin (scripts/compare writes this table) -->";
 pub const README_END: &str = "<!-- comparison:end -->";
 
-/// A median: three significant digits at most.
-fn ns(value: f64) -> String {
-    if value < 10.0 {
-        format!("{value:.2}")
-    } else if value < 100.0 {
-        format!("{value:.1}")
-    } else {
-        format!("{value:.0}")
-    }
-}
-
 /// A ratio: two significant digits, more decimals for tiny ones (a map's few bytes against a
 /// fixed sketch).
 fn ratio(value: f64) -> String {
@@ -263,7 +252,7 @@ impl<'a> Report<'a> {
                 let value = of(column).map(|b| self.median(b));
                 match (column, value) {
                     (Column::Floodgate, _) => {
-                        line.push(format!("**{}**", ns(ours)));
+                        line.push(format!("**{}**", crate::ns(ours)));
                         line.push(
                             of(Column::Floor).map_or("—".to_string(), |floor| {
                                 ratio(ours / self.median(floor))
@@ -271,8 +260,8 @@ impl<'a> Report<'a> {
                         );
                     }
                     (_, None) => line.push("—".to_string()),
-                    (Column::Floor, Some(v)) => line.push(ns(v)),
-                    (_, Some(v)) => line.push(format!("{} ({})", ns(v), ratio(v / ours))),
+                    (Column::Floor, Some(v)) => line.push(crate::ns(v)),
+                    (_, Some(v)) => line.push(format!("{} ({})", crate::ns(v), ratio(v / ours))),
                 }
             }
             lines.push(row(&line));
@@ -410,7 +399,7 @@ impl<'a> Report<'a> {
                 let mut cells = vec![structure.label.to_string()];
                 for &w in part.workloads {
                     let value = self.median(&Bench::threaded(part.part, w, threads, structure));
-                    cells.push(ns(value));
+                    cells.push(crate::ns(value));
                     if has_floor {
                         cells.push(match part.floor_of(structure) {
                             Some(floor) => ratio(
@@ -498,13 +487,13 @@ impl<'a> Report<'a> {
                 for structure in sim::STRUCTURES {
                     let value = self.median(&Bench::simulated(workload, rate_id, structure));
                     cells.push(if structure == sim::FLOODGATE {
-                        ns(value)
+                        crate::ns(value)
                     } else {
-                        format!("{} ({})", ns(value), ratio(value / ours))
+                        format!("{} ({})", crate::ns(value), ratio(value / ours))
                     });
                 }
                 let floor = self.median(&Bench::simulated(workload, rate_id, sim::FLOOR));
-                cells.push(format!("{} ({})", ns(floor), ratio(ours / floor)));
+                cells.push(format!("{} ({})", crate::ns(floor), ratio(ours / floor)));
                 lines.push(row(&cells));
             }
         }
