@@ -7,13 +7,9 @@ use std::sync::{Arc, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::exact::Counts;
-use super::limits::{RateThreshold, Thresholds};
-use super::sketches::judge_alone;
-use super::Rejected;
+use super::limits::Thresholds;
 use super::{Limiter, Shared};
 use crate::fleet::{FleetConfig, FleetKey, FleetNode, FleetStatus, Push, Store};
-use crate::rate::WindowView;
 
 /// What `LimiterBuilder::fleet` was given, and how to start the sync of this key type.
 pub(super) struct FleetSetup<K> {
@@ -77,38 +73,6 @@ pub(super) fn in_fleet(node: &FleetNode, t: &Thresholds) -> Thresholds {
             .min(rate.limit.max(1) as f64);
     }
     t
-}
-
-/// The rate decision of a node in a fleet, under the exact stage's lock: on the fleet's counts
-/// as the last sync left them (see `FleetView`; they include the node's own, `view`, this
-/// request included), or, for a key the fleet has said nothing of lately, on this node's own
-/// counts and its share.
-/// Each refusal is counted, for the fleet to learn that this node takes any room left.
-#[inline]
-pub(super) fn judge(
-    counts: &mut Counts,
-    view: &WindowView,
-    t: &RateThreshold,
-) -> Result<(), Rejected> {
-    // Windows by the Rate's bucket number, which the sync uses too: no division here.
-    let window = view.bucket;
-    let own = |b: Option<u64>| {
-        b.and_then(|b| counts.rate.bound(b))
-            .map_or(0, |n| n.max(0) as u64)
-    };
-    let (now, before) = (own(Some(window)), own(window.checked_sub(1)));
-    let judged = match counts.fleet.judged(view, window, now, before) {
-        // At least this node's own counts: judging it judges those too.
-        Some(fleet) => judge_alone(&fleet, t),
-        None => judge_alone(view, t).and_then(|()| match t.share {
-            Some(share) => judge_alone(view, &RateThreshold { limit: share, ..*t }),
-            None => Ok(()),
-        }),
-    };
-    if judged.is_err() {
-        counts.fleet.refused.note(window);
-    }
-    judged
 }
 
 /// Starts the sync thread of a fleet limiter. It holds the limiter weakly and ends with it.

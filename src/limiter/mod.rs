@@ -48,11 +48,13 @@
 //! promotion handshake is described in the `exact` module.
 
 mod builder;
+mod decision;
 mod exact;
 #[cfg(feature = "redis")]
 mod fleet;
 mod limits;
 mod overlimit;
+mod path;
 mod permit;
 mod report;
 mod sketches;
@@ -68,14 +70,13 @@ use crossbeam_utils::atomic::AtomicCell;
 use crate::clock::{Registration, Tick, TimeSource, TICK_NANOS};
 use crate::error::ConfigError;
 use crate::sync::{AtomicU64, Ordering};
-use exact::{spread, ExactStage, Refusal};
+use exact::ExactStage;
 use limits::{HighestRatePromotion, Thresholds};
 use overlimit::OverLimit;
 use sketches::Sketches;
 
 pub use builder::LimiterBuilder;
 pub use limits::Limits;
-use permit::Ticket;
 pub use permit::{OwnedPermit, Permit};
 pub use report::{Estimate, HeavyHitter, LimiterStats, Reason, Rejected};
 pub use wait::Acquire;
@@ -214,7 +215,7 @@ impl<K: Send + Sync> Tick for Sweeper<K> {
         };
         let mut next_sweep = self.next_sweep.load(Ordering::Relaxed);
         if now >= next_sweep {
-            shared.exact.sweep(&shared.sketches);
+            shared.sweep_exact();
             shared.over_limit.forget_expired(now);
             next_sweep = now.saturating_add(self.period);
             self.next_sweep.store(next_sweep, Ordering::Relaxed);
@@ -516,8 +517,9 @@ where
     {
         let s = &*self.shared;
         let hash = s.sketches.hash(key);
-        s.exact
-            .with_counts(key, hash, |counts| s.sketches.estimate(hash, counts))
+        s.exact.with_counts(key, hash, |counts| {
+            decision::estimate(&s.sketches.reread(hash, None), counts)
+        })
     }
 
     /// The keys the exact stage is counting now — the origins near or over their limits —
@@ -543,7 +545,8 @@ where
         let s = &*self.shared;
         let mut hitters = Vec::new();
         s.exact.for_each(|entry| {
-            let estimate = s.sketches.estimate(entry.hash, Some(&entry.counts));
+            let now = s.sketches.reread(entry.hash, None);
+            let estimate = decision::estimate(&now, Some(&entry.counts));
             hitters.push(HeavyHitter {
                 key: entry.key.clone(),
                 inflight: estimate.inflight,
@@ -681,112 +684,5 @@ where
             }
         }
         Ok(Thresholds::new(limits, self.promotion))
-    }
-
-    /// The whole decision for one request against `t`: the over-limit cache, then the
-    /// sketches, then (for hot or promoted keys) the exact stage.
-    #[inline]
-    fn acquire<Q>(&self, key: &Q, t: &Thresholds) -> Result<Ticket, Rejected>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        self.acquire_hashed(key, self.sketches.hash(key), t)
-    }
-
-    /// [`acquire`](Self::acquire) for a key whose hash is known.
-    fn acquire_hashed<Q>(&self, key: &Q, hash: u64, t: &Thresholds) -> Result<Ticket, Rejected>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        if let Some(rejected) = t.refuses_all() {
-            return Err(rejected);
-        }
-        // One remix for the over-limit cache and the filter.
-        let spread = spread(hash);
-        if let Some(rejected) = self.over_limit_now(spread, t) {
-            return Err(rejected);
-        }
-        // In a fleet, after the cache: a flooded key's refusal costs nothing more. A share
-        // (Redis away) is a limit of its own, whose deadlines the cache holds under its tag.
-        #[cfg(feature = "redis")]
-        let in_fleet = self.fleet.as_ref().map(|node| fleet::in_fleet(node, t));
-        #[cfg(feature = "redis")]
-        let t = match &in_fleet {
-            Some(fleet) => {
-                let tag = |t: &Thresholds| t.rate.map(|rate| rate.tag_mix);
-                if tag(fleet) != tag(t) {
-                    if let Some(rejected) = self.over_limit_now(spread, fleet) {
-                        return Err(rejected);
-                    }
-                }
-                fleet
-            }
-            None => t,
-        };
-        let sketched = self.sketches.observe(hash);
-        let hot = self.sketches.is_hot(&sketched, t);
-        // The request's half of the promotion handshake: after the sketch increments.
-        let decision = if !hot && !self.exact.flagged(spread) {
-            Ok(None)
-        } else {
-            self.exact
-                .decide(key, &sketched, t, hot, &self.sketches, || {
-                    self.proven_by_threshold()
-                })
-        };
-        match decision {
-            Ok(tracked) => Ok(Ticket { hash, tracked }),
-            Err(Refusal {
-                rejected,
-                over_until,
-            }) => {
-                self.sketches.release(hash);
-                if let (Some(deadline), Some(window), Some(rate)) =
-                    (over_until, sketched.window, t.rate)
-                {
-                    self.over_limit
-                        .insert(spread, rate.tag_mix, window.at, deadline);
-                }
-                Err(rejected)
-            }
-        }
-    }
-
-    /// The rejection of a key still over its rate limit `t.rate` from an earlier rejection
-    /// under the same limit.
-    #[inline]
-    fn over_limit_now(&self, spread: u64, t: &Thresholds) -> Option<Rejected> {
-        let (rate, threshold) = (self.sketches.rate.as_ref()?, t.rate?);
-        // Most keys hold no deadline: one load says so, before the time is worked out.
-        let word = self.over_limit.held(spread, threshold.tag_mix)?;
-        let limit = threshold.limit;
-        // The time the usual path would decide on; near a window's end that is the exact time,
-        // and the request goes the usual way.
-        let now = rate.settled_now()?;
-        // No rate rejection waits more than two windows.
-        let cap = rate.interval().saturating_mul(2);
-        let remaining = OverLimit::remaining_of(word, now, cap)?;
-        Some(Rejected::still_over(limit, remaining))
-    }
-
-    /// Gives back what an admitted request took, and wakes a waiter of its key if any.
-    #[inline]
-    fn release(&self, ticket: &Ticket) {
-        // A limiter that counts no requests in flight has nothing to give back: no call.
-        if self.sketches.inflight.is_some() {
-            self.release_inflight(ticket);
-        }
-    }
-
-    /// [`release`](Self::release) for a limiter that counts requests in flight.
-    fn release_inflight(&self, ticket: &Ticket) {
-        match ticket.tracked {
-            Some(generation) => self.exact.release(ticket.hash, generation, &self.sketches),
-            None => self.sketches.release(ticket.hash),
-        }
-        // After the count is given back: the release's half of the wake-up handshake.
-        self.waiters.released(ticket.hash);
     }
 }

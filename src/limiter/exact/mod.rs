@@ -79,8 +79,6 @@ use crate::rate::ExactWindows;
 use crate::sync::{lock, AtomicU32, AtomicU64, Mutex, MutexGuard, Ordering};
 
 use super::limits::Thresholds;
-use super::sketches::{Sketched, Sketches};
-use super::Rejected;
 use set::Set;
 pub(crate) use set::{Entry, Hits, WAYS};
 
@@ -128,26 +126,6 @@ impl InflightCount {
     /// number): the untracked ones are at most `estimate − tracked`.
     pub(crate) fn rebase(&mut self, estimate: isize) {
         self.base = self.base.min(estimate.saturating_sub(self.tracked)).max(0);
-    }
-}
-
-/// A request the stage refused, and for a rate rejection on exact counts, until when
-/// (nanoseconds on the limiter's clock) the key stays over its limit if nothing else is
-/// admitted. Not for a rejection on the sketch's counts alone: those also count the key's
-/// rejected requests, so a promotion before then may admit it sooner.
-pub(crate) struct Refusal {
-    pub(crate) rejected: Rejected,
-    pub(crate) over_until: Option<u64>,
-}
-
-/// The sketch's decision alone, for a key the stage cannot count.
-fn alone(sketches: &Sketches, s: &Sketched, t: &Thresholds) -> Result<Option<u64>, Refusal> {
-    match sketches.decide_alone(s, t) {
-        Ok(()) => Ok(None),
-        Err(rejected) => Err(Refusal {
-            rejected,
-            over_until: None,
-        }),
     }
 }
 
@@ -230,111 +208,46 @@ impl<K> ExactStage<K> {
         lock(&self.sets[index as usize])
     }
 
-    /// Decides a request that the sketch stage could not decide alone: its key is hot, or
-    /// flagged. `Ok(Some(generation))` when its in-flight slot is counted here.
-    ///
-    /// `proven`: the most a key can have been admitted in a rate window by the sketch alone,
-    /// below its promotion threshold (the module docs say when that bounds a promoted key's
-    /// counts); `None` where nothing is proven (a fleet's limiter). Asked for at a promotion,
-    /// after the sketches are read.
-    pub(crate) fn decide<Q>(
-        &self,
-        key: &Q,
-        s: &Sketched,
-        t: &Thresholds,
-        hot: bool,
-        sketches: &Sketches,
-        proven: impl FnOnce() -> Option<isize>,
-    ) -> Result<Option<u64>, Refusal>
+    /// The stage's place for `key` (of hash `hash`), its set locked until the place is
+    /// dropped. `at`: the request's time on the limiter's clock, recorded when a key of the
+    /// set is lost (see [`Set::lost`]).
+    pub(crate) fn place<'a, Q>(&'a self, key: &Q, hash: u64, at: u64) -> Place<'a, K>
     where
         K: Borrow<Q>,
-        Q: Eq + ToOwned<Owned = K> + ?Sized,
+        Q: Eq + ?Sized,
     {
-        let mut set = self.set(s.hash);
+        let mut set = self.set(hash);
         let epoch = self.epoch.load(Ordering::Relaxed);
-        let at = s.window.map_or(0, |w| w.at);
-        let found = set.find(s.hash).and_then(|way| {
-            let entry = set.get(way)?;
-            let cool = !hot && sketches.is_cool(s.hash, &entry.counts, Some(s), t);
-            Some((way, entry.key.borrow() == key, cool))
-        });
-        let way = match found {
+        match set.find(hash) {
+            Some(way) if set.get(way).is_some_and(|e| e.key.borrow() == key) => Place::Held(Held {
+                stage: self,
+                set,
+                way,
+                epoch,
+                at,
+            }),
             // Another key with the same 64-bit hash is promoted: only the sketch can judge.
-            Some((_, false, _)) => {
+            Some(_) => {
                 set.lost(at);
-                return alone(sketches, s, t);
+                Place::Twin
             }
-            // A request the sketch admits alone, for a key that has cooled down apart from it:
-            // demote the key.
-            Some((way, true, true)) => {
-                set.vacate(way);
-                set.lost(at);
-                self.unflag(s.hash);
-                return Ok(None);
-            }
-            Some((way, true, false)) => way,
-            // Flagged by another key in the same filter cell, and not hot: the sketch admits.
-            None if !hot => return Ok(None),
-            None => match self.place_for(&mut set, s, epoch) {
-                Some((way, knocks)) => {
-                    // The promotion's half of the handshake: flag, then read the sketches.
-                    self.flag(s.hash);
-                    self.counters.promotions.fetch_add(1, Ordering::Relaxed);
-                    // What the threshold proves holds only if no key of the set was admitted
-                    // otherwise since the window before this one began.
-                    let before = s
-                        .window
-                        .map_or(0, |w| w.at.saturating_sub(w.into).saturating_sub(w.len));
-                    let kept = set.kept_since(before);
-                    let counts = sketches.promoted_counts(s, || proven().filter(|_| kept));
-                    set.occupy(
-                        way,
-                        s.hash,
-                        key,
-                        counts,
-                        *t,
-                        Hits::at_promotion(epoch, knocks),
-                    );
-                    way
-                }
-                None => {
-                    self.counters.decided_alone.fetch_add(1, Ordering::Relaxed);
-                    set.lost(at);
-                    return alone(sketches, s, t);
-                }
-            },
-        };
-        let Some(entry) = set.get_mut(way) else {
-            return alone(sketches, s, t); // unreachable: found or placed above
-        };
-        entry.hits.count(epoch);
-        entry.thresholds = *t;
-        match sketches.decide_exact(&mut entry.counts, s, t) {
-            Ok(tracked) => Ok(tracked.then_some(entry.generation)),
-            Err(rejected) => {
-                entry.rejected += 1;
-                let over_until = rejected.retry_after.zip(s.window).map(|(retry, w)| {
-                    let retry = crate::clock::saturating_nanos(retry);
-                    w.at.saturating_add(t.rate.map_or(retry, |rate| rate.held_for(retry)))
-                });
-                entry.over_until = over_until.unwrap_or(0);
-                Err(Refusal {
-                    rejected,
-                    over_until,
-                })
-            }
+            None => Place::Free(Free {
+                stage: self,
+                set,
+                epoch,
+                at,
+            }),
         }
     }
 
     /// A place in the key's set: a free way, or the way of the entry with the least evidence
     /// once the key has knocked more often than that entry was used (the entry is demoted).
     /// Returns the way and the knocks the key brings in; `None` if the key must wait.
-    fn place_for(&self, set: &mut Set<K>, s: &Sketched, epoch: u64) -> Option<(usize, u32)> {
+    fn place_for(&self, set: &mut Set<K>, hash: u64, epoch: u64, now: u64) -> Option<(usize, u32)> {
         if let Some(way) = set.free_way() {
             return Some((way, 0));
         }
-        let knocks = set.knock(spread(s.hash), epoch);
-        let now = s.window.map_or(0, |w| w.at);
+        let knocks = set.knock(spread(hash), epoch);
         let (way, evidence) = set.weakest(epoch, now)?;
         if u64::from(knocks) <= evidence {
             return None;
@@ -347,13 +260,21 @@ impl<K> ExactStage<K> {
         Some((way, knocks))
     }
 
-    /// Gives back a permit that the entry of generation `generation` counted.
-    pub(crate) fn release(&self, hash: u64, generation: u64, sketches: &Sketches) {
+    /// Gives back a permit that the entry of generation `generation` counted: `give_back`
+    /// (the sketch's count) runs under the set's lock, together with the entry's, so that a
+    /// rebase under the lock never sees the sketch without this permit while `tracked` still
+    /// counts it (which would lower `base` below the truth for good). The entry is demoted if
+    /// `cool` says so after; `now` is the time on the limiter's clock.
+    pub(crate) fn release(
+        &self,
+        hash: u64,
+        generation: u64,
+        give_back: impl FnOnce(),
+        cool: impl FnOnce(&Entry<K>) -> bool,
+        now: impl FnOnce() -> u64,
+    ) {
         let mut set = self.set(hash);
-        // Under the lock, together with `tracked` below, so that a rebase under the lock never
-        // sees the sketch without this permit while `tracked` still counts it (which would
-        // lower `base` below the truth for good).
-        sketches.release(hash);
+        give_back();
         let Some(way) = set.find(hash) else { return };
         let Some(entry) = set.get_mut(way) else {
             return;
@@ -363,27 +284,25 @@ impl<K> ExactStage<K> {
             return;
         }
         entry.counts.inflight.tracked -= 1;
-        if sketches.is_cool(hash, &entry.counts, None, &entry.thresholds) {
+        if cool(entry) {
             set.vacate(way);
-            set.lost(sketches.now());
+            set.lost(now());
             self.unflag(hash);
         }
     }
 
     /// The clock's periodic work, off the request path: starts the next epoch and demotes
-    /// every entry that has cooled down. Takes each set's lock in turn, briefly.
-    pub(crate) fn sweep(&self, sketches: &Sketches) {
+    /// every entry that `cool` says has cooled down (`now`: the time on the limiter's clock).
+    /// Takes each set's lock in turn, briefly.
+    pub(crate) fn sweep(&self, mut cool: impl FnMut(&Entry<K>) -> bool, now: impl Fn() -> u64) {
         self.epoch.fetch_add(1, Ordering::Relaxed);
         for set in self.sets.iter() {
             let mut set = lock(set);
             for way in 0..WAYS {
-                let cool = set
-                    .get(way)
-                    .is_some_and(|e| sketches.is_cool(e.hash, &e.counts, None, &e.thresholds));
-                if cool {
+                if set.get(way).is_some_and(&mut cool) {
                     if let Some(hash) = set.vacate(way) {
                         // Read under the lock, after every admission the entry counted.
-                        set.lost(sketches.now());
+                        set.lost(now());
                         self.unflag(hash);
                     }
                 }
@@ -467,6 +386,98 @@ impl<K> ExactStage<K> {
         std::mem::size_of_val(&*self.filter)
             + std::mem::size_of_val(&*self.sets)
             + self.sets.len() * Set::<K>::heap_bytes()
+    }
+}
+
+/// What the stage holds for a key, its set locked: see [`ExactStage::place`].
+pub(crate) enum Place<'a, K> {
+    /// The key is promoted.
+    Held(Held<'a, K>),
+    /// The key is not promoted.
+    Free(Free<'a, K>),
+    /// Another key with the same 64-bit hash is promoted: only the sketch can judge (the set
+    /// has recorded the loss).
+    Twin,
+}
+
+/// A promoted key's entry, its set locked.
+pub(crate) struct Held<'a, K> {
+    stage: &'a ExactStage<K>,
+    set: MutexGuard<'a, Set<K>>,
+    way: usize,
+    epoch: u64,
+    at: u64,
+}
+
+impl<K> Held<'_, K> {
+    /// The entry (always there: `None` is for the type alone).
+    pub(crate) fn entry(&self) -> Option<&Entry<K>> {
+        self.set.get(self.way)
+    }
+
+    /// The entry, for a request decided on it under the limits `t`: counted as evidence for
+    /// its place, and `t` kept as what the sweep judges it by.
+    pub(crate) fn decided_under(&mut self, t: &Thresholds) -> Option<&mut Entry<K>> {
+        let epoch = self.epoch;
+        let entry = self.set.get_mut(self.way)?;
+        entry.hits.count(epoch);
+        entry.thresholds = *t;
+        Some(entry)
+    }
+
+    /// Takes the key out of the stage (it has cooled down).
+    pub(crate) fn demote(mut self) {
+        if let Some(hash) = self.set.vacate(self.way) {
+            self.set.lost(self.at);
+            self.stage.unflag(hash);
+        }
+    }
+}
+
+/// No entry for a key, its set locked.
+pub(crate) struct Free<'a, K> {
+    stage: &'a ExactStage<K>,
+    set: MutexGuard<'a, Set<K>>,
+    epoch: u64,
+    at: u64,
+}
+
+impl<'a, K> Free<'a, K> {
+    /// Promotes `key` if its set has a place for it (see "Who gets a place" in the module
+    /// docs): flags it, then asks `counts` for the counts it starts from, which reads the
+    /// sketches (the promotion's half of the handshake) and is told whether no key of the set
+    /// was lost since `kept_since` (nanoseconds on the limiter's clock); the entry keeps
+    /// `t`. `None`, with the loss recorded, when the key must wait: the sketch decides alone.
+    pub(crate) fn promote<Q>(
+        mut self,
+        key: &Q,
+        hash: u64,
+        t: &Thresholds,
+        kept_since: u64,
+        counts: impl FnOnce(bool) -> Counts,
+    ) -> Option<Held<'a, K>>
+    where
+        K: Borrow<Q>,
+        Q: ToOwned<Owned = K> + ?Sized,
+    {
+        let stage = self.stage;
+        let Some((way, knocks)) = stage.place_for(&mut self.set, hash, self.epoch, self.at) else {
+            stage.counters.decided_alone.fetch_add(1, Ordering::Relaxed);
+            self.set.lost(self.at);
+            return None;
+        };
+        stage.flag(hash);
+        stage.counters.promotions.fetch_add(1, Ordering::Relaxed);
+        let counts = counts(self.set.kept_since(kept_since));
+        let hits = Hits::at_promotion(self.epoch, knocks);
+        self.set.occupy(way, hash, key, counts, *t, hits);
+        Some(Held {
+            stage,
+            set: self.set,
+            way,
+            epoch: self.epoch,
+            at: self.at,
+        })
     }
 }
 

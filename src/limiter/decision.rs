@@ -1,0 +1,373 @@
+//! The limiter's decision, whole: every judgement of a request against its limits, as
+//! arithmetic on values (what the sketches said, a promoted key's exact counts, the
+//! thresholds). Nothing here touches an atomic or takes a lock: the request path
+//! (`path.rs`) reads the storage (the sketches, the exact stage, the over-limit cache), asks
+//! these functions, and writes back what they say.
+//!
+//! - [`is_hot`]: whether a request's estimates reached a promotion threshold;
+//! - [`alone`]: the sketch's estimates against the limits, for a key the exact stage does
+//!   not count;
+//! - [`promoted`]: the counts a key starts from when the exact stage takes it;
+//! - [`exact`]: the smaller of the sketch's estimates and the exact counts against the limits,
+//!   and the request counted in those;
+//! - [`is_cool`]: whether a promoted key can leave the exact stage;
+//! - [`held_until`]: how long the over-limit cache may refuse a key without asking;
+//! - [`estimate`]: a key's counts as the limiter judges them, for reports.
+//!
+//! With a fleet (feature `redis`), [`exact`] judges the rate on the fleet's counts too: the one
+//! place the decision looks at a remote view.
+
+use super::exact::{Counts, InflightCount};
+use super::limits::{RateThreshold, Thresholds};
+use super::sketches::{Reread, Sketched};
+use super::{Estimate, Rejected};
+use crate::rate::{ExactWindows, WindowView};
+
+/// Whether an estimate of the request reached its promotion threshold.
+#[inline]
+pub(crate) fn is_hot(s: &Sketched, t: &Thresholds) -> bool {
+    let inflight = matches!((t.inflight, s.inflight), (Some(t), Some(n)) if n >= t.promote_at);
+    let rate = matches!((t.rate, s.window), (Some(t), Some(w)) if w.reaches(t.promote_at));
+    inflight || rate
+}
+
+/// The decision when the exact stage cannot help: the sketch's estimates against the limits.
+pub(crate) fn alone(s: &Sketched, t: &Thresholds) -> Result<(), Rejected> {
+    if let (Some(t), Some(estimate)) = (t.inflight, s.inflight) {
+        if estimate > t.limit {
+            return Err(Rejected::inflight(estimate, t.limit));
+        }
+    }
+    if let (Some(t), Some(view)) = (t.rate, s.window) {
+        if !view.fits(t.limit) {
+            // The sketch keeps this rejected request: a retry finds it counted.
+            return Err(Rejected::rate(&view, t.limit, view.curr));
+        }
+    }
+    Ok(())
+}
+
+/// The counts of a key promoted now, from the sketches read after its flag was set (`now`,
+/// in the promoting request's windows, that request included): upper bounds on what was
+/// admitted before the exact stage counts it. `proven`: a bound on the key's admissions in
+/// this rate window and the one before that the promotion threshold proves, when it holds
+/// (see the `exact` module), asked for after the reads; the counts are lowered to it.
+pub(crate) fn promoted(now: &Reread, proven: Option<isize>) -> Counts {
+    let inflight = InflightCount {
+        base: now.inflight.map_or(0, |estimate| (estimate - 1).max(0)),
+        tracked: 0,
+    };
+    let rate = match now.window {
+        Some(w) => {
+            let current = w.curr - 1;
+            let previous = w.bucket.checked_sub(1).map(|_| w.prev);
+            let mut exact = ExactWindows::new(w.bucket, proven.map_or(current, |p| current.min(p)));
+            exact.before = proven.zip(previous).map(|(p, n)| n.min(p));
+            exact
+        }
+        None => ExactWindows::new(0, 0),
+    };
+    Counts {
+        inflight,
+        rate,
+        #[cfg(feature = "redis")]
+        fleet: Default::default(),
+    }
+}
+
+/// Decides a request with the smaller of the sketch's estimates and a promoted key's exact
+/// counts, and counts it in those when admitted. `now`: the sketches read again under the
+/// exact stage's lock, in the request's windows, so that they include every request the
+/// entry admitted before this one (each counted itself in the sketches before taking the
+/// lock); the estimates read before the lock may miss one admitted in between, and a bound
+/// on them would be one short. `Ok(true)` when the permit's in-flight slot is counted here.
+pub(crate) fn exact(
+    counts: &mut Counts,
+    s: &Sketched,
+    now: &Reread,
+    t: &Thresholds,
+) -> Result<bool, Rejected> {
+    let mut tracked = false;
+    if let (Some(estimate), Some(_)) = (now.inflight, s.inflight) {
+        counts.inflight.rebase(estimate - 1);
+        let bound = estimate.min(counts.inflight.bound() + 1);
+        if let Some(t) = t.inflight.filter(|t| bound > t.limit) {
+            return Err(Rejected::inflight(bound, t.limit));
+        }
+        // Tracked whatever the limit, so that the release finds it counted here.
+        tracked = true;
+    }
+    if let (Some(mut view), Some(_)) = (now.window, s.window) {
+        counts.rate.roll_to(view.bucket);
+        view.lower_to(&counts.rate, 1);
+        if let Some(t) = t.rate {
+            judge_rate(counts, &view, &t)?;
+        }
+        counts.rate.count_one();
+    }
+    if tracked {
+        counts.inflight.tracked += 1;
+    }
+    Ok(tracked)
+}
+
+/// The rate judgement of [`exact`]: this node's counts (`view`, this request included), and
+/// in a fleet the fleet's.
+#[inline]
+fn judge_rate(counts: &mut Counts, view: &WindowView, t: &RateThreshold) -> Result<(), Rejected> {
+    #[cfg(feature = "redis")]
+    if t.in_fleet {
+        return judge_in_fleet(counts, view, t);
+    }
+    let _ = counts;
+    judge_alone(view, t)
+}
+
+/// The rate decision on one node's own counts (`view`, this request included) against the
+/// limit of `t`.
+#[inline]
+fn judge_alone(view: &WindowView, t: &RateThreshold) -> Result<(), Rejected> {
+    if view.fits(t.limit) {
+        Ok(())
+    } else {
+        // The exact stage does not keep a rejected request: a retry finds one less.
+        Err(Rejected::rate(view, t.limit, view.curr - 1))
+    }
+}
+
+/// The rate decision of a node in a fleet, under the exact stage's lock: on the fleet's counts
+/// as the last sync left them (see `FleetView`; they include the node's own, `view`, this
+/// request included), or, for a key the fleet has said nothing of lately, on this node's own
+/// counts and its share. Each refusal is counted, for the fleet to learn that this node takes
+/// any room left.
+#[cfg(feature = "redis")]
+fn judge_in_fleet(
+    counts: &mut Counts,
+    view: &WindowView,
+    t: &RateThreshold,
+) -> Result<(), Rejected> {
+    // Windows by the Rate's bucket number, which the sync uses too: no division here.
+    let window = view.bucket;
+    let own = |b: Option<u64>| {
+        b.and_then(|b| counts.rate.bound(b))
+            .map_or(0, |n| n.max(0) as u64)
+    };
+    let (now, before) = (own(Some(window)), own(window.checked_sub(1)));
+    let judged = match counts.fleet.judged(view, window, now, before) {
+        // At least this node's own counts: judging it judges those too.
+        Some(fleet) => judge_alone(&fleet, t),
+        None => judge_alone(view, t).and_then(|()| match t.share {
+            Some(share) => judge_alone(view, &RateThreshold { limit: share, ..*t }),
+            None => Ok(()),
+        }),
+    };
+    if judged.is_err() {
+        counts.fleet.refused.note(window);
+    }
+    judged
+}
+
+/// Whether a promoted key has cooled down: nothing tracked in flight, estimates below half
+/// their promotion thresholds, and (for rates) no rejected request in the windows the sketch
+/// would still be read for, so that a demoted key is not judged later on windows that its
+/// rejected requests inflate. `now`: the sketches' estimates, with the request being decided
+/// counted in them if `own` (it is not yet in `counts`, and not held against the key here).
+/// `t` are the key's thresholds (its last request's); a kind it has no limit of is cool once
+/// nothing is tracked.
+pub(crate) fn is_cool(counts: &Counts, now: &Reread, own: bool, t: &Thresholds) -> bool {
+    let own = isize::from(own);
+    let inflight_cool = now.inflight.map_or(true, |estimate| {
+        counts.inflight.tracked == 0
+            && t.inflight
+                .map_or(true, |t| (estimate - own) * 2 < t.promote_at)
+    });
+    let rate_cool = match (now.window, t.rate) {
+        (Some(w), Some(t)) => {
+            let mut exact = counts.rate;
+            exact.roll_to(w.bucket);
+            let clean_prev = w
+                .bucket
+                .checked_sub(1)
+                .map_or(true, |b| exact.bound(b).map_or(true, |n| w.prev <= n));
+            let clean_curr = exact.bound(w.bucket).map_or(true, |n| w.curr - own <= n);
+            clean_prev && clean_curr && (w.sliding() - own as f64) * 2.0 < t.promote_at
+        }
+        _ => true,
+    };
+    inflight_cool && rate_cool
+}
+
+/// Until when (nanoseconds on the limiter's clock) the over-limit cache may refuse a key that
+/// the exact stage refused with `rejected`: its `retry_after`, from the request's time, as
+/// long as the limit allows (a fleet's renews its counts sooner). `None` for a refusal with no
+/// wait, or without a rate.
+pub(crate) fn held_until(rejected: &Rejected, s: &Sketched, t: &Thresholds) -> Option<u64> {
+    let (retry, w) = rejected.retry_after.zip(s.window)?;
+    let retry = crate::clock::saturating_nanos(retry);
+    Some(w.at.saturating_add(t.rate.map_or(retry, |rate| rate.held_for(retry))))
+}
+
+/// A key's counts as the limiter judges them now, without counting a request: the sketch's
+/// estimates (`now`), lowered to the exact counts if the key is promoted.
+pub(crate) fn estimate(now: &Reread, counts: Option<&Counts>) -> Estimate {
+    Estimate {
+        inflight: now
+            .inflight
+            .map(|estimate| counts.map_or(estimate, |c| estimate.min(c.inflight.bound()))),
+        rate: now.window.map(|mut view| {
+            if let Some(c) = counts {
+                let mut exact = c.rate;
+                exact.roll_to(view.bucket);
+                view.lower_to(&exact, 0);
+            }
+            view.sliding()
+        }),
+    }
+}
+
+#[cfg(all(test, not(floodgate_loom)))]
+mod tests {
+    use super::*;
+    use crate::limiter::Reason;
+    use crate::Limits;
+
+    const LEN: u64 = 1_000_000_000;
+
+    /// A rate of 10 per window and 4 in flight, promoted at half of each.
+    fn thresholds() -> Thresholds {
+        Thresholds::new(&Limits::new().max_inflight(4).max_rate(10), 0.5)
+    }
+
+    /// A view of window 7, a quarter into it.
+    fn view(prev: isize, curr: isize) -> WindowView {
+        WindowView {
+            bucket: 7,
+            index: 7 % 5,
+            prev,
+            curr,
+            into: LEN / 4,
+            len: LEN,
+            at: 7 * LEN + LEN / 4,
+        }
+    }
+
+    fn sketched(inflight: isize, prev: isize, curr: isize) -> Sketched {
+        Sketched {
+            hash: 1,
+            inflight: Some(inflight),
+            window: Some(view(prev, curr)),
+        }
+    }
+
+    fn reread(inflight: isize, prev: isize, curr: isize) -> Reread {
+        Reread {
+            inflight: Some(inflight),
+            window: Some(view(prev, curr)),
+        }
+    }
+
+    #[test]
+    fn a_request_is_hot_from_its_promotion_threshold_on() {
+        let t = thresholds();
+        assert!(!is_hot(&sketched(1, 0, 4), &t), "4 of 10, 1 of 4 in flight");
+        assert!(is_hot(&sketched(1, 0, 5), &t), "5 of 10: half");
+        assert!(is_hot(&sketched(2, 0, 1), &t), "2 of 4 in flight: half");
+        // prev·(1 − 1/4) + curr = 6·0.75 + 1 = 5.5.
+        assert!(
+            is_hot(&sketched(1, 6, 1), &t),
+            "the previous window counts too"
+        );
+    }
+
+    #[test]
+    fn alone_refuses_what_the_estimates_put_over_a_limit() {
+        let t = thresholds();
+        assert!(alone(&sketched(4, 0, 10), &t).is_ok(), "at the limits");
+        assert_eq!(
+            alone(&sketched(5, 0, 1), &t).unwrap_err().reason,
+            Reason::Inflight
+        );
+        assert_eq!(
+            alone(&sketched(1, 0, 11), &t).unwrap_err().reason,
+            Reason::Rate
+        );
+    }
+
+    #[test]
+    fn a_promoted_key_starts_from_the_estimates_less_its_own_request_or_what_is_proven() {
+        let counts = promoted(&reread(3, 9, 12), None);
+        assert_eq!(counts.inflight.base, 2);
+        assert_eq!(
+            counts.rate.bound(7),
+            Some(11),
+            "its own request not yet counted"
+        );
+        assert_eq!(
+            counts.rate.bound(6),
+            None,
+            "the sketch alone bounds the window before"
+        );
+        let counts = promoted(&reread(3, 9, 12), Some(4));
+        assert_eq!(counts.rate.bound(7), Some(4));
+        assert_eq!(counts.rate.bound(6), Some(4));
+    }
+
+    #[test]
+    fn the_exact_counts_decide_where_they_are_lower_than_the_sketch() {
+        let t = thresholds();
+        // The sketch says 45 and more in this window, most of it other keys' (their counters
+        // are shared); the key itself was promoted with 4 before its 5th request.
+        let mut counts = promoted(&reread(1, 0, 5), None);
+        for n in 5..=10 {
+            let s = sketched(1, 0, 40 + n);
+            assert_eq!(exact(&mut counts, &s, &reread(1, 0, 40 + n), &t), Ok(true));
+        }
+        assert_eq!(counts.rate.bound(7), Some(10));
+        let s = sketched(1, 0, 51);
+        let rejected = exact(&mut counts, &s, &reread(1, 0, 51), &t).unwrap_err();
+        assert_eq!((rejected.reason, rejected.estimate), (Reason::Rate, 11));
+        assert_eq!(counts.rate.bound(7), Some(10), "a refusal is not counted");
+    }
+
+    #[test]
+    fn a_key_is_cool_only_with_nothing_in_flight_below_half_its_threshold_and_no_refusal() {
+        let t = thresholds();
+        let mut counts = promoted(&reread(1, 0, 1), None);
+        counts.rate.count_one();
+        assert!(is_cool(&counts, &reread(0, 0, 1), false, &t));
+        counts.inflight.tracked = 1;
+        assert!(
+            !is_cool(&counts, &reread(1, 0, 1), false, &t),
+            "one in flight"
+        );
+        counts.inflight.tracked = 0;
+        assert!(
+            !is_cool(&counts, &reread(0, 0, 2), false, &t),
+            "the sketch counts a request the exact counts refused"
+        );
+        counts.rate.count_one();
+        counts.rate.count_one();
+        assert!(
+            !is_cool(&counts, &reread(0, 0, 3), false, &t),
+            "3: over 5 / 2"
+        );
+        assert!(
+            is_cool(&counts, &reread(1, 0, 3), true, &t),
+            "the request being decided is not held against it"
+        );
+    }
+
+    #[test]
+    fn a_refusal_is_held_for_its_retry_after_from_the_request() {
+        let t = thresholds();
+        let s = sketched(1, 0, 11);
+        let rejected = alone(&s, &t).unwrap_err();
+        let retry = rejected.retry_after.unwrap();
+        assert_eq!(
+            held_until(&rejected, &s, &t),
+            Some(view(0, 0).at + crate::clock::saturating_nanos(retry))
+        );
+        let inflight = alone(&sketched(5, 0, 1), &t).unwrap_err();
+        assert_eq!(held_until(&inflight, &s, &t), None, "no wait to hold");
+    }
+}

@@ -1,0 +1,242 @@
+//! The request path: the storage (over-limit cache, sketches, exact stage) read and written
+//! around the decision (the `decision` module), for one request and for its release.
+
+use std::borrow::Borrow;
+use std::hash::Hash;
+
+use super::decision;
+use super::exact::{spread, Entry, Place};
+#[cfg(feature = "redis")]
+use super::fleet;
+use super::limits::Thresholds;
+use super::overlimit::OverLimit;
+use super::permit::Ticket;
+use super::sketches::{Reread, Sketched};
+use super::{Rejected, Shared};
+
+/// A request the exact stage refused, and for a rate rejection on exact counts, until when
+/// (nanoseconds on the limiter's clock) the key stays over its limit if nothing else is
+/// admitted. Not for a rejection on the sketch's counts alone: those also count the key's
+/// rejected requests, so a promotion before then may admit it sooner.
+struct Refusal {
+    rejected: Rejected,
+    over_until: Option<u64>,
+}
+
+/// The sketch's decision alone, for a key the exact stage cannot count.
+fn alone(s: &Sketched, t: &Thresholds) -> Result<Option<u64>, Refusal> {
+    match decision::alone(s, t) {
+        Ok(()) => Ok(None),
+        Err(rejected) => Err(Refusal {
+            rejected,
+            over_until: None,
+        }),
+    }
+}
+
+impl<K> Shared<K>
+where
+    K: Hash + Eq,
+{
+    /// The whole decision for one request against `t`: the over-limit cache, then the
+    /// sketches, then (for hot or promoted keys) the exact stage.
+    #[inline]
+    pub(super) fn acquire<Q>(&self, key: &Q, t: &Thresholds) -> Result<Ticket, Rejected>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.acquire_hashed(key, self.sketches.hash(key), t)
+    }
+
+    /// [`acquire`](Self::acquire) for a key whose hash is known.
+    pub(super) fn acquire_hashed<Q>(
+        &self,
+        key: &Q,
+        hash: u64,
+        t: &Thresholds,
+    ) -> Result<Ticket, Rejected>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if let Some(rejected) = t.refuses_all() {
+            return Err(rejected);
+        }
+        // One remix for the over-limit cache and the filter.
+        let spread = spread(hash);
+        if let Some(rejected) = self.over_limit_now(spread, t) {
+            return Err(rejected);
+        }
+        // In a fleet, after the cache: a flooded key's refusal costs nothing more. A share
+        // (Redis away) is a limit of its own, whose deadlines the cache holds under its tag.
+        #[cfg(feature = "redis")]
+        let in_fleet = self.fleet.as_ref().map(|node| fleet::in_fleet(node, t));
+        #[cfg(feature = "redis")]
+        let t = match &in_fleet {
+            Some(fleet) => {
+                let tag = |t: &Thresholds| t.rate.map(|rate| rate.tag_mix);
+                if tag(fleet) != tag(t) {
+                    if let Some(rejected) = self.over_limit_now(spread, fleet) {
+                        return Err(rejected);
+                    }
+                }
+                fleet
+            }
+            None => t,
+        };
+        let sketched = self.sketches.observe(hash);
+        let hot = decision::is_hot(&sketched, t);
+        // The request's half of the promotion handshake: after the sketch increments.
+        let decision = if !hot && !self.exact.flagged(spread) {
+            Ok(None)
+        } else {
+            self.decide_hot(key, &sketched, t, hot)
+        };
+        match decision {
+            Ok(tracked) => Ok(Ticket { hash, tracked }),
+            Err(Refusal {
+                rejected,
+                over_until,
+            }) => {
+                self.sketches.release(hash);
+                if let (Some(deadline), Some(window), Some(rate)) =
+                    (over_until, sketched.window, t.rate)
+                {
+                    self.over_limit
+                        .insert(spread, rate.tag_mix, window.at, deadline);
+                }
+                Err(rejected)
+            }
+        }
+    }
+
+    /// The rejection of a key still over its rate limit `t.rate` from an earlier rejection
+    /// under the same limit.
+    #[inline]
+    fn over_limit_now(&self, spread: u64, t: &Thresholds) -> Option<Rejected> {
+        let (rate, threshold) = (self.sketches.rate.as_ref()?, t.rate?);
+        // Most keys hold no deadline: one load says so, before the time is worked out.
+        let word = self.over_limit.held(spread, threshold.tag_mix)?;
+        let limit = threshold.limit;
+        // The time the usual path would decide on; near a window's end that is the exact time,
+        // and the request goes the usual way.
+        let now = rate.settled_now()?;
+        // No rate rejection waits more than two windows.
+        let cap = rate.interval().saturating_mul(2);
+        let remaining = OverLimit::remaining_of(word, now, cap)?;
+        Some(Rejected::still_over(limit, remaining))
+    }
+
+    /// Gives back what an admitted request took, and wakes a waiter of its key if any.
+    #[inline]
+    pub(super) fn release(&self, ticket: &Ticket) {
+        // A limiter that counts no requests in flight has nothing to give back: no call.
+        if self.sketches.inflight.is_some() {
+            self.release_inflight(ticket);
+        }
+    }
+
+    /// [`release`](Self::release) for a limiter that counts requests in flight.
+    fn release_inflight(&self, ticket: &Ticket) {
+        match ticket.tracked {
+            Some(generation) => self.exact.release(
+                ticket.hash,
+                generation,
+                || self.sketches.release(ticket.hash),
+                |entry| self.is_cool(entry),
+                || self.sketches.now(),
+            ),
+            None => self.sketches.release(ticket.hash),
+        }
+        // After the count is given back: the release's half of the wake-up handshake.
+        self.waiters.released(ticket.hash);
+    }
+
+    /// Decides a request that the sketches could not decide alone: its key is hot, or
+    /// flagged. `Ok(Some(generation))` when its in-flight slot is counted in the exact stage.
+    fn decide_hot<Q>(
+        &self,
+        key: &Q,
+        s: &Sketched,
+        t: &Thresholds,
+        hot: bool,
+    ) -> Result<Option<u64>, Refusal>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let at = s.window.map_or(0, |w| w.at);
+        let mut held = match self.exact.place(key, s.hash, at) {
+            Place::Twin => return alone(s, t),
+            Place::Held(held) => {
+                // A request the sketch admits alone, for a key that has cooled down apart
+                // from it: demote the key.
+                let own = Reread {
+                    inflight: self.sketches.inflight_now(s.hash),
+                    window: s.window,
+                };
+                let cool = !hot
+                    && held
+                        .entry()
+                        .is_some_and(|e| decision::is_cool(&e.counts, &own, true, t));
+                if cool {
+                    held.demote();
+                    return Ok(None);
+                }
+                held
+            }
+            // Flagged by another key in the same filter cell, and not hot: the sketch admits.
+            Place::Free(_) if !hot => return Ok(None),
+            Place::Free(free) => {
+                // What the threshold proves holds only if no key of the set was admitted
+                // otherwise since the window before this one began.
+                let kept_since = s
+                    .window
+                    .map_or(0, |w| w.at.saturating_sub(w.into).saturating_sub(w.len));
+                // The promotion's half of the handshake: flagged, then the sketches read.
+                let promoted = free.promote(key, s.hash, t, kept_since, |kept| {
+                    let now = self.sketches.reread(s.hash, s.window.as_ref());
+                    // After the reads: the thresholds of every admission they include are
+                    // known.
+                    let proven = self.proven_by_threshold().filter(|_| kept);
+                    decision::promoted(&now, proven)
+                });
+                match promoted {
+                    Some(held) => held,
+                    None => return alone(s, t),
+                }
+            }
+        };
+        let Some(entry) = held.decided_under(t) else {
+            return alone(s, t); // unreachable: a held place has its entry
+        };
+        let now = self.sketches.reread(s.hash, s.window.as_ref());
+        match decision::exact(&mut entry.counts, s, &now, t) {
+            Ok(tracked) => Ok(tracked.then_some(entry.generation)),
+            Err(rejected) => {
+                entry.rejected += 1;
+                let over_until = decision::held_until(&rejected, s, t);
+                entry.over_until = over_until.unwrap_or(0);
+                Err(Refusal {
+                    rejected,
+                    over_until,
+                })
+            }
+        }
+    }
+}
+
+impl<K> Shared<K> {
+    /// Whether a promoted entry has cooled down, by the sketches now and its last thresholds.
+    fn is_cool(&self, entry: &Entry<K>) -> bool {
+        let now = self.sketches.reread(entry.hash, None);
+        decision::is_cool(&entry.counts, &now, false, &entry.thresholds)
+    }
+
+    /// The exact stage's sweep (the clock's periodic work).
+    pub(super) fn sweep_exact(&self) {
+        self.exact
+            .sweep(|entry| self.is_cool(entry), || self.sketches.now());
+    }
+}
