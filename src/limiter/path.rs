@@ -172,14 +172,14 @@ where
             Place::Held(held) => {
                 // A request the sketch admits alone, for a key that has cooled down apart
                 // from it: demote the key.
-                let own = Reread {
-                    inflight: self.sketches.inflight_now(s.hash),
-                    window: s.window,
-                };
                 let cool = !hot
-                    && held
-                        .entry()
-                        .is_some_and(|e| decision::is_cool(&e.counts, &own, true, t));
+                    && held.entry().is_some_and(|e| {
+                        let own = Reread {
+                            inflight: self.sketches.inflight_now(s.hash),
+                            window: s.window,
+                        };
+                        decision::is_cool(&e.counts, &own, true, t)
+                    });
                 if cool {
                     held.demote();
                     return Ok(None);
