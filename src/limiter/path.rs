@@ -155,6 +155,10 @@ where
 
     /// Decides a request that the sketches could not decide alone: its key is hot, or
     /// flagged. `Ok(Some(generation))` when its in-flight slot is counted in the exact stage.
+    ///
+    /// Never inlined: inlined into `try_acquire`, this path for the few hot keys made every
+    /// request's path larger and measurably slower (3-6% on the simulated groups).
+    #[inline(never)]
     fn decide_hot<Q>(
         &self,
         key: &Q,
