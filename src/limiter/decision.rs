@@ -14,12 +14,16 @@
 //! - [`held_until`]: how long the over-limit cache may refuse a key without asking;
 //! - [`estimate`]: a key's counts as the limiter judges them, for reports.
 //!
+//! What they judge comes from the storage as values: [`Sketched`] (what a request's counting
+//! said), [`Recount`] (the request's key read again under the exact stage's lock), [`Reread`]
+//! (a key's estimates now), [`Counts`] (a promoted key's exact counts).
+//!
 //! With a fleet (feature `redis`), [`exact`] judges the rate on the fleet's counts too: the one
 //! place the decision looks at a remote view.
 
 use super::exact::{Counts, InflightCount};
 use super::limits::{RateThreshold, Thresholds};
-use super::sketches::{Reread, Sketched};
+use super::sketches::{Recount, Reread, Sketched};
 use super::{Estimate, Rejected};
 use crate::rate::{ExactWindows, WindowView};
 
@@ -47,25 +51,25 @@ pub(crate) fn alone(s: &Sketched, t: &Thresholds) -> Result<(), Rejected> {
     Ok(())
 }
 
-/// The counts of a key promoted now, from the sketches read after its flag was set (`now`,
-/// in the promoting request's windows, that request included): upper bounds on what was
+/// The counts of a key promoted now by the request `s`, from the sketches read after its flag
+/// was set (`now`, in the request's windows, that request included): upper bounds on what was
 /// admitted before the exact stage counts it. `proven`: a bound on the key's admissions in
 /// this rate window and the one before that the promotion threshold proves, when it holds
 /// (see the `exact` module), asked for after the reads; the counts are lowered to it.
-pub(crate) fn promoted(now: &Reread, proven: Option<isize>) -> Counts {
+pub(crate) fn promoted(s: &Sketched, now: &Recount, proven: Option<isize>) -> Counts {
     let inflight = InflightCount {
         base: now.inflight.map_or(0, |estimate| (estimate - 1).max(0)),
         tracked: 0,
     };
-    let rate = match now.window {
-        Some(w) => {
-            let current = w.curr - 1;
-            let previous = w.bucket.checked_sub(1).map(|_| w.prev);
+    let rate = match (now.window, s.window) {
+        (Some((prev, curr)), Some(w)) => {
+            let current = curr - 1;
+            let previous = w.bucket.checked_sub(1).map(|_| prev);
             let mut exact = ExactWindows::new(w.bucket, proven.map_or(current, |p| current.min(p)));
             exact.before = proven.zip(previous).map(|(p, n)| n.min(p));
             exact
         }
-        None => ExactWindows::new(0, 0),
+        _ => ExactWindows::new(0, 0),
     };
     Counts {
         inflight,
@@ -84,7 +88,7 @@ pub(crate) fn promoted(now: &Reread, proven: Option<isize>) -> Counts {
 pub(crate) fn exact(
     counts: &mut Counts,
     s: &Sketched,
-    now: &Reread,
+    now: &Recount,
     t: &Thresholds,
 ) -> Result<bool, Rejected> {
     let mut tracked = false;
@@ -97,7 +101,8 @@ pub(crate) fn exact(
         // Tracked whatever the limit, so that the release finds it counted here.
         tracked = true;
     }
-    if let (Some(mut view), Some(_)) = (now.window, s.window) {
+    if let (Some((prev, curr)), Some(mut view)) = (now.window, s.window) {
+        (view.prev, view.curr) = (prev, curr);
         counts.rate.roll_to(view.bucket);
         view.lower_to(&counts.rate, 1);
         if let Some(t) = t.rate {
@@ -266,6 +271,13 @@ mod tests {
         }
     }
 
+    fn recount(inflight: isize, prev: isize, curr: isize) -> Recount {
+        Recount {
+            inflight: Some(inflight),
+            window: Some((prev, curr)),
+        }
+    }
+
     #[test]
     fn a_request_is_hot_from_its_promotion_threshold_on() {
         let t = thresholds();
@@ -295,7 +307,7 @@ mod tests {
 
     #[test]
     fn a_promoted_key_starts_from_the_estimates_less_its_own_request_or_what_is_proven() {
-        let counts = promoted(&reread(3, 9, 12), None);
+        let counts = promoted(&sketched(3, 9, 12), &recount(3, 9, 12), None);
         assert_eq!(counts.inflight.base, 2);
         assert_eq!(
             counts.rate.bound(7),
@@ -307,7 +319,7 @@ mod tests {
             None,
             "the sketch alone bounds the window before"
         );
-        let counts = promoted(&reread(3, 9, 12), Some(4));
+        let counts = promoted(&sketched(3, 9, 12), &recount(3, 9, 12), Some(4));
         assert_eq!(counts.rate.bound(7), Some(4));
         assert_eq!(counts.rate.bound(6), Some(4));
     }
@@ -317,14 +329,14 @@ mod tests {
         let t = thresholds();
         // The sketch says 45 and more in this window, most of it other keys' (their counters
         // are shared); the key itself was promoted with 4 before its 5th request.
-        let mut counts = promoted(&reread(1, 0, 5), None);
+        let mut counts = promoted(&sketched(1, 0, 5), &recount(1, 0, 5), None);
         for n in 5..=10 {
             let s = sketched(1, 0, 40 + n);
-            assert_eq!(exact(&mut counts, &s, &reread(1, 0, 40 + n), &t), Ok(true));
+            assert_eq!(exact(&mut counts, &s, &recount(1, 0, 40 + n), &t), Ok(true));
         }
         assert_eq!(counts.rate.bound(7), Some(10));
         let s = sketched(1, 0, 51);
-        let rejected = exact(&mut counts, &s, &reread(1, 0, 51), &t).unwrap_err();
+        let rejected = exact(&mut counts, &s, &recount(1, 0, 51), &t).unwrap_err();
         assert_eq!((rejected.reason, rejected.estimate), (Reason::Rate, 11));
         assert_eq!(counts.rate.bound(7), Some(10), "a refusal is not counted");
     }
@@ -332,7 +344,7 @@ mod tests {
     #[test]
     fn a_key_is_cool_only_with_nothing_in_flight_below_half_its_threshold_and_no_refusal() {
         let t = thresholds();
-        let mut counts = promoted(&reread(1, 0, 1), None);
+        let mut counts = promoted(&sketched(1, 0, 1), &recount(1, 0, 1), None);
         counts.rate.count_one();
         assert!(is_cool(&counts, &reread(0, 0, 1), false, &t));
         counts.inflight.tracked = 1;

@@ -518,7 +518,7 @@ where
         let s = &*self.shared;
         let hash = s.sketches.hash(key);
         s.exact.with_counts(key, hash, |counts| {
-            decision::estimate(&s.sketches.reread(hash, None), counts)
+            decision::estimate(&s.sketches.reread(hash), counts)
         })
     }
 
@@ -545,7 +545,7 @@ where
         let s = &*self.shared;
         let mut hitters = Vec::new();
         s.exact.for_each(|entry| {
-            let now = s.sketches.reread(entry.hash, None);
+            let now = s.sketches.reread(entry.hash);
             let estimate = decision::estimate(&now, Some(&entry.counts));
             hitters.push(HeavyHitter {
                 key: entry.key.clone(),

@@ -200,11 +200,11 @@ where
                     .map_or(0, |w| w.at.saturating_sub(w.into).saturating_sub(w.len));
                 // The promotion's half of the handshake: flagged, then the sketches read.
                 let promoted = free.promote(key, s.hash, t, kept_since, |kept| {
-                    let now = self.sketches.reread(s.hash, s.window.as_ref());
+                    let now = self.sketches.recount(s);
                     // After the reads: the thresholds of every admission they include are
                     // known.
                     let proven = self.proven_by_threshold().filter(|_| kept);
-                    decision::promoted(&now, proven)
+                    decision::promoted(s, &now, proven)
                 });
                 match promoted {
                     Some(held) => held,
@@ -215,7 +215,7 @@ where
         let Some(entry) = held.decided_under(t) else {
             return alone(s, t); // unreachable: a held place has its entry
         };
-        let now = self.sketches.reread(s.hash, s.window.as_ref());
+        let now = self.sketches.recount(s);
         match decision::exact(&mut entry.counts, s, &now, t) {
             Ok(tracked) => Ok(tracked.then_some(entry.generation)),
             Err(rejected) => {
@@ -234,7 +234,7 @@ where
 impl<K> Shared<K> {
     /// Whether a promoted entry has cooled down, by the sketches now and its last thresholds.
     fn is_cool(&self, entry: &Entry<K>) -> bool {
-        let now = self.sketches.reread(entry.hash, None);
+        let now = self.sketches.reread(entry.hash);
         decision::is_cool(&entry.counts, &now, false, &entry.thresholds)
     }
 

@@ -17,14 +17,23 @@ pub(crate) struct Sketches {
     pub(crate) rate: Option<Rate>,
 }
 
-/// The sketches' estimates of a key read again, counting nothing: under the exact stage's
-/// lock (in the request's windows, or now), or for a report.
+/// The sketches' estimates of a key now, counting nothing: whether a promoted key has cooled
+/// down, and the reports.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Reread {
     /// The in-flight estimate; `None` when the limiter counts none.
     pub(crate) inflight: Option<isize>,
     /// The rate window with the key's counts; `None` when the limiter counts no rate.
     pub(crate) window: Option<WindowView>,
+}
+
+/// A request's key counted again in the request's windows, under the exact stage's lock: the
+/// in-flight estimate and the (previous, current) window counts; `None` for a kind the
+/// limiter does not count.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Recount {
+    pub(crate) inflight: Option<isize>,
+    pub(crate) window: Option<(isize, isize)>,
 }
 
 /// What the sketches said about one request.
@@ -63,23 +72,26 @@ impl Sketches {
         }
     }
 
-    /// The key's estimates read again, counting nothing: in the windows of `at` (a request's
-    /// view) if given, else in the current ones.
-    pub(crate) fn reread(&self, hash: u64, at: Option<&WindowView>) -> Reread {
+    /// The key's estimates now, counting nothing: for the exact stage's coolness and reports.
+    pub(crate) fn reread(&self, hash: u64) -> Reread {
         Reread {
             inflight: self.inflight_now(hash),
-            window: self.rate.as_ref().map(|rate| match at {
-                Some(view) => {
-                    let mut view = *view;
-                    (view.prev, view.curr) = rate.counts_in(hash, &view);
-                    view
-                }
-                None => rate.view(hash),
-            }),
+            window: self.rate.as_ref().map(|rate| rate.view(hash)),
+        }
+    }
+
+    /// The request's key's estimates read again, in the request's windows.
+    #[inline]
+    pub(crate) fn recount(&self, s: &Sketched) -> Recount {
+        Recount {
+            inflight: self.inflight_now(s.hash),
+            window: (self.rate.as_ref().zip(s.window.as_ref()))
+                .map(|(rate, view)| rate.counts_in(s.hash, view)),
         }
     }
 
     /// The key's in-flight estimate now (`None` when the limiter counts none).
+    #[inline]
     pub(crate) fn inflight_now(&self, hash: u64) -> Option<isize> {
         self.inflight.as_ref().map(|sketch| sketch.get(hash))
     }
