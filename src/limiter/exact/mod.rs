@@ -211,6 +211,7 @@ impl<K> ExactStage<K> {
     /// The stage's place for `key` (of hash `hash`), its set locked until the place is
     /// dropped. `at`: the request's time on the limiter's clock, recorded when a key of the
     /// set is lost (see [`Set::lost`]).
+    #[inline]
     pub(crate) fn place<'a, Q>(&'a self, key: &Q, hash: u64, at: u64) -> Place<'a, K>
     where
         K: Borrow<Q>,
@@ -417,6 +418,7 @@ impl<K> Held<'_, K> {
 
     /// The entry, for a request decided on it under the limits `t`: counted as evidence for
     /// its place, and `t` kept as what the sweep judges it by.
+    #[inline]
     pub(crate) fn decided_under(&mut self, t: &Thresholds) -> Option<&mut Entry<K>> {
         let epoch = self.epoch;
         let entry = self.set.get_mut(self.way)?;
