@@ -91,9 +91,3 @@ pub fn coarse_now() -> Duration {
 pub(crate) fn saturating_nanos(duration: Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
-
-/// The shared coarse clock in nanoseconds, one relaxed load and nothing else: for a reader
-/// beside a `Rate` on the shared clock, whose own reads start the ticker and watch it. 0
-/// before the ticker first ran.
-#[cfg(feature = "redis")]
-pub(crate) use ticker::coarse_load;

@@ -72,13 +72,6 @@ pub(super) fn coarse_nanos() -> u64 {
     coarse
 }
 
-/// The coarse time as published, without starting or watching the ticker.
-#[cfg(feature = "redis")]
-#[inline]
-pub(crate) fn coarse_load() -> u64 {
-    COARSE.load(Ordering::Relaxed)
-}
-
 /// Starts the ticker unless one is known to run (the first `Rate` on the shared clock).
 pub(super) fn ensure_started() {
     if COARSE.load(Ordering::Relaxed) == 0 {

@@ -58,11 +58,13 @@ mod keys;
 mod node;
 mod resp;
 mod store;
+mod sync;
 mod view;
 
 pub use key::FleetKey;
 pub(crate) use node::FleetNode;
 pub(crate) use store::{KeyTotals, Push, Store};
+pub(crate) use sync::{check_interval, spawn, Member, Tracked};
 pub(crate) use view::FleetView;
 
 /// Where the fleet's Redis is, how the fleet's keys are named there, and how often a node syncs.

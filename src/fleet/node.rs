@@ -61,9 +61,9 @@ impl FleetNode {
             sync_nanos,
             nodes: AtomicUsize::new(1),
             inverse: AtomicU64::new(1f64.to_bits()),
-            // `coarse_now` starts the shared ticker, whose time `coarse_load` reads from then
-            // on (a limiter on a manual clock has no `Rate` of its own on it to start it).
-            last_ok: AtomicU64::new(crate::clock::saturating_nanos(crate::clock::coarse_now())),
+            // On the shared coarse clock whatever the limiter's (a limiter on a manual clock
+            // has no `Rate` on it): the time a real sync thread's rounds take.
+            last_ok: AtomicU64::new(coarse_nanos()),
             stale_after,
             report: Mutex::new(Report::default()),
             clock_told: AtomicBool::new(false),
@@ -86,8 +86,7 @@ impl FleetNode {
     /// request path, so that a sync blocked on a stalled Redis does not delay it.
     #[inline]
     pub(crate) fn degraded(&self) -> bool {
-        crate::clock::coarse_load().saturating_sub(self.last_ok.load(Ordering::Relaxed))
-            > self.stale_after
+        coarse_nanos().saturating_sub(self.last_ok.load(Ordering::Relaxed)) > self.stale_after
     }
 
     /// A sync reached Redis: `nodes` seen, `keys` pushed.
@@ -95,8 +94,7 @@ impl FleetNode {
         self.nodes.store(nodes.max(1), Ordering::Relaxed);
         self.inverse
             .store((1.0 / nodes.max(1) as f64).to_bits(), Ordering::Relaxed);
-        self.last_ok
-            .store(crate::clock::coarse_load(), Ordering::Relaxed);
+        self.last_ok.store(coarse_nanos(), Ordering::Relaxed);
         let mut report = lock(&self.report);
         let was_out = report.logged;
         report.connected = true;
@@ -173,4 +171,10 @@ fn node_id() -> String {
             .map_or(0, |d| d.as_nanos()),
     );
     format!("{}-{:016x}", std::process::id(), random.finish())
+}
+
+/// The shared coarse clock in nanoseconds (its first read starts the ticker).
+#[inline]
+fn coarse_nanos() -> u64 {
+    crate::clock::saturating_nanos(crate::clock::coarse_now())
 }

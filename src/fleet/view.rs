@@ -76,6 +76,13 @@ impl Refusals {
 }
 
 impl FleetView {
+    /// Counts a refusal of the key by this node in `window`, for the fleet to learn that this
+    /// node takes any room left.
+    #[inline]
+    pub(crate) fn note_refusal(&mut self, window: u64) {
+        self.refused.note(window);
+    }
+
     /// The view after a sync at `at`, `into` nanoseconds into its window `window`, that found
     /// the fleet's `synced` counts, with this node's count `own` in that window and
     /// `own_previous` in the window before; `len` is a window's length in nanoseconds.

@@ -9,6 +9,7 @@ use crate::estimator::{Blocked, KeyHasher};
 use crate::Rate;
 
 use super::exact::ExactStage;
+use super::fleet::FleetSetup;
 use super::limits::{HighestRatePromotion, Thresholds};
 use super::overlimit::{OverLimit, SLOTS_PER_EXACT_KEY};
 use super::sketches::Sketches;
@@ -56,9 +57,8 @@ pub struct LimiterBuilder<K> {
     max_waiters: usize,
     max_waiters_per_key: usize,
     clock: Option<ManualClock>,
-    /// The fleet to hold the rate limit with (feature `redis`).
-    #[cfg(feature = "redis")]
-    pub(super) fleet: Option<super::fleet::FleetSetup<K>>,
+    /// The fleet to hold the rate limit with (feature `redis`; none without).
+    fleet: FleetSetup<K>,
     key: std::marker::PhantomData<fn() -> K>,
 }
 
@@ -66,7 +66,6 @@ impl<K> Clone for LimiterBuilder<K> {
     fn clone(&self) -> Self {
         LimiterBuilder {
             clock: self.clock.clone(),
-            #[cfg(feature = "redis")]
             fleet: self.fleet.clone(),
             ..*self
         }
@@ -100,8 +99,7 @@ impl<K> LimiterBuilder<K> {
             max_waiters: DEFAULT_MAX_WAITERS,
             max_waiters_per_key: DEFAULT_MAX_WAITERS_PER_KEY,
             clock: None,
-            #[cfg(feature = "redis")]
-            fleet: None,
+            fleet: FleetSetup::none(),
             key: std::marker::PhantomData,
         }
     }
@@ -412,9 +410,7 @@ impl<K> LimiterBuilder<K> {
                 if let Some(clock) = &self.clock {
                     builder = builder.clock(clock);
                 }
-                // A fleet's nodes must agree on the windows.
-                #[cfg(feature = "redis")]
-                if self.fleet.is_some() {
+                if self.fleet.aligns_windows() {
                     builder = builder.aligned_to_unix_epoch();
                 }
                 Some(builder.build_with_hasher(hasher.clone())?)
@@ -443,23 +439,7 @@ impl<K> LimiterBuilder<K> {
             ((2.0 * (hot_inflight + hot_rate)).ceil() as usize)
                 .clamp(MIN_SIZED_EXACT_CAPACITY, MAX_SIZED_EXACT_CAPACITY)
         });
-        #[cfg(feature = "redis")]
-        let fleet_node = match (&self.fleet, &rate) {
-            (None, _) => None,
-            (Some(_), None) => {
-                return Err(ConfigError::Fleet(
-                    "a fleet holds a rate limit together: set max_rate".into(),
-                ))
-            }
-            (Some(setup), Some(rate)) => {
-                setup.config.validate()?;
-                super::fleet::check_interval(rate.interval())?;
-                Some(Arc::new(crate::fleet::FleetNode::new(
-                    setup.config.clone(),
-                    rate.interval(),
-                )))
-            }
-        };
+        let fleet = self.fleet.join(rate.as_ref())?;
         let sketches = Sketches {
             hasher,
             inflight,
@@ -483,17 +463,13 @@ impl<K> LimiterBuilder<K> {
                 exact: ExactStage::new(capacity),
                 over_limit: OverLimit::new(capacity * SLOTS_PER_EXACT_KEY),
                 waiters: Waiters::new(self.max_waiters, self.max_waiters_per_key, time.coarse()),
-                #[cfg(feature = "redis")]
-                fleet: fleet_node.clone(),
+                fleet: fleet.clone(),
                 time,
                 registration,
                 _sweeper: sweeper,
             }
         });
-        #[cfg(feature = "redis")]
-        if let (Some(setup), Some(node)) = (&self.fleet, fleet_node) {
-            (setup.spawn)(Arc::downgrade(&shared), node);
-        }
+        self.fleet.start(&shared, &fleet);
         Ok(Limiter { shared })
     }
 }
@@ -571,10 +547,7 @@ where
     /// assert!(limiter.fleet_status().is_some());
     /// ```
     pub fn fleet(mut self, config: crate::fleet::FleetConfig) -> Self {
-        self.fleet = Some(super::fleet::FleetSetup {
-            config,
-            spawn: super::fleet::spawn_sync::<K>,
-        });
+        self.fleet = FleetSetup::new(config);
         self
     }
 }

@@ -22,7 +22,9 @@
 //! place the decision looks at a remote view.
 
 use super::exact::{Counts, InflightCount};
+use super::fleet::{FleetRate, FleetState};
 use super::limits::{RateThreshold, Thresholds};
+use super::overlimit::limit_mix;
 use super::sketches::{Recount, Reread, Sketched};
 use super::{Estimate, Rejected};
 use crate::rate::{ExactWindows, WindowView};
@@ -51,6 +53,36 @@ pub(crate) fn alone(s: &Sketched, t: &Thresholds) -> Result<(), Rejected> {
     Ok(())
 }
 
+/// The thresholds of a decision in a fleet in state `fleet`: the promotion threshold of the
+/// rate divided by the fleet's size (a key that stays under it on every node sends at most the
+/// promotion fraction of the limit in all), the fleet's view judged; and, while Redis has been
+/// away too long to trust that view, the limit itself becomes this node's share, `⌈L ÷ N⌉`,
+/// on its own counts.
+#[inline]
+pub(crate) fn in_fleet(t: &Thresholds, fleet: &FleetState) -> Thresholds {
+    let mut t = *t;
+    if let Some(rate) = t.rate.as_mut() {
+        let recheck = if fleet.degraded { 0 } else { fleet.sync_nanos };
+        if fleet.nodes == 1 {
+            // Alone: the share is the limit, and promotion stays where it is.
+            rate.fleet = FleetRate::new(None, !fleet.degraded, recheck);
+            return t;
+        }
+        // ⌈L ÷ N⌉ in integers (no libm call on the request path).
+        let n = fleet.nodes as isize;
+        let share = rate.limit / n + isize::from(rate.limit % n > 0);
+        if fleet.degraded {
+            rate.limit = share;
+            rate.tag_mix = limit_mix(share);
+        }
+        rate.fleet = FleetRate::new(Some(share), !fleet.degraded, recheck);
+        rate.promote_at = (rate.promote_at * fleet.inverse)
+            .max(1.0)
+            .min(rate.limit.max(1) as f64);
+    }
+    t
+}
+
 /// The counts of a key promoted now by the request `s`, from the sketches read after its flag
 /// was set (`now`, in the request's windows, that request included): upper bounds on what was
 /// admitted before the exact stage counts it. `proven`: a bound on the key's admissions in
@@ -74,7 +106,6 @@ pub(crate) fn promoted(s: &Sketched, now: &Recount, proven: Option<isize>) -> Co
     Counts {
         inflight,
         rate,
-        #[cfg(feature = "redis")]
         fleet: Default::default(),
     }
 }
@@ -120,11 +151,9 @@ pub(crate) fn exact(
 /// in a fleet the fleet's.
 #[inline]
 fn judge_rate(counts: &mut Counts, view: &WindowView, t: &RateThreshold) -> Result<(), Rejected> {
-    #[cfg(feature = "redis")]
-    if t.in_fleet {
+    if t.fleet.judges_view() {
         return judge_in_fleet(counts, view, t);
     }
-    let _ = counts;
     judge_alone(view, t)
 }
 
@@ -145,7 +174,6 @@ fn judge_alone(view: &WindowView, t: &RateThreshold) -> Result<(), Rejected> {
 /// request included), or, for a key the fleet has said nothing of lately, on this node's own
 /// counts and its share. Each refusal is counted, for the fleet to learn that this node takes
 /// any room left.
-#[cfg(feature = "redis")]
 fn judge_in_fleet(
     counts: &mut Counts,
     view: &WindowView,
@@ -161,13 +189,13 @@ fn judge_in_fleet(
     let judged = match counts.fleet.judged(view, window, now, before) {
         // At least this node's own counts: judging it judges those too.
         Some(fleet) => judge_alone(&fleet, t),
-        None => judge_alone(view, t).and_then(|()| match t.share {
+        None => judge_alone(view, t).and_then(|()| match t.fleet.share() {
             Some(share) => judge_alone(view, &RateThreshold { limit: share, ..*t }),
             None => Ok(()),
         }),
     };
     if judged.is_err() {
-        counts.fleet.refused.note(window);
+        counts.fleet.note_refusal(window);
     }
     judged
 }

@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use super::fleet::FleetRate;
 use super::Rejected;
 use crate::sync::{AtomicU64, Ordering};
 
@@ -132,29 +133,16 @@ pub(crate) struct RateThreshold {
     pub(crate) promote_at: f64,
     /// What the limit mixes into the over-limit cache's tags (see the `overlimit` module).
     pub(crate) tag_mix: u64,
-    /// In a fleet of more than one node: this node's share of the limit, what it admits of
-    /// a key in a window before the fleet has told it anything of that key.
-    #[cfg(feature = "redis")]
-    pub(crate) share: Option<isize>,
-    /// Whether the fleet's view of a key is judged too: in a fleet whose view is fresh (not
-    /// while the node decides on its share alone, Redis being away).
-    #[cfg(feature = "redis")]
-    pub(crate) in_fleet: bool,
-    /// In a fleet: the sync interval (nanoseconds). A refusal is judged on counts the next
-    /// sync renews, so the over-limit cache holds it at most that long (0: no bound).
-    #[cfg(feature = "redis")]
-    pub(crate) recheck: u64,
+    /// What the limit carries in a fleet (its share, whether the fleet's view is judged, how
+    /// long a refusal is held); nothing without one.
+    pub(crate) fleet: FleetRate,
 }
 
 impl RateThreshold {
     /// How long the over-limit cache may hold a refusal whose `retry_after` is `retry`.
     #[inline]
     pub(crate) fn held_for(&self, retry: u64) -> u64 {
-        #[cfg(feature = "redis")]
-        if self.recheck > 0 {
-            return retry.min(self.recheck);
-        }
-        retry
+        self.fleet.held_for(retry)
     }
 }
 
@@ -170,12 +158,7 @@ impl Thresholds {
             }),
             rate: limits.rate.map(|limit| RateThreshold {
                 tag_mix: super::overlimit::limit_mix(limit),
-                #[cfg(feature = "redis")]
-                share: None,
-                #[cfg(feature = "redis")]
-                in_fleet: false,
-                #[cfg(feature = "redis")]
-                recheck: 0,
+                fleet: FleetRate::NONE,
                 limit,
                 promote_at: (limit as f64 * promotion).max(1.0).min(limit.max(1) as f64),
             }),

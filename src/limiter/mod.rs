@@ -50,7 +50,6 @@
 mod builder;
 mod decision;
 mod exact;
-#[cfg(feature = "redis")]
 mod fleet;
 mod limits;
 mod overlimit;
@@ -184,9 +183,8 @@ struct Shared<K> {
     over_limit: OverLimit,
     /// Requests waiting for a permit ([`Limiter::acquire`]).
     waiters: Waiters,
-    /// The fleet this limiter holds its rate limit with (feature `redis`).
-    #[cfg(feature = "redis")]
-    fleet: Option<Arc<crate::fleet::FleetNode>>,
+    /// The fleet this limiter holds its rate limit with (feature `redis`; none without).
+    fleet: fleet::Fleet,
     /// The clock the rate windows, the over-limit deadlines and the sweep follow.
     time: TimeSource,
     /// The sweep's registration with `time`, cancelled on drop.
@@ -663,8 +661,7 @@ where
     /// [`HighestRatePromotion::proven`]); `None` in a fleet, whose shares and views the proof
     /// does not cover.
     fn proven_by_threshold(&self) -> Option<isize> {
-        #[cfg(feature = "redis")]
-        if self.fleet.is_some() {
+        if self.fleet.is_joined() {
             return None;
         }
         self.highest_rate_promotion.proven()

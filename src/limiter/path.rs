@@ -6,8 +6,6 @@ use std::hash::Hash;
 
 use super::decision;
 use super::exact::{spread, Entry, Place};
-#[cfg(feature = "redis")]
-use super::fleet;
 use super::limits::Thresholds;
 use super::overlimit::OverLimit;
 use super::permit::Ticket;
@@ -70,9 +68,10 @@ where
         }
         // In a fleet, after the cache: a flooded key's refusal costs nothing more. A share
         // (Redis away) is a limit of its own, whose deadlines the cache holds under its tag.
-        #[cfg(feature = "redis")]
-        let in_fleet = self.fleet.as_ref().map(|node| fleet::in_fleet(node, t));
-        #[cfg(feature = "redis")]
+        let in_fleet = self
+            .fleet
+            .state()
+            .map(|fleet| decision::in_fleet(t, &fleet));
         let t = match &in_fleet {
             Some(fleet) => {
                 let tag = |t: &Thresholds| t.rate.map(|rate| rate.tag_mix);

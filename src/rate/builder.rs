@@ -100,7 +100,6 @@ impl RateBuilder {
     /// Starts the windows at whole multiples of the interval since the Unix epoch (on a
     /// [`ManualClock`], since its zero), so that every process names and slides the same
     /// windows: what a fleet of limiters needs to add up their counts.
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn aligned_to_unix_epoch(mut self) -> Self {
         self.aligned = true;
         self

@@ -78,6 +78,7 @@ use crate::estimator::remix;
 use crate::rate::ExactWindows;
 use crate::sync::{lock, AtomicU32, AtomicU64, Mutex, MutexGuard, Ordering};
 
+use super::fleet::FleetView;
 use super::limits::Thresholds;
 use set::Set;
 pub(crate) use set::{Entry, Hits, WAYS};
@@ -101,9 +102,8 @@ pub(crate) fn spread(hash: u64) -> u64 {
 pub(crate) struct Counts {
     pub(crate) inflight: InflightCount,
     pub(crate) rate: ExactWindows,
-    /// What the fleet last said of the key (feature `redis`; empty without a fleet).
-    #[cfg(feature = "redis")]
-    pub(crate) fleet: crate::fleet::FleetView,
+    /// What the fleet last said of the key (feature `redis`; nothing without a fleet).
+    pub(crate) fleet: FleetView,
 }
 
 /// In-flight requests of a promoted key.
@@ -513,7 +513,6 @@ mod tests {
                 tracked: 0,
             },
             rate: ExactWindows::new(0, 0),
-            #[cfg(feature = "redis")]
             fleet: Default::default(),
         };
         let mut set = stage.set(0);

@@ -1,0 +1,169 @@
+//! The seam with the `redis` feature: a limiter's node of a fleet, what its rate thresholds
+//! carry in one, and how a builder joins one and starts its sync.
+
+use std::hash::Hash;
+use std::sync::{Arc, Weak};
+
+use super::FleetState;
+use crate::fleet::{check_interval, FleetConfig, FleetKey, FleetNode, FleetStatus};
+use crate::limiter::{Limiter, Shared};
+use crate::rate::Rate;
+use crate::ConfigError;
+
+pub(crate) use crate::fleet::FleetView;
+
+/// The fleet a limiter holds its rate limit with, if any.
+#[derive(Clone, Default)]
+pub(crate) struct Fleet(Option<Arc<FleetNode>>);
+
+impl Fleet {
+    /// What a decision reads of the fleet now; `None` without a fleet.
+    #[inline]
+    pub(crate) fn state(&self) -> Option<FleetState> {
+        self.0.as_ref().map(|node| FleetState {
+            nodes: node.nodes(),
+            inverse: node.inverse(),
+            degraded: node.degraded(),
+            sync_nanos: node.sync_nanos,
+        })
+    }
+
+    /// Whether the limiter is in a fleet.
+    #[inline]
+    pub(crate) fn is_joined(&self) -> bool {
+        self.0.is_some()
+    }
+}
+
+/// What `LimiterBuilder::fleet` was given, and how to start the sync of its key type.
+pub(crate) struct FleetSetup<K>(Option<Setup<K>>);
+
+struct Setup<K> {
+    config: FleetConfig,
+    /// The sync thread's start for this key type, chosen where `K: FleetKey` is known.
+    spawn: fn(Weak<Shared<K>>, Arc<FleetNode>),
+}
+
+impl<K> Clone for FleetSetup<K> {
+    fn clone(&self) -> Self {
+        FleetSetup(self.0.as_ref().map(|setup| Setup {
+            config: setup.config.clone(),
+            spawn: setup.spawn,
+        }))
+    }
+}
+
+impl<K> FleetSetup<K> {
+    /// No fleet.
+    pub(crate) fn none() -> Self {
+        FleetSetup(None)
+    }
+
+    /// A fleet through `config`.
+    pub(crate) fn new(config: FleetConfig) -> Self
+    where
+        K: FleetKey + Hash + Eq + Send + Sync + 'static,
+    {
+        FleetSetup(Some(Setup {
+            config,
+            spawn: super::member::spawn_sync::<K>,
+        }))
+    }
+
+    /// Whether the windows must be aligned to the Unix epoch: a fleet's nodes must agree on them.
+    pub(crate) fn aligns_windows(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// The limiter's node of the fleet, its configuration checked against the rate windows
+    /// `rate` it holds together.
+    pub(crate) fn join(&self, rate: Option<&Rate>) -> Result<Fleet, ConfigError> {
+        let Some(setup) = &self.0 else {
+            return Ok(Fleet(None));
+        };
+        let Some(rate) = rate else {
+            return Err(ConfigError::Fleet(
+                "a fleet holds a rate limit together: set max_rate".into(),
+            ));
+        };
+        setup.config.validate()?;
+        check_interval(rate.interval())?;
+        Ok(Fleet(Some(Arc::new(FleetNode::new(
+            setup.config.clone(),
+            rate.interval(),
+        )))))
+    }
+
+    /// Starts the sync thread of `shared`'s node of `fleet`.
+    pub(crate) fn start(&self, shared: &Arc<Shared<K>>, fleet: &Fleet) {
+        if let (Some(setup), Some(node)) = (&self.0, &fleet.0) {
+            (setup.spawn)(Arc::downgrade(shared), Arc::clone(node));
+        }
+    }
+}
+
+/// What a rate threshold carries in a fleet of more than one node.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct FleetRate {
+    /// This node's share of the limit, what it admits of a key in a window before the fleet
+    /// has told it anything of that key.
+    share: Option<isize>,
+    /// Whether the fleet's view of a key is judged too: in a fleet whose view is fresh (not
+    /// while the node decides on its share alone, Redis being away).
+    judges_view: bool,
+    /// The sync interval (nanoseconds). A refusal is judged on counts the next sync renews,
+    /// so the over-limit cache holds it at most that long (0: no bound).
+    recheck: u64,
+}
+
+impl FleetRate {
+    /// Out of a fleet (or before one is consulted).
+    pub(crate) const NONE: FleetRate = FleetRate {
+        share: None,
+        judges_view: false,
+        recheck: 0,
+    };
+
+    pub(crate) fn new(share: Option<isize>, judges_view: bool, recheck: u64) -> Self {
+        FleetRate {
+            share,
+            judges_view,
+            recheck,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn judges_view(&self) -> bool {
+        self.judges_view
+    }
+
+    #[inline]
+    pub(crate) fn share(&self) -> Option<isize> {
+        self.share
+    }
+
+    /// How long the over-limit cache may hold a refusal whose `retry_after` is `retry`.
+    #[inline]
+    pub(crate) fn held_for(&self, retry: u64) -> u64 {
+        if self.recheck > 0 {
+            retry.min(self.recheck)
+        } else {
+            retry
+        }
+    }
+}
+
+impl<K> Limiter<K> {
+    /// How this node's syncing with its fleet goes; `None` for a limiter without a fleet.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter: floodgate::Limiter<String> =
+    ///     floodgate::Limiter::builder().max_inflight(5).build().unwrap();
+    /// assert!(limiter.fleet_status().is_none());
+    /// ```
+    pub fn fleet_status(&self) -> Option<FleetStatus> {
+        self.shared.fleet.0.as_ref().map(|node| node.status())
+    }
+}
