@@ -167,3 +167,67 @@ impl<K> Limiter<K> {
         self.shared.fleet.0.as_ref().map(|node| node.status())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::decision::in_fleet;
+    use super::*;
+    use crate::limiter::limits::Thresholds;
+    use crate::Limits;
+
+    fn state(nodes: usize, degraded: bool) -> FleetState {
+        FleetState {
+            nodes,
+            inverse: 1.0 / nodes as f64,
+            degraded,
+            sync_nanos: 100,
+        }
+    }
+
+    #[test]
+    fn a_fleet_divides_the_promotion_threshold_and_judges_its_view_while_fresh() {
+        let t = Thresholds::new(&Limits::new().max_inflight(8).max_rate(100), 0.5);
+        let rate = in_fleet(&t, &state(4, false)).rate.unwrap();
+        assert_eq!(
+            rate.limit, 100,
+            "the fleet's limit, judged on the fleet's view"
+        );
+        assert_eq!(
+            rate.promote_at, 12.5,
+            "the promotion threshold divided by the nodes"
+        );
+        assert_eq!(rate.fleet, FleetRate::new(Some(25), true, 100));
+        assert_eq!(
+            rate.held_for(1_000),
+            100,
+            "a refusal held until the next sync"
+        );
+        let t2 = in_fleet(&t, &state(4, false));
+        assert_eq!(t2.inflight, t.inflight, "in-flight limits stay the node's");
+    }
+
+    #[test]
+    fn a_fleet_whose_view_is_stale_decides_on_this_nodes_share_alone() {
+        let t = Thresholds::new(&Limits::new().max_rate(10), 0.5);
+        let rate = in_fleet(&t, &state(3, true)).rate.unwrap();
+        assert_eq!(
+            rate.limit, 4,
+            "the share is the limit rounded up over the nodes"
+        );
+        assert_ne!(
+            rate.tag_mix,
+            t.rate.unwrap().tag_mix,
+            "a limit of its own in the cache"
+        );
+        assert_eq!(rate.fleet, FleetRate::new(Some(4), false, 0));
+        assert_eq!(rate.held_for(1_000), 1_000, "no sync to wait for");
+    }
+
+    #[test]
+    fn a_fleet_of_one_keeps_the_promotion_threshold() {
+        let t = Thresholds::new(&Limits::new().max_rate(10), 0.5);
+        let rate = in_fleet(&t, &state(1, false)).rate.unwrap();
+        assert_eq!((rate.limit, rate.promote_at), (10, 5.0));
+        assert_eq!(rate.fleet, FleetRate::new(None, true, 100));
+    }
+}
