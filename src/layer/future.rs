@@ -8,12 +8,12 @@ use std::task::{ready, Context, Poll};
 use http::Response;
 use pin_project_lite::pin_project;
 
-use super::headers::Admitted;
+use super::headers::{Admitted, FieldSettings, Policies};
 use super::refusal::{refuse, Refusal};
 use super::LimitBody;
 #[cfg(doc)]
 use super::LimitService;
-use crate::OwnedPermit;
+use crate::{OwnedPermit, Rejected};
 
 pin_project! {
     /// The response future of a [`LimitService`]: the inner service's future and the
@@ -44,6 +44,33 @@ pin_project! {
             // `None` once the refusal has been handed out.
             refusal: Option<Refusal>,
         },
+    }
+}
+
+impl<Fut> State<Fut> {
+    /// An admitted request: the inner service's `future`, the `permit` held until its response
+    /// is handed out, and what the fields of an admitted response say.
+    pub(super) fn admitted(
+        future: Fut,
+        permit: OwnedPermit<String>,
+        admitted: Option<Admitted>,
+    ) -> Self {
+        State::Admitted {
+            future,
+            permit: Some(permit),
+            admitted,
+        }
+    }
+
+    /// A refused request, answered under `fields`.
+    pub(super) fn refused(rejected: Rejected, policies: Policies, fields: FieldSettings) -> Self {
+        State::Rejected {
+            refusal: Some(Refusal {
+                rejected,
+                policies,
+                jitter_secs: fields.jitter_secs,
+            }),
+        }
     }
 }
 

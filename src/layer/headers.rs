@@ -15,7 +15,7 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 
 #[cfg(doc)]
 use super::LimitService;
-use crate::{Estimate, Limits, Reason, Rejected};
+use crate::{Estimate, Limiter, Limits, Reason, Rejected};
 
 /// The policy name of the rate limit: at most `q` requests per `w` seconds.
 const RATE_POLICY: &str = "rate";
@@ -46,6 +46,14 @@ pub(super) struct Policies {
 }
 
 impl Policies {
+    /// The policies of a request's own limits, or of `limiter`'s defaults as they are now.
+    pub(super) fn of(limiter: &Limiter<String>, own: Option<Limits>) -> Policies {
+        Policies {
+            limits: own.unwrap_or_else(|| limiter.limits()),
+            interval: limiter.rate_interval(),
+        }
+    }
+
     /// `RateLimit-Policy`: one item per limit kind, the rate first; `None` when the request
     /// had no limit at all (the field must not be empty).
     pub(super) fn policy_field(&self) -> Option<HeaderValue> {
@@ -137,6 +145,49 @@ impl Policies {
             _ => return None,
         }
         header_value(value)
+    }
+}
+
+/// What a service says beyond its decision; the layer's switches, copied into each service.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct FieldSettings {
+    /// Send `RateLimit-Policy` and `RateLimit` on admitted responses too (503s always have
+    /// them).
+    pub(super) on_admitted: bool,
+    /// The most jitter added to `Retry-After`, in whole seconds.
+    pub(super) jitter_secs: u64,
+}
+
+impl FieldSettings {
+    pub(super) fn jitter(self, max: Duration) -> Self {
+        FieldSettings {
+            // Retry-After counts whole seconds: a jitter is whole seconds too, never more
+            // than asked for.
+            jitter_secs: max.as_secs(),
+            ..self
+        }
+    }
+
+    pub(super) fn on_admitted(self, on: bool) -> Self {
+        FieldSettings {
+            on_admitted: on,
+            ..self
+        }
+    }
+
+    /// What the RateLimit fields of an admitted response say, if admitted responses carry
+    /// them: the key's counts with this request in them. A second lookup of the key, so only
+    /// when switched on.
+    pub(super) fn admitted(
+        self,
+        limiter: &Limiter<String>,
+        key: &str,
+        policies: Policies,
+    ) -> Option<Admitted> {
+        self.on_admitted.then(|| Admitted {
+            policies,
+            estimate: limiter.estimate(key),
+        })
     }
 }
 

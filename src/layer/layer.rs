@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use tower_layer::Layer;
 
-use super::service::FieldSettings;
+use super::headers::FieldSettings;
 use super::{HostKey, LimitService, LimiterDefaults, RefuseAtOnce, WaitUpTo};
 #[cfg(doc)]
 use super::{KeyExtractor, LimitBody, LimitsExtractor, ResponseFuture};

@@ -1,6 +1,7 @@
 //! [`LimitService`]: takes each request's key and limits, asks the limiter, and calls the inner
 //! service or refuses (the `refusal` module builds that response: 503 with `Retry-After` and
-//! the RateLimit fields, or 500 for limits the limiter does not count).
+//! the RateLimit fields, or 500 for limits the limiter does not count). In the [`WaitUpTo`]
+//! mode a request over a limit waits for room in a [`WaitFuture`] (the `wait` module).
 
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -9,15 +10,15 @@ use http::{Request, Response};
 use tower_service::Service;
 
 use super::future::State;
-use super::headers::{Admitted, Policies};
-use super::refusal::Refusal;
+use super::headers::{FieldSettings, Policies};
+use super::wait::{WaitFuture, Waiting};
 #[cfg(doc)]
 use super::LimitLayer;
 use super::{
     HostKey, KeyExtractor, LimitBody, LimiterDefaults, LimitsExtractor, RefuseAtOnce,
     ResponseFuture, WaitUpTo,
 };
-use crate::{Limiter, Limits, OwnedPermit, Rejected};
+use crate::Limiter;
 
 /// The service a [`LimitLayer`] makes: limits requests per key, refuses the rejected ones
 /// (503, see [`LimitLayer`] for the headers), and holds each admitted request's permit until
@@ -59,34 +60,6 @@ pub struct LimitService<S, F = HostKey, L = LimiterDefaults, W = RefuseAtOnce> {
     pub(super) fields: FieldSettings,
     /// Whether a request over a limit is refused at once or waits (`wait.rs`).
     pub(super) mode: W,
-}
-
-/// What a service says beyond its decision; the layer's switches, copied into each service.
-#[derive(Debug, Clone, Copy, Default)]
-pub(super) struct FieldSettings {
-    /// Send `RateLimit-Policy` and `RateLimit` on admitted responses too (503s always have
-    /// them).
-    pub(super) on_admitted: bool,
-    /// The most jitter added to `Retry-After`, in whole seconds.
-    pub(super) jitter_secs: u64,
-}
-
-impl FieldSettings {
-    pub(super) fn jitter(self, max: Duration) -> Self {
-        FieldSettings {
-            // Retry-After counts whole seconds: a jitter is whole seconds too, never more
-            // than asked for.
-            jitter_secs: max.as_secs(),
-            ..self
-        }
-    }
-
-    pub(super) fn on_admitted(self, on: bool) -> Self {
-        FieldSettings {
-            on_admitted: on,
-            ..self
-        }
-    }
 }
 
 impl<S> LimitService<S> {
@@ -303,52 +276,6 @@ impl<S, F, L, W> LimitService<S, F, L, W> {
     pub fn into_inner(self) -> S {
         self.inner
     }
-
-    /// The policies of a request's own limits, or of the limiter's defaults as they are now.
-    pub(super) fn policies(&self, own: Option<Limits>) -> Policies {
-        Policies {
-            limits: own.unwrap_or_else(|| self.limiter.limits()),
-            interval: self.limiter.rate_interval(),
-        }
-    }
-
-    /// What the RateLimit fields of an admitted response say, if admitted responses carry
-    /// them: the key's counts with this request in them, for `r`. A second lookup of the key,
-    /// so only when switched on.
-    pub(super) fn admitted_fields(&self, key: &str, policies: Policies) -> Option<Admitted> {
-        self.fields.on_admitted.then(|| Admitted {
-            policies,
-            estimate: self.limiter.estimate(key),
-        })
-    }
-
-    /// The state of an admitted request: the inner service called, the permit held.
-    pub(super) fn admit<B>(
-        &mut self,
-        req: Request<B>,
-        permit: OwnedPermit<String>,
-        admitted: Option<Admitted>,
-    ) -> State<S::Future>
-    where
-        S: Service<Request<B>>,
-    {
-        State::Admitted {
-            future: self.inner.call(req),
-            permit: Some(permit),
-            admitted,
-        }
-    }
-
-    /// The state of a refused request.
-    pub(super) fn refuse<Fut>(&self, rejected: Rejected, policies: Policies) -> State<Fut> {
-        State::Rejected {
-            refusal: Some(Refusal {
-                rejected,
-                policies,
-                jitter_secs: self.fields.jitter_secs,
-            }),
-        }
-    }
 }
 
 impl<S, F, L, W> std::fmt::Debug for LimitService<S, F, L, W>
@@ -391,15 +318,60 @@ where
             Some(limits) => (self.limiter.try_acquire_owned_with(&*key, &limits), limits),
             None => self.limiter.try_acquire_owned_judged(&*key),
         };
-        let policies = self.policies(Some(limits));
+        let policies = Policies::of(&self.limiter, Some(limits));
         let state = match result {
             Ok(permit) => {
-                let admitted = self.admitted_fields(&key, policies);
+                let admitted = self.fields.admitted(&self.limiter, &key, policies);
                 drop(key); // it may borrow the request
-                self.admit(req, permit, admitted)
+                State::admitted(self.inner.call(req), permit, admitted)
             }
-            Err(rejected) => self.refuse(rejected, policies),
+            Err(rejected) => State::refused(rejected, policies, self.fields),
         };
         ResponseFuture { state }
+    }
+}
+
+impl<S, F, L, ReqBody, ResBody> Service<Request<ReqBody>> for LimitService<S, F, L, WaitUpTo>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    F: KeyExtractor<ReqBody>,
+    L: LimitsExtractor<ReqBody>,
+{
+    type Response = Response<LimitBody<ResBody>>;
+    type Error = S::Error;
+    type Future = WaitFuture<S, ReqBody>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        // A request's own limits, or none: then each attempt while it waits is judged against
+        // the defaults of that moment, so a `set_limits` that raises them frees the waiters.
+        // The fields of its response describe the defaults as they were when it came.
+        let own = self.limits.limits(&req);
+        let policies = Policies::of(&self.limiter, own);
+        let key = self.key.key(&req);
+        let acquire = match own {
+            Some(limits) => self.limiter.acquire_with(&*key, &limits, self.mode.0),
+            None => self.limiter.acquire(&*key, self.mode.0),
+        };
+        let key = key.into_owned();
+        // The service made ready for this request goes with it; this one keeps a clone (what
+        // tower's buffering layers do), so that the request is sent where readiness was
+        // promised, however long it waits.
+        let ready = self.inner.clone();
+        let ready = std::mem::replace(&mut self.inner, ready);
+        WaitFuture::new(
+            acquire,
+            Waiting {
+                inner: ready,
+                limiter: self.limiter.clone(),
+                fields: self.fields,
+                request: req,
+                key,
+                policies,
+            },
+        )
     }
 }

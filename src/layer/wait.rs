@@ -1,6 +1,6 @@
-//! The service of the [`WaitUpTo`] mode: a request over a limit waits up to a deadline for
-//! room, through [`Limiter::acquire`](crate::Limiter::acquire), in the [`WaitFuture`] that
-//! then calls the inner service.
+//! [`WaitFuture`], the response future of a [`LimitService`] in the [`WaitUpTo`] mode: a
+//! request over a limit waits up to a deadline for room, through
+//! [`Limiter::acquire`], then calls the inner service.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -11,72 +11,22 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::future::State;
-use super::headers::Policies;
+use super::headers::{FieldSettings, Policies};
+use super::{LimitBody, ResponseFuture};
 #[cfg(doc)]
-use super::LimitLayer;
-use super::{KeyExtractor, LimitBody, LimitService, LimitsExtractor, ResponseFuture, WaitUpTo};
-use crate::Acquire;
-
-impl<S, F, L, ReqBody, ResBody> Service<Request<ReqBody>> for LimitService<S, F, L, WaitUpTo>
-where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
-    F: KeyExtractor<ReqBody>,
-    L: LimitsExtractor<ReqBody>,
-{
-    type Response = Response<LimitBody<ResBody>>;
-    type Error = S::Error;
-    type Future = WaitFuture<S, ReqBody>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        // A request's own limits, or none: then each attempt while it waits is judged against
-        // the defaults of that moment, so a `set_limits` that raises them frees the waiters.
-        // The fields of its response describe the defaults as they were when it came.
-        let own = self.limits.limits(&req);
-        let policies = self.policies(own);
-        let key = self.key.key(&req);
-        let acquire = match own {
-            Some(limits) => self.limiter.acquire_with(&*key, &limits, self.mode.0),
-            None => self.limiter.acquire(&*key, self.mode.0),
-        };
-        let key = key.into_owned();
-        // The service made ready for this request goes with it; this one keeps a clone (what
-        // tower's buffering layers do), so that the request is sent where readiness was
-        // promised, however long it waits.
-        let ready = self.inner.clone();
-        let ready = std::mem::replace(&mut self.inner, ready);
-        let service = LimitService {
-            inner: ready,
-            limiter: self.limiter.clone(),
-            key: (),
-            limits: (),
-            fields: self.fields,
-            mode: self.mode,
-        };
-        WaitFuture {
-            state: WaitState::Waiting {
-                acquire,
-                waiting: Some(Waiting {
-                    service,
-                    request: req,
-                    key,
-                    policies,
-                }),
-            },
-        }
-    }
-}
+use super::{LimitLayer, LimitService, WaitUpTo};
+use crate::{Acquire, Limiter};
 
 /// What a waiting request keeps until it is admitted or refused.
-struct Waiting<S, B> {
-    /// The inner service made ready for it, with the layer's settings.
-    service: LimitService<S, (), (), WaitUpTo>,
-    request: Request<B>,
-    key: String,
-    policies: Policies,
+pub(super) struct Waiting<S, B> {
+    /// The inner service made ready for it.
+    pub(super) inner: S,
+    pub(super) limiter: Limiter<String>,
+    /// What its response says beyond the decision.
+    pub(super) fields: FieldSettings,
+    pub(super) request: Request<B>,
+    pub(super) key: String,
+    pub(super) policies: Policies,
 }
 
 pin_project! {
@@ -113,6 +63,21 @@ pin_project! {
     }
 }
 
+impl<S, B> WaitFuture<S, B>
+where
+    S: Service<Request<B>>,
+{
+    /// A request waiting on `acquire` for a permit.
+    pub(super) fn new(acquire: Acquire<String>, waiting: Waiting<S, B>) -> Self {
+        WaitFuture {
+            state: WaitState::Waiting {
+                acquire,
+                waiting: Some(waiting),
+            },
+        }
+    }
+}
+
 impl<S, B, ResBody> Future for WaitFuture<S, B>
 where
     S: Service<Request<B>, Response = Response<ResBody>>,
@@ -135,10 +100,10 @@ where
                     };
                     let state: State<S::Future> = match decided {
                         Ok(permit) => {
-                            let admitted = w.service.admitted_fields(&w.key, w.policies);
-                            w.service.admit(w.request, permit, admitted)
+                            let admitted = w.fields.admitted(&w.limiter, &w.key, w.policies);
+                            State::admitted(w.inner.call(w.request), permit, admitted)
                         }
-                        Err(rejected) => w.service.refuse(rejected, w.policies),
+                        Err(rejected) => State::refused(rejected, w.policies, w.fields),
                     };
                     WaitState::Decided {
                         response: ResponseFuture { state },
