@@ -59,6 +59,8 @@
 //! assert_eq!(inflight.get("origin-a"), 2);
 //! ```
 #![forbid(unsafe_code)]
+// docs.rs builds with `--cfg docsrs` on nightly: each item behind a feature says which.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(
     missing_docs,
     missing_debug_implementations,
@@ -71,6 +73,7 @@ mod counter;
 mod error;
 pub mod estimator;
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod fleet;
 pub mod inflight;
 #[cfg(feature = "tower")]
@@ -86,6 +89,7 @@ pub use estimator::BlockedEstimator;
 pub use estimator::Estimator;
 pub use inflight::{BorrowedGuard, Guard, Inflight};
 #[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub use layer::{
     HostKey, KeyExtractor, LimitBody, LimitLayer, LimitService, LimiterDefaults, LimitsExtractor,
     RefuseAtOnce, ResponseFuture, WaitFuture, WaitUpTo,

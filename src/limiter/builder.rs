@@ -517,6 +517,7 @@ fn sized_columns(events: f64, promote_at: f64) -> usize {
 }
 
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 impl<K> LimiterBuilder<K>
 where
     K: crate::fleet::FleetKey + std::hash::Hash + Eq + Send + Sync + 'static,

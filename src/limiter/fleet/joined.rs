@@ -153,6 +153,7 @@ impl FleetRate {
     }
 }
 
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 impl<K> Limiter<K> {
     /// How this node's syncing with its fleet goes; `None` for a limiter without a fleet.
     ///
