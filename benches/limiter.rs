@@ -958,7 +958,7 @@ fn real_clock(c: &mut Criterion) {
         ids::UNIFORM_PAST_PEAK,
         &uniform,
         |k| k,
-        floodgate::limiter::DEFAULT_PEAK_RATE,
+        1_000_000, // the builder's default peak rate
     );
     let zipf = Zipf::new(KEY_SPACE, ZIPF_S).expect("valid Zipf parameters");
     let zipf_keys = keys(0x21FF, |rng| zipf.sample(rng) as u64);

@@ -10,17 +10,56 @@ use crate::Rate;
 
 use super::exact::ExactStage;
 use super::fleet::FleetSetup;
+use super::limits::MAX_LIMIT;
 use super::limits::{HighestRatePromotion, Thresholds};
 use super::overlimit::{OverLimit, SLOTS_PER_EXACT_KEY};
 use super::sketches::Sketches;
 use super::wait::Waiters;
-use super::{
-    Limiter, Limits, Shared, Sweeper, ASSUMED_TIME_IN_FLIGHT, DEFAULT_MAX_WAITERS,
-    DEFAULT_MAX_WAITERS_PER_KEY, DEFAULT_PEAK_RATE, DEFAULT_PROMOTION, DEFAULT_ROWS,
-    MAX_EXACT_CAPACITY, MAX_LIMIT, MAX_SIZED_COLUMNS, MAX_SIZED_EXACT_CAPACITY, MAX_WAITERS,
-    MIN_SIZED_COLUMNS, MIN_SIZED_EXACT_CAPACITY, NOISE_MARGIN,
-};
+use super::{Limiter, Limits, Shared, Sweeper};
 use crossbeam_utils::atomic::AtomicCell;
+
+/// Default rows of the limiter's sketches: 2, of 8 counters each in a key's cache line. Each
+/// row costs a request a locked add; a key's rows share one line's other keys, so more rows
+/// buy less than in a flat sketch, and the exact stage corrects what the sketch over-counts
+/// (see `exact`'s module docs). 4 rows cost 1.1–1.5× as much per request in
+/// `benches/limiter.rs`'s simulated groups.
+pub(crate) const DEFAULT_ROWS: usize = 2;
+/// The peak request rate (requests per second, all keys together, one process) that a
+/// limiter is sized for unless told otherwise: see [`LimiterBuilder::peak_rate`].
+pub(crate) const DEFAULT_PEAK_RATE: u64 = 1_000_000;
+/// How long a request is assumed to be in flight on average, to size the in-flight sketch
+/// from the peak rate (Little's law: requests in flight = rate × time in flight).
+pub(crate) const ASSUMED_TIME_IN_FLIGHT: Duration = Duration::from_millis(100);
+/// The fewest and the most columns that sizing from the peak rate picks. A default limiter (a
+/// peak of a million requests a second, limits of 100) is at the most: 2 rows × 2^17
+/// counters × 4 bytes = 1 MiB per sketch (a key's rows in one 64-byte line), and a rate keeps
+/// 5 of them (see [`Rate`](crate::Rate)).
+pub(crate) const MIN_SIZED_COLUMNS: usize = 1 << 10;
+/// See [`MIN_SIZED_COLUMNS`].
+pub(crate) const MAX_SIZED_COLUMNS: usize = 1 << 17;
+/// Sizing aims the mean count that a counter carries from other keys (the noise every
+/// estimate starts from) at the peak rate at 1/8 of the promotion threshold: the min of 2 rows
+/// then reaches the threshold by noise alone with negligible probability.
+pub(crate) const NOISE_MARGIN: f64 = 8.0;
+/// The fewest and the most keys that sizing the exact stage from the peak rate gives it (see
+/// [`LimiterBuilder::exact_capacity`]). The most keeps a default limiter within 32 MiB: a
+/// place costs about 210 bytes (a `u64` or short `String` key), 3.3 MiB for 2^14 places.
+pub(crate) const MIN_SIZED_EXACT_CAPACITY: usize = 1 << 10;
+/// See [`MIN_SIZED_EXACT_CAPACITY`].
+pub(crate) const MAX_SIZED_EXACT_CAPACITY: usize = 1 << 14;
+/// The largest exact-stage capacity a limiter accepts, in keys.
+pub const MAX_EXACT_CAPACITY: usize = 1 << 20;
+/// Default promotion threshold, as a fraction of each limit.
+pub(crate) const DEFAULT_PROMOTION: f64 = 0.5;
+/// The most requests a limiter lets wait in [`Limiter::acquire`] at once, unless told
+/// otherwise ([`LimiterBuilder::max_waiters`]).
+pub(crate) const DEFAULT_MAX_WAITERS: usize = 4096;
+/// The most waiters a limiter accepts ([`LimiterBuilder::max_waiters`]): 2^24, about 2.5 GB
+/// of room allocated up front.
+pub const MAX_WAITERS: usize = 1 << 24;
+/// The most requests of one key a limiter lets wait at once, unless told otherwise
+/// ([`LimiterBuilder::max_waiters_per_key`]).
+pub(crate) const DEFAULT_MAX_WAITERS_PER_KEY: usize = 64;
 
 /// How often the exact stage is swept when no rate interval sets the pace: an epoch of its
 /// evidence, and the longest a cooled-down key waits to be demoted by the sweep.
@@ -164,11 +203,10 @@ impl<K> LimiterBuilder<K> {
     ///
     /// Sized from the peak rate, the stage has room for every key that can truly be at its
     /// promotion threshold at once: at most `peak × interval ÷ threshold` keys can each send
-    /// a threshold's worth of requests in one rate window, and `peak ×`
-    /// [`ASSUMED_TIME_IN_FLIGHT`] `÷ threshold` can each hold a threshold's worth in flight.
-    /// The stage gets twice their sum (a key's hash picks its set of 16 places, and a stage
-    /// half full rarely has a full set), from [`MIN_SIZED_EXACT_CAPACITY`] to
-    /// [`MAX_SIZED_EXACT_CAPACITY`]: the most, 16,384, at a million requests a second and a
+    /// a threshold's worth of requests in one rate window, and `peak × 100 ms ÷ threshold`
+    /// (100 ms: the time in flight assumed on average) can each hold a threshold's worth in
+    /// flight. The stage gets twice their sum (a key's hash picks its set of 16 places, and a
+    /// stage half full rarely has a full set), from 1,024 to 16,384 keys: the most, 16,384, at a million requests a second and a
     /// limit of 100 per second, where up to 20,000 keys could be at their threshold at once.
     /// Beyond it, keys that find no place are decided by their estimates alone, never over
     /// their limits ([`LimiterStats::exact_full`](crate::LimiterStats::exact_full) counts
@@ -219,15 +257,15 @@ impl<K> LimiterBuilder<K> {
     }
 
     /// The most requests per second this process sends through the limiter, all keys
-    /// together (default [`DEFAULT_PEAK_RATE`], a million): the one knob the sketches are
+    /// together (default a million): the one knob the sketches are
     /// sized by, unless [`sketch`](Self::sketch) gives their size.
     ///
     /// A count-min counter carries about (requests per window) ÷ (columns) of other keys'
     /// requests: that noise is what every key's estimate starts from. Each sketch gets the
-    /// columns (from [`MIN_SIZED_COLUMNS`] to [`MAX_SIZED_COLUMNS`]) that keep the noise at
+    /// columns (from 2^10 to 2^17) that keep the noise at
     /// the peak rate at an eighth of its promotion threshold (half the limit by default): the
     /// rate sketch for `peak × interval` requests per window, the in-flight sketch for
-    /// `peak ×` [`ASSUMED_TIME_IN_FLIGHT`] requests in flight. With a million requests a
+    /// `peak × 100 ms` requests in flight (Little's law, with 100 ms in flight on average). With a million requests a
     /// second and limits of 100 per second, that is the most, 2^17 columns (2 rows of 4-byte
     /// counters: a key's rows in one 64-byte line; the noise is then 0.15 of the threshold),
     /// and a limiter of about 10.7 MB. For lower limits at that volume the columns stop at the most,
@@ -257,7 +295,7 @@ impl<K> LimiterBuilder<K> {
     }
 
     /// The most requests that may wait in [`Limiter::acquire`] at once, all keys together
-    /// (default [`DEFAULT_MAX_WAITERS`], at most [`MAX_WAITERS`]: more is
+    /// (default 4,096, at most [`MAX_WAITERS`]: more is
     /// [`ConfigError::Waiters`]); a request beyond them is refused at once. Their room (about
     /// 150 bytes each) is allocated when the limiter is built, so memory stays fixed whatever
     /// the traffic. 0 turns waiting off: `acquire` then decides like `try_acquire`.
@@ -281,8 +319,7 @@ impl<K> LimiterBuilder<K> {
         self
     }
 
-    /// The most requests of one key that may wait at once (default
-    /// [`DEFAULT_MAX_WAITERS_PER_KEY`]): a flooded key cannot take every place of
+    /// The most requests of one key that may wait at once (default 64): a flooded key cannot take every place of
     /// [`max_waiters`](Self::max_waiters) from the others.
     ///
     /// # Examples

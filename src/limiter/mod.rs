@@ -74,67 +74,16 @@ use limits::{HighestRatePromotion, Thresholds};
 use overlimit::OverLimit;
 use sketches::Sketches;
 
-pub use builder::LimiterBuilder;
-pub use limits::Limits;
+pub use builder::{LimiterBuilder, MAX_EXACT_CAPACITY, MAX_WAITERS};
+pub use limits::{Limits, MAX_LIMIT};
 pub use permit::{OwnedPermit, Permit};
 pub use report::{Estimate, HeavyHitter, LimiterStats, Reason, Rejected};
 pub use wait::Acquire;
 use wait::Waiters;
 
-/// Default rows of the limiter's sketches: 2, of 8 counters each in a key's cache line. Each
-/// row costs a request a locked add; a key's rows share one line's other keys, so more rows
-/// buy less than in a flat sketch, and the exact stage corrects what the sketch over-counts
-/// (see `exact`'s module docs). 4 rows cost 1.1–1.5× as much per request in
-/// `benches/limiter.rs`'s simulated groups.
-pub const DEFAULT_ROWS: usize = 2;
-/// Columns of a sketch given explicitly as [`LimiterBuilder::sketch`]`(rows, DEFAULT_COLUMNS)`;
-/// without [`sketch`](LimiterBuilder::sketch), the columns follow from the peak rate.
-pub const DEFAULT_COLUMNS: usize = 4096;
-/// The peak request rate (requests per second, all keys together, one process) that a
-/// limiter is sized for unless told otherwise: see [`LimiterBuilder::peak_rate`].
-pub const DEFAULT_PEAK_RATE: u64 = 1_000_000;
-/// How long a request is assumed to be in flight on average, to size the in-flight sketch
-/// from the peak rate (Little's law: requests in flight = rate × time in flight).
-pub const ASSUMED_TIME_IN_FLIGHT: Duration = Duration::from_millis(100);
-/// The fewest and the most columns that sizing from the peak rate picks. A default limiter (a
-/// peak of a million requests a second, limits of 100) is at the most: 2 rows × 2^17
-/// counters × 4 bytes = 1 MiB per sketch (a key's rows in one 64-byte line), and a rate keeps
-/// 5 of them (see [`Rate`](crate::Rate)).
-pub const MIN_SIZED_COLUMNS: usize = 1 << 10;
-/// See [`MIN_SIZED_COLUMNS`].
-pub const MAX_SIZED_COLUMNS: usize = 1 << 17;
-/// Sizing aims the mean count that a counter carries from other keys (the noise every
-/// estimate starts from) at the peak rate at 1/8 of the promotion threshold: the min of 2 rows
-/// then reaches the threshold by noise alone with negligible probability.
-const NOISE_MARGIN: f64 = 8.0;
 /// `stats().saturated` turns on when the noise reaches this fraction of a promotion
 /// threshold: from there on, light keys start to look hot.
 const SATURATED_AT: f64 = 0.5;
-/// The fewest and the most keys that sizing the exact stage from the peak rate gives it (see
-/// [`LimiterBuilder::exact_capacity`]). The most keeps a default limiter within 32 MiB: a
-/// place costs about 210 bytes (a `u64` or short `String` key), 3.3 MiB for 2^14 places.
-pub const MIN_SIZED_EXACT_CAPACITY: usize = 1 << 10;
-/// See [`MIN_SIZED_EXACT_CAPACITY`].
-pub const MAX_SIZED_EXACT_CAPACITY: usize = 1 << 14;
-/// The largest exact-stage capacity a limiter accepts, in keys.
-pub const MAX_EXACT_CAPACITY: usize = 1 << 20;
-/// The largest limit a limiter takes, in flight or per rate interval: 2^30 − 1. Its sketches
-/// count in 32-bit counters that saturate at 2^30 (twice the counters a cache line holds, next
-/// to `isize`), so a saturated count is still over every limit. A larger limit is refused: by
-/// the builder and [`Limiter::set_limits`] with [`ConfigError::LimitTooLarge`], and per request
-/// with [`Reason::LimitTooLarge`].
-pub const MAX_LIMIT: isize = (1 << 30) - 1;
-/// Default promotion threshold, as a fraction of each limit.
-pub const DEFAULT_PROMOTION: f64 = 0.5;
-/// The most requests a limiter lets wait in [`Limiter::acquire`] at once, unless told
-/// otherwise ([`LimiterBuilder::max_waiters`]).
-pub const DEFAULT_MAX_WAITERS: usize = 4096;
-/// The most waiters a limiter accepts ([`LimiterBuilder::max_waiters`]): 2^24, about 2.5 GB
-/// of room allocated up front.
-pub const MAX_WAITERS: usize = 1 << 24;
-/// The most requests of one key a limiter lets wait at once, unless told otherwise
-/// ([`LimiterBuilder::max_waiters_per_key`]).
-pub const DEFAULT_MAX_WAITERS_PER_KEY: usize = 64;
 
 /// Per-key limits on requests in flight and request rate, for a proxy's origins.
 ///
