@@ -127,31 +127,6 @@ where
         Some(Rejected::still_over(limit, remaining))
     }
 
-    /// Gives back what an admitted request took, and wakes a waiter of its key if any.
-    #[inline]
-    pub(super) fn release(&self, ticket: &Ticket) {
-        // A limiter that counts no requests in flight has nothing to give back: no call.
-        if self.sketches.inflight.is_some() {
-            self.release_inflight(ticket);
-        }
-    }
-
-    /// [`release`](Self::release) for a limiter that counts requests in flight.
-    fn release_inflight(&self, ticket: &Ticket) {
-        match ticket.tracked {
-            Some(generation) => self.exact.release(
-                ticket.hash,
-                generation,
-                || self.sketches.release(ticket.hash),
-                |entry| self.is_cool(entry),
-                || self.sketches.now(),
-            ),
-            None => self.sketches.release(ticket.hash),
-        }
-        // After the count is given back: the release's half of the wake-up handshake.
-        self.waiters.released(ticket.hash);
-    }
-
     /// Decides a request that the sketches could not decide alone: its key is hot, or
     /// flagged. `Ok(Some(generation))` when its in-flight slot is counted in the exact stage.
     ///
@@ -230,7 +205,34 @@ where
     }
 }
 
+/// What needs no look at the key itself: a permit's release, the sweep. Unbounded, so that
+/// permits and their `Drop` need no bound on the key type.
 impl<K> Shared<K> {
+    /// Gives back what an admitted request took, and wakes a waiter of its key if any.
+    #[inline]
+    pub(super) fn release(&self, ticket: &Ticket) {
+        // A limiter that counts no requests in flight has nothing to give back: no call.
+        if self.sketches.inflight.is_some() {
+            self.release_inflight(ticket);
+        }
+    }
+
+    /// [`release`](Self::release) for a limiter that counts requests in flight.
+    fn release_inflight(&self, ticket: &Ticket) {
+        match ticket.tracked {
+            Some(generation) => self.exact.release(
+                ticket.hash,
+                generation,
+                || self.sketches.release(ticket.hash),
+                |entry| self.is_cool(entry),
+                || self.sketches.now(),
+            ),
+            None => self.sketches.release(ticket.hash),
+        }
+        // After the count is given back: the release's half of the wake-up handshake.
+        self.waiters.released(ticket.hash);
+    }
+
     /// Whether a promoted entry has cooled down, by the sketches now and its last thresholds.
     fn is_cool(&self, entry: &Entry<K>) -> bool {
         let now = self.sketches.reread(entry.hash);

@@ -1,6 +1,5 @@
 //! What an admitted request holds until it is done.
 
-use std::hash::Hash;
 use std::sync::Arc;
 
 use super::Shared;
@@ -17,21 +16,18 @@ pub(super) struct Ticket {
 /// Dropping it on any thread, during a panic unwind, or with a cancelled future gives the
 /// slot back.
 #[must_use = "dropping the permit gives the in-flight slot back at once"]
-pub struct Permit<'a, K>
-where
-    K: Hash + Eq,
-{
+pub struct Permit<'a, K> {
     pub(super) shared: &'a Shared<K>,
     pub(super) ticket: Ticket,
 }
 
-impl<K: Hash + Eq> Drop for Permit<'_, K> {
+impl<K> Drop for Permit<'_, K> {
     fn drop(&mut self) {
         self.shared.release(&self.ticket);
     }
 }
 
-impl<K: Hash + Eq> std::fmt::Debug for Permit<'_, K> {
+impl<K> std::fmt::Debug for Permit<'_, K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Permit")
             .field("exact", &self.ticket.tracked.is_some())
@@ -41,16 +37,24 @@ impl<K: Hash + Eq> std::fmt::Debug for Permit<'_, K> {
 
 /// An admitted request that owns a reference to its [`Limiter`](super::Limiter); see
 /// [`Limiter::try_acquire_owned`](super::Limiter::try_acquire_owned).
+///
+/// Neither permit puts a bound on the key type, so a request's context generic over its key
+/// can hold one:
+///
+/// ```
+/// struct Ctx<K> {
+///     permit: Option<floodgate::OwnedPermit<K>>,
+/// }
+/// let ctx: Ctx<String> = Ctx { permit: None };
+/// assert!(ctx.permit.is_none());
+/// ```
 #[must_use = "dropping the permit gives the in-flight slot back at once"]
-pub struct OwnedPermit<K>
-where
-    K: Hash + Eq,
-{
+pub struct OwnedPermit<K> {
     pub(super) shared: Arc<Shared<K>>,
     pub(super) ticket: Ticket,
 }
 
-impl<K: Hash + Eq> OwnedPermit<K> {
+impl<K> OwnedPermit<K> {
     pub(super) fn new(shared: &Arc<Shared<K>>, ticket: Ticket) -> Self {
         OwnedPermit {
             shared: Arc::clone(shared),
@@ -59,13 +63,13 @@ impl<K: Hash + Eq> OwnedPermit<K> {
     }
 }
 
-impl<K: Hash + Eq> Drop for OwnedPermit<K> {
+impl<K> Drop for OwnedPermit<K> {
     fn drop(&mut self) {
         self.shared.release(&self.ticket);
     }
 }
 
-impl<K: Hash + Eq> std::fmt::Debug for OwnedPermit<K> {
+impl<K> std::fmt::Debug for OwnedPermit<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OwnedPermit")
             .field("exact", &self.ticket.tracked.is_some())

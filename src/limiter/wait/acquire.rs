@@ -126,18 +126,15 @@ where
 /// `Send` when the key is, runtime-agnostic, and cancel-safe: dropping it before it is ready
 /// leaves nothing parked and holds nothing.
 #[must_use = "a waiting request does nothing unless polled; dropping it cancels it"]
-pub struct Acquire<K>
-where
-    K: Hash + Eq,
-{
+pub struct Acquire<K> {
     shared: Arc<Shared<K>>,
     step: Step<K>,
 }
 
 // No field is ever pinned (the future moves its key and permit around by value).
-impl<K: Hash + Eq> Unpin for Acquire<K> {}
+impl<K> Unpin for Acquire<K> {}
 
-enum Step<K: Hash + Eq> {
+enum Step<K> {
     /// Decided without waiting.
     Ready(Result<OwnedPermit<K>, Rejected>),
     /// Must wait: parks at its first poll (a waker is needed).
@@ -403,7 +400,7 @@ where
     }
 }
 
-impl<K: Hash + Eq> Drop for Acquire<K> {
+impl<K> Drop for Acquire<K> {
     fn drop(&mut self) {
         if let Step::Parked(wait, id) = std::mem::replace(&mut self.step, Step::Done) {
             leave(&self.shared, wait.hash, id, false, None);
