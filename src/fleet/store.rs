@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 
 use redis::{Connection, ErrorKind, RedisError, Value};
 
+use super::keys;
 use super::FleetConfig;
-use super::{keys, resp};
 use crate::ConfigError;
 
 mod routing;
@@ -406,13 +406,12 @@ impl Store {
         };
         let out = &mut master.out;
         if master.sent.is_empty() && !master.scripts_loaded {
-            for _ in 0..Scripts::load(out) {
+            for _ in 0..self.scripts.load(out) {
                 master.sent.push(Sent::Load);
             }
         }
         if pending.ask.is_some() {
-            resp::array(out, 1);
-            resp::bulk(out, b"ASKING");
+            self.scripts.asking(out);
             master.sent.push(Sent::Asking);
         }
         match pending.job {
