@@ -10,7 +10,7 @@
 //! whose tag would be empty (and an empty tag is no tag: Redis would hash the whole name), is
 //! written `%` alone, which no escaped key can be.
 
-use super::resp::Digits;
+use std::io::Write;
 
 /// The slots of a Redis Cluster.
 pub(crate) const SLOTS: usize = 16_384;
@@ -35,7 +35,12 @@ pub(crate) fn window_key(out: &mut Vec<u8>, prefix: &str, key: &[u8], window: u6
         }
     }
     out.extend_from_slice(b"}:");
-    out.extend_from_slice(Digits::new(window).as_bytes());
+    push_number(out, window);
+}
+
+/// Appends `n` in decimal (formatted in place: no allocation beyond `out`'s growth).
+pub(crate) fn push_number(out: &mut Vec<u8>, n: u64) {
+    write!(out, "{n}").expect("writing to a Vec cannot fail");
 }
 
 /// The name of the sorted set of nodes seen recently: `<prefix>:nodes`.

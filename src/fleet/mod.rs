@@ -56,7 +56,6 @@ use crate::ConfigError;
 mod key;
 mod keys;
 mod node;
-mod resp;
 mod store;
 mod sync;
 mod view;

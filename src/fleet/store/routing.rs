@@ -18,8 +18,8 @@ const NO_MASTER: u16 = u16::MAX;
 
 /// A master (or the one standalone server), its connection, and this round's commands for it.
 pub(super) struct Master {
-    /// `host:port`, as Redis names it in `CLUSTER SLOTS` and redirections (for a Unix socket,
-    /// its path).
+    /// `host:port` (a Unix socket's path), as `ConnectionAddr` displays it and as Redis names
+    /// a master in `CLUSTER SLOTS` and redirections.
     pub(super) addr: String,
     info: ConnectionInfo,
     pub(super) con: Option<Connection>,
@@ -86,7 +86,7 @@ impl Routing {
         } else {
             seeds
                 .iter()
-                .map(|info| Master::new(addr_of(&info.addr), info.clone()))
+                .map(|info| Master::new(info.addr.to_string(), info.clone()))
                 .collect()
         };
         Routing {
@@ -184,7 +184,7 @@ impl Routing {
                 .map(|m| m.info.clone());
             let candidates: Vec<ConnectionInfo> = self.seeds.iter().cloned().chain(known).collect();
             for seed in &candidates {
-                let addr = addr_of(&seed.addr);
+                let addr = seed.addr.to_string();
                 let found = connect(&addr, seed, self.timeout, deadline).and_then(|mut con| {
                     cluster_slots(&mut con, &addr, deadline).map(|found| (found, con))
                 });
@@ -321,13 +321,4 @@ fn connect(
     con.set_write_timeout(Some(timeout))
         .map_err(|e| StoreError::client(format!("{addr}: setting the write timeout"), e))?;
     Ok(con)
-}
-
-/// `host:port` (or a socket's path) for messages and for matching Redis's own addresses.
-fn addr_of(addr: &ConnectionAddr) -> String {
-    match addr {
-        ConnectionAddr::Tcp(host, port) => format!("{host}:{port}"),
-        ConnectionAddr::TcpTls { host, port, .. } => format!("{host}:{port}"),
-        ConnectionAddr::Unix(path) => path.display().to_string(),
-    }
 }

@@ -660,3 +660,51 @@ fn a_cluster_slot_migrating_is_followed_with_asking() {
     }
     assert_eq!(to.command(&["ZCARD", &nodes_key]), Reply::Int(2));
 }
+
+/// `n` keys whose hashes land on each master, master by master.
+fn keys_per_master(cluster: &RedisCluster, prefix: &str, n: usize) -> Vec<Vec<String>> {
+    cluster
+        .servers()
+        .iter()
+        .map(|server| {
+            (0..)
+                .map(|i| format!("origin-{i}.example"))
+                .filter(|k| {
+                    let slot = keys::slot(hash_name(prefix, k, WINDOW).as_bytes());
+                    cluster.server_of_slot(slot).port() == server.port()
+                })
+                .take(n)
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn a_stalled_cluster_master_fails_the_sync_in_time_and_the_retry_counts_once() {
+    let Some(cluster) = RedisCluster::start(3) else {
+        return;
+    };
+    let timeout = Duration::from_millis(200);
+    let mut a = store(&FleetConfig::cluster(cluster.urls()).timeout(timeout));
+    // Several keys on each master: a stalled master costs the sync its timeout once, not
+    // once per command it was sent.
+    let keys: Vec<String> = keys_per_master(&cluster, "floodgate", 5).concat();
+    let pushes = |count| -> Vec<Push<'_>> { keys.iter().map(|k| push(k, WINDOW, count)).collect() };
+    sync(&mut a, "a", NOW, &pushes(1));
+
+    let stall = cluster.servers()[1].stall(Duration::from_secs(2));
+    let start = Instant::now();
+    let err = a
+        .sync("a", NOW, W, &pushes(2))
+        .map(|_| ())
+        .expect_err("a sync with a master stalled");
+    let took = start.elapsed();
+    assert!(took >= timeout - Duration::from_millis(20), "{took:?}");
+    assert!(took < timeout + Duration::from_millis(500), "{took:?}");
+    assert!(err.is_timeout(), "{err}");
+    stall.join().expect("the stall ends");
+
+    // Every master ran the pushes (the stalled one once awake); sent again, they count once.
+    let (totals, _) = sync(&mut a, "a", NOW, &pushes(2));
+    assert_eq!(totals, vec![counts(2, 0); keys.len()]);
+}
