@@ -9,12 +9,12 @@ mod common;
 #[path = "../fuzz/harness/mod.rs"]
 mod harness;
 
-use common::bytes_allocated_by;
 use common::ops::arb_vec;
+use floodgate_test_support::counting_alloc::{bytes_allocated_by, CountingAlloc};
 use harness::estimator::{EstimatorInput, EstimatorOp};
 
 #[global_allocator]
-static GLOBAL: common::CountingAlloc = common::CountingAlloc;
+static GLOBAL: CountingAlloc = CountingAlloc;
 
 /// The value counts saturate at, as documented on `Estimator::incr`.
 const SATURATED: isize = isize::MAX / 2;

@@ -20,11 +20,11 @@ mod common;
 mod harness;
 
 use common::ops::arb_vec;
-use common::{bytes_allocated_by, bytes_held};
+use floodgate_test_support::counting_alloc::{bytes_allocated_by, bytes_held, CountingAlloc};
 use harness::inflight::{AnyGuard, InflightInput, InflightOp};
 
 #[global_allocator]
-static GLOBAL: common::CountingAlloc = common::CountingAlloc;
+static GLOBAL: CountingAlloc = CountingAlloc;
 
 fn assert_send<T: Send>(_: &T) {}
 

@@ -26,12 +26,12 @@ mod common;
 #[path = "../fuzz/harness/mod.rs"]
 mod harness;
 
-use common::bytes_allocated_by;
 use common::ops::arb_vec;
+use floodgate_test_support::counting_alloc::{bytes_allocated_by, CountingAlloc};
 use harness::rate::{RateInput, RateOp};
 
 #[global_allocator]
-static GLOBAL: common::CountingAlloc = common::CountingAlloc;
+static GLOBAL: CountingAlloc = CountingAlloc;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers.

@@ -1,0 +1,14 @@
+//! Scaffolding shared by floodgate's unit tests, integration tests, benches and examples, as a
+//! dev-dependency of the crate: one file per concept.
+//!
+//! - [`counting_alloc`]: the counting global allocator that measures "fixed memory" and "no
+//!   allocation on the request path".
+//! - [`redis_server`]: real `redis-server`s (one, or a Cluster) on free loopback ports for the
+//!   fleet's tests and bench.
+//!
+//! It does not depend on floodgate, so that floodgate's own unit tests can use it: a helper
+//! that needs floodgate's types lives with the tests (`tests/common/`) or in the fuzz harness
+//! (`fuzz/harness/`).
+
+pub mod counting_alloc;
+pub mod redis_server;
