@@ -11,6 +11,7 @@ mod harness;
 
 use common::ops::arb_vec;
 use floodgate_test_support::counting_alloc::{bytes_allocated_by, CountingAlloc};
+use floodgate_test_support::panics::panic_message_of;
 use harness::estimator::{EstimatorInput, EstimatorOp};
 
 #[global_allocator]
@@ -458,20 +459,9 @@ fn zero_size_messages_say_rows_and_columns() {
     );
 }
 
-fn panic_message(f: impl FnOnce() + std::panic::UnwindSafe) -> String {
-    let payload = std::panic::catch_unwind(f).unwrap_err();
-    match payload.downcast::<String>() {
-        Ok(message) => *message,
-        Err(payload) => payload
-            .downcast::<&str>()
-            .map(|m| m.to_string())
-            .unwrap_or_default(),
-    }
-}
-
 #[test]
 fn new_panics_name_pingoras_parameters_as_given() {
-    let message = panic_message(|| drop(Estimator::new(0, 1024)));
+    let message = panic_message_of(|| drop(Estimator::new(0, 1024)));
     for words in [
         "floodgate::Estimator::new(hashes = 0, slots = 1024)",
         "at least one row",
@@ -480,7 +470,7 @@ fn new_panics_name_pingoras_parameters_as_given() {
     ] {
         assert!(message.contains(words), "{words:?} missing from: {message}");
     }
-    let message = panic_message(|| drop(Estimator::new(4, 0)));
+    let message = panic_message_of(|| drop(Estimator::new(4, 0)));
     for words in [
         "hashes = 4, slots = 0",
         "at least one column",

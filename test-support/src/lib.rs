@@ -3,6 +3,7 @@
 //!
 //! - [`counting_alloc`]: the counting global allocator that measures "fixed memory" and "no
 //!   allocation on the request path".
+//! - [`panics`]: the message of a panic, caught or in a hook.
 //! - [`redis_server`]: real `redis-server`s (one, or a Cluster) on free loopback ports for the
 //!   fleet's tests and bench.
 //!
@@ -11,4 +12,5 @@
 //! (`fuzz/harness/`).
 
 pub mod counting_alloc;
+pub mod panics;
 pub mod redis_server;
