@@ -3,6 +3,7 @@
 //!
 //! - [`counting_alloc`]: the counting global allocator that measures "fixed memory" and "no
 //!   allocation on the request path".
+//! - `loom` (under `--cfg floodgate_loom`): `check`, how every loom model is explored.
 //! - [`panics`]: the message of a panic, caught or in a hook.
 //! - [`redis_server`]: real `redis-server`s (one, or a Cluster) on free loopback ports for the
 //!   fleet's tests and bench.
@@ -12,5 +13,7 @@
 //! (`fuzz/harness/`).
 
 pub mod counting_alloc;
+#[cfg(floodgate_loom)]
+pub mod loom;
 pub mod panics;
 pub mod redis_server;
