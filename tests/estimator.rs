@@ -6,10 +6,9 @@ use floodgate::{ConfigError, Estimator};
 use proptest::prelude::*;
 
 mod common;
-#[path = "../fuzz/harness/mod.rs"]
-mod harness;
 
 use common::ops::arb_vec;
+use floodgate_fuzz_harness as harness;
 use floodgate_test_support::counting_alloc::{bytes_allocated_by, CountingAlloc};
 use floodgate_test_support::panics::panic_message_of;
 use harness::estimator::{EstimatorInput, EstimatorOp};
@@ -22,7 +21,7 @@ const SATURATED: isize = isize::MAX / 2;
 
 // ---------------------------------------------------------------------------------------------
 // Property 1 (docs/architecture.md) against an exact model: the estimator fuzz harness's
-// (`fuzz/harness/estimator.rs`), on operations proptest builds (`tests/common/ops.rs`).
+// (`fuzz/harness/src/estimator.rs`), on operations proptest builds (`tests/common/ops.rs`).
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(96))]

@@ -22,10 +22,9 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 mod common;
-#[path = "../fuzz/harness/mod.rs"]
-mod harness;
 
 use common::ops::arb_vec;
+use floodgate_fuzz_harness as harness;
 use floodgate_test_support::counting_alloc::{bytes_allocated_by, CountingAlloc};
 use floodgate_test_support::panics::panic_message_of;
 use harness::rate::{RateInput, RateOp};
@@ -842,7 +841,7 @@ fn shared_clock_rate_counts_exactly_within_its_first_window() {
 
 // ---------------------------------------------------------------------------------------------
 // Property 1 (docs/architecture.md) against an exact model: the rate fuzz harness's
-// (`fuzz/harness/rate.rs`), on operations proptest builds (`tests/common/ops.rs`).
+// (`fuzz/harness/src/rate.rs`), on operations proptest builds (`tests/common/ops.rs`).
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]

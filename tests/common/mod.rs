@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests that need floodgate's types or are theirs alone:
 //! one file per concept. What the benches, examples or unit tests share as well lives in
-//! test-support/ (the counting allocator and the Redis harness).
+//! test-support/ (the counting allocator, the Redis harness, ...), and the exact models and
+//! `AnyPermit`, which the fuzz targets share, in the fuzz harness (fuzz/harness/).
 //!
 //! - `fleet` (feature `redis`): paced traffic through fleet nodes in the background, tallied
 //!   by Unix time, for the fleet's fault tests.
@@ -8,7 +9,6 @@
 //! - `layer` (feature `tower`): requests in origin form, and a strict reader of the
 //!   `RateLimit-Policy` and `RateLimit` fields, for tests/layer.rs and tests/axum.rs.
 //! - [`ops`]: proptest strategies for the operation types of the fuzz harness's exact models.
-//! - [`permits`]: [`permits::AnyPermit`], a permit of either kind.
 //! - [`serial`]: serialising the tests of one binary, and quieting their injected panics.
 //! - [`ticker`]: polling with a deadline, and checks that the shared ticker is alive and single.
 // Each test crate uses the part it needs.
@@ -20,10 +20,5 @@ pub mod fork;
 #[cfg(feature = "tower")]
 pub mod layer;
 pub mod ops;
-// One source for the harness and the tests: a test that includes fuzz/harness/ loads the
-// file there as well.
-#[allow(clippy::duplicate_mod)]
-#[path = "../../fuzz/harness/permits.rs"]
-pub mod permits;
 pub mod serial;
 pub mod ticker;
