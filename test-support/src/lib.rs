@@ -1,6 +1,8 @@
 //! Scaffolding shared by floodgate's unit tests, integration tests, benches and examples, as a
 //! dev-dependency of the crate: one file per concept.
 //!
+//! - [`bench_ids`]: the ids of the benches' groups and results, which the comparison report
+//!   (tools/compare_report) expects.
 //! - [`counting_alloc`]: the counting global allocator that measures "fixed memory" and "no
 //!   allocation on the request path".
 //! - `loom` (under `--cfg floodgate_loom`): `check`, how every loom model is explored.
@@ -12,6 +14,7 @@
 //! that needs floodgate's types lives with the tests (`tests/common/`) or in the fuzz harness
 //! (`fuzz/harness/`).
 
+pub mod bench_ids;
 pub mod counting_alloc;
 #[cfg(floodgate_loom)]
 pub mod loom;
