@@ -10,9 +10,10 @@
 //! - [`redis_server`]: real `redis-server`s (one, or a Cluster) on free loopback ports for the
 //!   fleet's tests and bench.
 //!
-//! It does not depend on floodgate, so that floodgate's own unit tests can use it: a helper
-//! that needs floodgate's types lives with the tests (`tests/common/`) or in the fuzz harness
-//! (`fuzz/harness/`).
+//! It does not depend on floodgate: floodgate's unit tests use it too (the Redis harness, in
+//! `src/fleet/store/tests.rs`), and a crate built on floodgate would hand them a second copy
+//! of floodgate, whose types are not those under test. A helper that needs floodgate's types
+//! lives with the tests (`tests/common/`) or in the fuzz harness (`fuzz/harness/`).
 
 pub mod bench_ids;
 pub mod counting_alloc;

@@ -1,7 +1,8 @@
 //! Helpers shared by the integration tests that need floodgate's types or are theirs alone:
 //! one file per concept. What the benches, examples or unit tests share as well lives in
-//! test-support/ (the counting allocator, the Redis harness, ...), and the exact models and
-//! `AnyPermit`, which the fuzz targets share, in the fuzz harness (fuzz/harness/).
+//! test-support/ (the Redis harness, the counting allocator, panic messages, the loom models'
+//! `check`), and the exact models and `AnyPermit`, which the fuzz targets share, in the fuzz
+//! harness (fuzz/harness/).
 //!
 //! - `fleet` (feature `redis`): paced traffic through fleet nodes in the background, tallied
 //!   by Unix time, for the fleet's fault tests.
