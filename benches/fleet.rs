@@ -11,7 +11,7 @@
 //! - `fleet`: the same builder plus `.fleet(FleetConfig::new(url).prefix(unique)
 //!   .sync_interval(100 ms))`, one node of a fleet of [`NODES`] (3) syncing through a real
 //!   `redis-server` the bench starts on a free loopback port (the tests' harness,
-//!   tests/common/redis.rs, included below; nothing persisted, killed on exit). Without a
+//!   test-support/src/redis_server.rs; nothing persisted, killed on exit). Without a
 //!   `redis-server` the bench prints why and measures nothing (`FLOODGATE_REQUIRE_REDIS=1`
 //!   makes that a failure, as in the tests).
 //!
@@ -94,10 +94,6 @@
 //! scenario.
 
 mod common;
-// The tests' Redis harness: std only, so a bench can include it too.
-#[allow(dead_code)]
-#[path = "../tests/common/redis.rs"]
-mod redis_server;
 
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -106,9 +102,9 @@ use std::time::{Duration, Instant};
 use criterion::Throughput;
 use floodgate::fleet::FleetConfig;
 use floodgate::{Limiter, LimiterBuilder};
+use floodgate_test_support::redis_server::RedisServer;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use redis_server::RedisServer;
 
 /// Requests per [`INTERVAL`] per key in the `flood`, `rotating` and `healthy` scenarios.
 const LIMIT: isize = 1_000;

@@ -62,10 +62,10 @@
 //! given from 2 simulated seconds on, past the first windows' warm-up.
 //!
 //! Peak heap is the limiter's own (its clock included), measured with the tests' per-thread
-//! counting allocator (tests/common, included below rather than copied a third time; it keeps
-//! no peak, so the pass brackets each call): the bytes held between requests, plus within a
-//! request at most what it allocated (exact for a table resize, an upper bound otherwise). The
-//! table goes to stdout and to `target/limiter-accuracy.csv` (under `$CARGO_TARGET_DIR` if set).
+//! counting allocator (test-support/src/counting_alloc.rs; the pass brackets each call rather
+//! than reading its peak): the bytes held between requests, plus within a request at most what
+//! it allocated (exact for a table resize, an upper bound otherwise). The table goes to stdout
+//! and to `target/limiter-accuracy.csv` (under `$CARGO_TARGET_DIR` if set).
 //! Traces are 40k, 400k and 4M requests (16 bytes each); the pass takes about 40 s.
 //!
 //! # Real clock: `limiter_uniform`, `limiter_zipf`, `limiter_flood_10m`, `limiter_flood_1key`
@@ -88,8 +88,6 @@
 //! limiter (in steady state floodgate allocates nothing, the maps only when they grow).
 
 mod common;
-#[path = "../tests/common/mod.rs"]
-mod counting;
 
 use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
@@ -106,6 +104,7 @@ use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion, Throughput};
 use dashmap::DashMap;
 use floodgate::clock::ManualClock;
+use floodgate_test_support::counting_alloc::{bytes_allocated_by, bytes_held, CountingAlloc};
 use governor::clock::FakeRelativeClock;
 use governor::middleware::NoOpMiddleware;
 use governor::nanos::Nanos;
@@ -116,7 +115,7 @@ use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Zipf};
 
 #[global_allocator]
-static GLOBAL: counting::CountingAlloc = counting::CountingAlloc;
+static GLOBAL: CountingAlloc = CountingAlloc;
 
 /// Requests per [`INTERVAL`] per key, for every limiter and every group.
 const LIMIT: u32 = 100;
@@ -609,11 +608,11 @@ struct Heap {
 impl Heap {
     /// Runs `f`, a call into the limiter (or its clock), and accounts for its heap.
     fn track<R>(&mut self, f: impl FnOnce() -> R) -> R {
-        let held = counting::bytes_held();
+        let held = bytes_held();
         let mut out = None;
-        let allocated = counting::bytes_allocated_by(|| out = Some(f()));
+        let allocated = bytes_allocated_by(|| out = Some(f()));
         self.peak = self.peak.max(self.live + allocated as isize);
-        self.live += counting::bytes_held() - held;
+        self.live += bytes_held() - held;
         self.peak = self.peak.max(self.live);
         out.expect("f ran")
     }

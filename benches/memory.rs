@@ -7,8 +7,6 @@
 //! the only heap counted is the structure's own.
 
 mod common;
-#[path = "../tests/common/alloc.rs"]
-mod counting;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -17,11 +15,12 @@ use std::time::Instant;
 
 use common::Workload;
 use dashmap::DashMap;
+use floodgate_test_support::counting_alloc::{peak_bytes_by, CountingAlloc};
 
 /// Counts, per thread, the bytes held and their peak (this bench builds and loads every
 /// structure on its one thread, so that is all of each structure's heap).
 #[global_allocator]
-static ALLOCATOR: counting::CountingAlloc = counting::CountingAlloc;
+static ALLOCATOR: CountingAlloc = CountingAlloc;
 
 /// What a structure goes through before its peak is read.
 #[derive(Clone, Copy)]
@@ -47,7 +46,7 @@ const OPS: usize = 1_000_000;
 
 /// Peak heap bytes, above the bytes live before, of building a structure and applying `load`.
 fn peak<S>(build: impl FnOnce() -> S, incr: impl Fn(&S, u64), load: Load) -> usize {
-    let (structure, peak) = counting::peak_bytes_by(|| {
+    let (structure, peak) = peak_bytes_by(|| {
         let structure = build();
         match load {
             Load::Empty => {}

@@ -36,9 +36,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::counting::{bytes_held_by, count_process_heap, process_bytes_held};
 use common::*;
 use floodgate::{HeavyHitter, LimitLayer, Limiter, LimiterStats};
+use floodgate_test_support::counting_alloc::{
+    bytes_held_by, count_process_heap, process_bytes_held,
+};
 use http_body_util::{BodyExt, Empty};
 use hyper::header::{HOST, RETRY_AFTER};
 use hyper::{Request, StatusCode};

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use floodgate::{LimitLayer, Reason, Rejected};
+use floodgate_test_support::counting_alloc::{count_process_heap, process_bytes_held};
 use hyper::body::Incoming;
 use hyper::header::HOST;
 use hyper::{Request, Response};
@@ -176,7 +177,7 @@ impl Sample {
             at: start.elapsed(),
             requests: stats.total(|t| t.requests.load(Relaxed)),
             rss: resident_bytes(),
-            heap: counting::process_bytes_held(),
+            heap: process_bytes_held(),
         }
     }
 }
@@ -253,7 +254,7 @@ async fn watch(stats: &Stats, options: &Options, start: Instant) -> Watch {
 }
 
 fn run(options: &Options) -> Result<(), Box<dyn std::error::Error>> {
-    counting::count_process_heap();
+    count_process_heap();
     stop_on_signal_or_stdin();
     let limiter = match options.layer {
         true => Some(build_limiter()?.0),

@@ -6,22 +6,22 @@ use floodgate::{ConfigError, Estimator};
 use proptest::prelude::*;
 
 mod common;
-#[path = "../fuzz/harness/mod.rs"]
-mod harness;
 
-use common::bytes_allocated_by;
 use common::ops::arb_vec;
+use floodgate_fuzz_harness as harness;
+use floodgate_test_support::counting_alloc::{bytes_allocated_by, CountingAlloc};
+use floodgate_test_support::panics::panic_message_of;
 use harness::estimator::{EstimatorInput, EstimatorOp};
 
 #[global_allocator]
-static GLOBAL: common::CountingAlloc = common::CountingAlloc;
+static GLOBAL: CountingAlloc = CountingAlloc;
 
 /// The value counts saturate at, as documented on `Estimator::incr`.
 const SATURATED: isize = isize::MAX / 2;
 
 // ---------------------------------------------------------------------------------------------
 // Property 1 (docs/architecture.md) against an exact model: the estimator fuzz harness's
-// (`fuzz/harness/estimator.rs`), on operations proptest builds (`tests/common/ops.rs`).
+// (`fuzz/harness/src/estimator.rs`), on operations proptest builds (`tests/common/ops.rs`).
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(96))]
@@ -458,20 +458,9 @@ fn zero_size_messages_say_rows_and_columns() {
     );
 }
 
-fn panic_message(f: impl FnOnce() + std::panic::UnwindSafe) -> String {
-    let payload = std::panic::catch_unwind(f).unwrap_err();
-    match payload.downcast::<String>() {
-        Ok(message) => *message,
-        Err(payload) => payload
-            .downcast::<&str>()
-            .map(|m| m.to_string())
-            .unwrap_or_default(),
-    }
-}
-
 #[test]
 fn new_panics_name_pingoras_parameters_as_given() {
-    let message = panic_message(|| drop(Estimator::new(0, 1024)));
+    let message = panic_message_of(|| drop(Estimator::new(0, 1024)));
     for words in [
         "floodgate::Estimator::new(hashes = 0, slots = 1024)",
         "at least one row",
@@ -480,7 +469,7 @@ fn new_panics_name_pingoras_parameters_as_given() {
     ] {
         assert!(message.contains(words), "{words:?} missing from: {message}");
     }
-    let message = panic_message(|| drop(Estimator::new(4, 0)));
+    let message = panic_message_of(|| drop(Estimator::new(4, 0)));
     for words in [
         "hashes = 4, slots = 0",
         "at least one column",

@@ -32,11 +32,12 @@ use bytes::Bytes;
 mod common;
 
 use common::fork::fork_child;
-use common::permits::AnyPermit;
-use common::serial::{panic_message, serial};
+use common::serial::serial;
 use common::ticker::{healthy_ticker, one_ticker_thread, poll, ticker_alive, DEADLINE, HOUR};
 use floodgate::clock::{self, testing, ManualClock, TICK};
 use floodgate::{LimitLayer, LimitService, Limiter, OwnedPermit, Permit, Rate, Reason};
+use floodgate_fuzz_harness::permits::AnyPermit;
+use floodgate_test_support::panics::panic_message;
 use http::header::HOST;
 use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame};

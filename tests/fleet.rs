@@ -18,9 +18,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::fleet::{sleep_until_window, unix_window, Flow, Tally, Traffic, WINDOW};
-use common::redis::RedisServer;
 use floodgate::fleet::{FleetConfig, FleetStatus};
 use floodgate::Limiter;
+use floodgate_test_support::redis_server::RedisServer;
 
 const NODES: usize = 3;
 const LIMIT: isize = 300;

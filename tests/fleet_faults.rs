@@ -31,18 +31,19 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::alloc::count_process_heap;
 use common::fleet::{
     open_fds, sleep_until_window, threads_named, unix_ms, unix_window, window_start_ms, Flow,
     Tally, Traffic, WINDOW,
 };
-use common::redis::{RedisCluster, RedisServer};
 use common::serial::serial;
 use common::ticker::{poll, DEADLINE};
-use common::CountingAlloc;
 use floodgate::clock::ManualClock;
 use floodgate::fleet::{FleetConfig, FleetStatus};
 use floodgate::Limiter;
+use floodgate_test_support::counting_alloc::{
+    count_process_heap, process_bytes_held, CountingAlloc,
+};
+use floodgate_test_support::redis_server::{RedisCluster, RedisServer};
 
 #[global_allocator]
 static GLOBAL: CountingAlloc = CountingAlloc;
@@ -159,7 +160,7 @@ fn settled_heap() -> isize {
     (0..20)
         .map(|_| {
             thread::sleep(Duration::from_millis(5));
-            common::alloc::process_bytes_held()
+            process_bytes_held()
         })
         .min()
         .unwrap()

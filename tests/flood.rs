@@ -8,14 +8,13 @@ use std::time::Duration;
 
 use floodgate::clock::ManualClock;
 use floodgate::{Inflight, Limiter, Rate};
-
-mod common;
+use floodgate_test_support::counting_alloc::{bytes_held, CountingAlloc};
 
 #[global_allocator]
-static GLOBAL: common::CountingAlloc = common::CountingAlloc;
+static GLOBAL: CountingAlloc = CountingAlloc;
 
 fn heap() -> isize {
-    common::bytes_held()
+    bytes_held()
 }
 
 const FLOOD: u64 = 10_000_000;

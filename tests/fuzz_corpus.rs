@@ -5,13 +5,11 @@
 //! worth keeping by name). On stable Rust, without libFuzzer; `scripts/fuzz` runs the same
 //! harnesses under cargo-fuzz to look for new inputs.
 
-#[path = "../fuzz/harness/mod.rs"]
-mod harness;
-
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 
 use arbitrary::Arbitrary;
+use floodgate_fuzz_harness as harness;
 
 /// Runs `run` on every file of `fuzz/corpus/<target>/` that decodes (libFuzzer skips the
 /// others too), naming the file that fails.

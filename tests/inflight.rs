@@ -16,21 +16,20 @@ use floodgate::{BorrowedGuard, Guard, Inflight};
 use proptest::prelude::*;
 
 mod common;
-#[path = "../fuzz/harness/mod.rs"]
-mod harness;
 
 use common::ops::arb_vec;
-use common::{bytes_allocated_by, bytes_held};
+use floodgate_fuzz_harness as harness;
+use floodgate_test_support::counting_alloc::{bytes_allocated_by, bytes_held, CountingAlloc};
 use harness::inflight::{AnyGuard, InflightInput, InflightOp};
 
 #[global_allocator]
-static GLOBAL: common::CountingAlloc = common::CountingAlloc;
+static GLOBAL: CountingAlloc = CountingAlloc;
 
 fn assert_send<T: Send>(_: &T) {}
 
 // ---------------------------------------------------------------------------------------------
 // Properties 1 and 2 (docs/architecture.md) against an exact model, for any interleaving of
-// acquires and drops: the inflight fuzz harness's (`fuzz/harness/inflight.rs`), on operations
+// acquires and drops: the inflight fuzz harness's (`fuzz/harness/src/inflight.rs`), on operations
 // proptest builds (`tests/common/ops.rs`).
 
 proptest! {

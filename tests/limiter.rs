@@ -20,15 +20,14 @@ use std::thread;
 use std::time::Duration;
 
 mod common;
-#[path = "../fuzz/harness/mod.rs"]
-mod harness;
 
 use common::ops::{arb, arb_vec};
-use common::permits::AnyPermit;
 use floodgate::clock::{ManualClock, TICK};
 use floodgate::limiter::MAX_EXACT_CAPACITY;
 use floodgate::{ConfigError, Limiter, OwnedPermit, Permit, Reason, Rejected};
+use floodgate_fuzz_harness as harness;
 use harness::limiter::{LimiterConfig, LimiterInput, LimiterOp, Limits};
+use harness::permits::AnyPermit;
 use proptest::prelude::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -37,7 +36,7 @@ use rand::{Rng, SeedableRng};
 // Property: never admit a key at or over its limit, for any interleaving (tiny sketches, tiny
 // exact stages), with the right reason and retry time on every rejection; and permits balance
 // afterwards. The exact model and every check are the limiter fuzz harness's
-// (`fuzz/harness/limiter.rs`); proptest builds its operations (`tests/common/ops.rs`).
+// (`fuzz/harness/src/limiter.rs`); proptest builds its operations (`tests/common/ops.rs`).
 
 const NS: Duration = Duration::from_nanos(1);
 /// The rate interval of the scenario tests.

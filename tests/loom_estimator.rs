@@ -14,20 +14,14 @@
 //! replay of interleavings needs.
 #![cfg(floodgate_loom)]
 
-use loom::model::Builder;
 use loom::sync::Arc;
 use loom::thread;
 
 use floodgate::{Estimator, Inflight};
+use floodgate_test_support::loom::check;
 
 /// The value counts saturate at, as documented on `Estimator::incr`.
 const SATURATED: isize = isize::MAX / 2;
-
-fn check(model: impl Fn() + Sync + Send + 'static) {
-    let mut builder = Builder::new();
-    builder.preemption_bound = Some(3);
-    builder.check(model);
-}
 
 /// Two writers on two keys that share every counter, and a reader: the reader and the writers'
 /// own `incr` results never see less than what is known to be in the sketch.

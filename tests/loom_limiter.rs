@@ -18,18 +18,12 @@
 
 use std::time::Duration;
 
-use loom::model::Builder;
 use loom::sync::Arc;
 use loom::thread;
 
 use floodgate::clock::ManualClock;
 use floodgate::Limiter;
-
-fn check(model: impl Fn() + Sync + Send + 'static) {
-    let mut builder = Builder::new();
-    builder.preemption_bound = Some(3);
-    builder.check(model);
-}
+use floodgate_test_support::loom::check;
 
 /// At most `limit` in flight per key; a key is promoted once `promote_at` are in flight.
 fn limiter(clock: &ManualClock, limit: isize, promote_at: isize) -> Arc<Limiter<u64>> {

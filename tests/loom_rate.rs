@@ -25,7 +25,6 @@
 
 use std::time::Duration;
 
-use loom::model::Builder;
 use loom::sync::Arc;
 use loom::thread;
 
@@ -34,14 +33,13 @@ use floodgate::{Rate, RateComponents};
 
 const TICK: Duration = Duration::from_millis(10);
 
-/// Checks `model` on the flat layout (`false`), then on the blocked one (`true`).
+/// Checks `model` with test-support's `check` on the flat layout (`false`), then on the
+/// blocked one (`true`).
 fn check(model: impl Fn(bool) + Sync + Send + 'static) {
     let model = std::sync::Arc::new(model);
     for blocked in [false, true] {
-        let mut builder = Builder::new();
-        builder.preemption_bound = Some(3);
         let model = std::sync::Arc::clone(&model);
-        builder.check(move || model(blocked));
+        floodgate_test_support::loom::check(move || model(blocked));
     }
 }
 

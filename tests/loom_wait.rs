@@ -23,21 +23,15 @@ use std::task::{Context, Wake, Waker};
 use std::time::Duration;
 
 use loom::future::block_on;
-use loom::model::Builder;
 use loom::sync::Arc;
 use loom::thread;
 
 use floodgate::clock::ManualClock;
 use floodgate::Limiter;
+use floodgate_test_support::loom::check;
 
 /// Longer than any model runs: the clock never moves, so no waiter gives up.
 const FOREVER: Duration = Duration::from_secs(3600);
-
-fn check(model: impl Fn() + Sync + Send + 'static) {
-    let mut builder = Builder::new();
-    builder.preemption_bound = Some(3);
-    builder.check(model);
-}
 
 /// One request in flight at most per key.
 fn limiter(clock: &ManualClock) -> Arc<Limiter<u64>> {

@@ -9,7 +9,6 @@
 #![cfg(not(floodgate_loom))]
 
 use std::collections::BTreeMap;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -23,15 +22,15 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 mod common;
-#[path = "../fuzz/harness/mod.rs"]
-mod harness;
 
-use common::bytes_allocated_by;
 use common::ops::arb_vec;
+use floodgate_fuzz_harness as harness;
+use floodgate_test_support::counting_alloc::{bytes_allocated_by, CountingAlloc};
+use floodgate_test_support::panics::panic_message_of;
 use harness::rate::{RateInput, RateOp};
 
 #[global_allocator]
-static GLOBAL: common::CountingAlloc = common::CountingAlloc;
+static GLOBAL: CountingAlloc = CountingAlloc;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers.
@@ -637,18 +636,6 @@ fn indivisible_interval_error_message_says_what_is_wrong() {
     );
 }
 
-/// Runs `f`, which must panic, and returns its panic message.
-fn panic_message(f: impl FnOnce()) -> String {
-    let payload = catch_unwind(AssertUnwindSafe(f)).expect_err("did not panic");
-    if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else {
-        panic!("panic payload is not a string")
-    }
-}
-
 #[test]
 fn rate_new_panics_with_the_config_error_message() {
     type Case = (Box<dyn FnOnce()>, String);
@@ -685,7 +672,7 @@ fn rate_new_panics_with_the_config_error_message() {
         ),
     ];
     for (f, expected) in cases {
-        assert_eq!(panic_message(f), expected);
+        assert_eq!(panic_message_of(f), expected);
     }
     // The pingora-named constructor names its arguments as given, and says which are rows.
     let zero_rows = config_panic(SEC, 0, 1024, ConfigError::ZeroRows);
@@ -854,7 +841,7 @@ fn shared_clock_rate_counts_exactly_within_its_first_window() {
 
 // ---------------------------------------------------------------------------------------------
 // Property 1 (docs/architecture.md) against an exact model: the rate fuzz harness's
-// (`fuzz/harness/rate.rs`), on operations proptest builds (`tests/common/ops.rs`).
+// (`fuzz/harness/src/rate.rs`), on operations proptest builds (`tests/common/ops.rs`).
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]

@@ -4,7 +4,8 @@
 //! Group and bench names come from [`ids`], which the comparison report shares.
 #![allow(dead_code)]
 
-pub mod ids;
+// The ids live in test-support, which tools/compare_report depends on too.
+pub use floodgate_test_support::bench_ids as ids;
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicIsize, Ordering::Relaxed};

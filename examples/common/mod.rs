@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use floodgate::{HeavyHitter, Limiter, LimiterStats};
+use floodgate_test_support::counting_alloc::{bytes_held_by, CountingAlloc};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::HOST;
@@ -19,13 +20,10 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 
-// The counting allocator's one copy lives with the tests; both examples install it, so the
-// memory they report is measured.
-#[path = "../../tests/common/alloc.rs"]
-pub mod counting;
-
+// Both examples install the tests' counting allocator, so that the memory they report is
+// measured.
 #[global_allocator]
-static GLOBAL: counting::CountingAlloc = counting::CountingAlloc;
+static GLOBAL: CountingAlloc = CountingAlloc;
 
 pub const HEALTHY_ORIGINS: usize = 10_000;
 pub const SLOW_HOST: &str = "slow.example";
@@ -223,7 +221,7 @@ pub fn build_limiter() -> Result<(Limiter<String>, usize), floodgate::ConfigErro
             .max_rate(1, Duration::from_secs(1))
             .build()?,
     );
-    let (limiter, heap) = counting::bytes_held_by(|| {
+    let (limiter, heap) = bytes_held_by(|| {
         Limiter::<String>::builder()
             .max_inflight(MAX_INFLIGHT)
             .max_rate(MAX_RATE, Duration::from_secs(1))

@@ -1,9 +1,7 @@
-//! libFuzzer target: `harness::construction::run` (see `fuzz/harness/construction.rs` for what it checks).
+//! libFuzzer target: the fuzz harness's `construction::run`, whose file
+//! (`fuzz/harness/src/construction.rs`) says what it checks.
 #![no_main]
 
-#[path = "../harness/mod.rs"]
-mod harness;
+use floodgate_fuzz_harness::construction::{run, ConstructionInput};
 
-use harness::construction::ConstructionInput;
-
-libfuzzer_sys::fuzz_target!(|input: ConstructionInput| harness::construction::run(&input));
+libfuzzer_sys::fuzz_target!(|input: ConstructionInput| run(&input));

@@ -1,9 +1,7 @@
-//! libFuzzer target: `harness::estimator::run` (see `fuzz/harness/estimator.rs` for what it checks).
+//! libFuzzer target: the fuzz harness's `estimator::run`, whose file
+//! (`fuzz/harness/src/estimator.rs`) says what it checks.
 #![no_main]
 
-#[path = "../harness/mod.rs"]
-mod harness;
+use floodgate_fuzz_harness::estimator::{run, EstimatorInput};
 
-use harness::estimator::EstimatorInput;
-
-libfuzzer_sys::fuzz_target!(|input: EstimatorInput| harness::estimator::run(&input));
+libfuzzer_sys::fuzz_target!(|input: EstimatorInput| run(&input));

@@ -1,9 +1,7 @@
-//! libFuzzer target: `harness::inflight::run` (see `fuzz/harness/inflight.rs` for what it checks).
+//! libFuzzer target: the fuzz harness's `inflight::run`, whose file
+//! (`fuzz/harness/src/inflight.rs`) says what it checks.
 #![no_main]
 
-#[path = "../harness/mod.rs"]
-mod harness;
+use floodgate_fuzz_harness::inflight::{run, InflightInput};
 
-use harness::inflight::InflightInput;
-
-libfuzzer_sys::fuzz_target!(|input: InflightInput| harness::inflight::run(&input));
+libfuzzer_sys::fuzz_target!(|input: InflightInput| run(&input));

@@ -1,9 +1,7 @@
-//! libFuzzer target: `harness::limiter::run` (see `fuzz/harness/limiter.rs` for what it checks).
+//! libFuzzer target: the fuzz harness's `limiter::run`, whose file
+//! (`fuzz/harness/src/limiter.rs`) says what it checks.
 #![no_main]
 
-#[path = "../harness/mod.rs"]
-mod harness;
+use floodgate_fuzz_harness::limiter::{run, LimiterInput};
 
-use harness::limiter::LimiterInput;
-
-libfuzzer_sys::fuzz_target!(|input: LimiterInput| harness::limiter::run(&input));
+libfuzzer_sys::fuzz_target!(|input: LimiterInput| run(&input));

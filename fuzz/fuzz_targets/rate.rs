@@ -1,9 +1,7 @@
-//! libFuzzer target: `harness::rate::run` (see `fuzz/harness/rate.rs` for what it checks).
+//! libFuzzer target: the fuzz harness's `rate::run`, whose file
+//! (`fuzz/harness/src/rate.rs`) says what it checks.
 #![no_main]
 
-#[path = "../harness/mod.rs"]
-mod harness;
+use floodgate_fuzz_harness::rate::{run, RateInput};
 
-use harness::rate::RateInput;
-
-libfuzzer_sys::fuzz_target!(|input: RateInput| harness::rate::run(&input));
+libfuzzer_sys::fuzz_target!(|input: RateInput| run(&input));

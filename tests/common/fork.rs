@@ -10,8 +10,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use floodgate::clock;
+use floodgate_test_support::panics::panic_message;
 
-use super::serial::panic_message;
 use super::ticker::DEADLINE;
 
 /// A forked child: its pid, and the parent's end of a socket on which it reports.

@@ -7,6 +7,8 @@
 
 use std::sync::{Mutex, MutexGuard, Once};
 
+use floodgate_test_support::panics::panic_message;
+
 /// Serialises the tests of this binary that take it (cargo runs tests in parallel). Also
 /// installs [`quiet_injected_panics`].
 pub fn serial() -> MutexGuard<'static, ()> {
@@ -30,15 +32,4 @@ pub fn quiet_injected_panics() {
             }
         }));
     });
-}
-
-/// The message of a panic payload.
-pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "(a panic payload that is not a string)".to_owned()
-    }
 }

@@ -1,13 +1,9 @@
 //! The store's tests, against real `redis-server` children (skipped, with a word on stderr,
 //! when the binary is missing): one server, or a Cluster of three masters.
 
-// The harness that starts real Redis servers, shared with the integration tests (one copy).
-#[allow(unreachable_pub, dead_code)]
-#[path = "../../../tests/common/redis.rs"]
-mod redis_server;
-
 use super::*;
-use redis_server::{RedisCluster, RedisServer, Reply};
+// The harness that starts real Redis servers (test-support/), shared with the integration tests.
+use floodgate_test_support::redis_server::{RedisCluster, RedisServer, Reply};
 use std::thread;
 
 /// The windows' length in these tests; window numbers are explicit, never waited for.

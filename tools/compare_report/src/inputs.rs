@@ -26,7 +26,7 @@ pub struct Results {
 impl Results {
     /// Reads `new/estimates.json` of every expected bench under `criterion`; fails listing
     /// every missing file. Results nothing expects (a bench added without an id in
-    /// `benches/common/ids.rs`) are named on stderr.
+    /// `test-support/src/bench_ids.rs`) are named on stderr.
     fn read(criterion: &Path) -> Result<Results, String> {
         let mut rows = Vec::new();
         let mut missing = Vec::new();
@@ -48,7 +48,7 @@ impl Results {
         if !missing.is_empty() {
             return Err(format!(
                 "{} result file(s) missing; did a bench fail, or its ids change outside \
-                 benches/common/ids.rs?\n  {}",
+                 test-support/src/bench_ids.rs?\n  {}",
                 missing.len(),
                 missing.join("\n  ")
             ));
@@ -58,7 +58,8 @@ impl Results {
             if !known.contains(&found) {
                 eprintln!(
                     "compare_report: warning: {found} is not in the report (give it an id in \
-                     benches/common/ids.rs and a place in tools/compare_report/src/parts.rs)"
+                     test-support/src/bench_ids.rs and a place in \
+                     tools/compare_report/src/parts.rs)"
                 );
             }
         }
@@ -192,7 +193,7 @@ impl Accuracy {
         let column = |name: &str| {
             header.iter().position(|h| h == name).ok_or(format!(
                 "{}: no column {name:?} (the columns are limiter_sim::ACCURACY_COLUMNS in \
-                 benches/common/ids.rs)",
+                 test-support/src/bench_ids.rs)",
                 path.display()
             ))
         };

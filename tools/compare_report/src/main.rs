@@ -15,12 +15,10 @@
 //! `compare_report --overestimate-only [--docs DIR]` needs no run: it draws
 //! `DIR/overestimate.svg` alone and prints its table.
 //!
-//! Which results to expect comes from `benches/common/ids.rs`, the module the benches take
-//! their ids from. Every input is read and every expected result checked before anything is
+//! Which results to expect comes from `test-support/src/bench_ids.rs`, the module the benches
+//! take their ids from. Every input is read and every expected result checked before anything is
 //! written: a missing one fails the report, naming the file or the row.
 
-#[path = "../../../benches/common/ids.rs"]
-mod ids;
 mod inputs;
 mod parts;
 mod plots;
@@ -28,6 +26,9 @@ mod report;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+// The benches' ids, as `crate::ids` for the modules above.
+use floodgate_test_support::bench_ids as ids;
 
 fn main() -> ExitCode {
     match run() {

@@ -1,5 +1,5 @@
 //! What the report shows of each bench: titles, floors and peer pairs, over the ids of
-//! `benches/common/ids.rs`. The results it expects are exactly these ids.
+//! `test-support/src/bench_ids.rs`. The results it expects are exactly these ids.
 
 use crate::ids::{self, estimator as est, inflight as inf, limiter as lim, rate, Structure};
 

@@ -1,6 +1,5 @@
 //! A permit of either kind, for the harness and the tests that hold borrowed and owned
-//! permits side by side (tests/limiter.rs, tests/faults.rs include this file through
-//! tests/common).
+//! permits side by side (tests/limiter.rs, tests/faults.rs).
 
 use std::hash::Hash;
 

@@ -1,4 +1,5 @@
-//! The exact models of floodgate's components, shared by the fuzz targets and the proptests.
+//! The exact models of floodgate's components, shared by the fuzz targets and the proptests:
+//! a crate of its own (floodgate-fuzz-harness), which fuzz/ and the tests depend on.
 //!
 //! Each component has one file: its operations (types deriving [`arbitrary::Arbitrary`]), its
 //! exact model, and `run`, which applies the operations to the crate and to the model and
@@ -18,9 +19,6 @@
 //! instance, so which keys collide differs from run to run. Every check therefore holds for
 //! *any* collision pattern: lower bounds (never under-count) from the key's own count, upper
 //! bounds (only what was counted, nothing stale) from the total of all keys.
-
-// Each fuzz target uses one component.
-#![allow(dead_code)]
 
 pub mod construction;
 pub mod estimator;

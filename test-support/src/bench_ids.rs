@@ -1,11 +1,10 @@
 //! The ids of every criterion group and bench that `scripts/compare` reports, in one place.
 //!
-//! The benches take their names from here (through `common`), and the report
-//! (`tools/compare_report`) includes this file with `#[path]` and looks for exactly these
-//! results, so renaming a bench renames it in the report too, and a bench that stops
-//! producing a result fails the report by name. Plain data only: no dependencies, so the
-//! report can include it without the benches' machinery.
-#![allow(dead_code, unused_imports)] // each bench uses a part of it
+//! The benches take their names from here (as `common::ids`), and the report
+//! (`tools/compare_report`, which depends on this crate) looks for exactly these results, so
+//! renaming a bench renames it in the report too, and a bench that stops producing a result
+//! fails the report by name. Plain data only, in a crate with no dependencies, so that the
+//! report gets it without the benches' machinery.
 
 /// A structure timed in a part: its bench id and its name in the report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -27,7 +26,7 @@ pub fn group(part: &str, workload: &str) -> String {
     format!("{part}_{workload}")
 }
 
-// The workloads of `common::Workload`.
+// The workloads of `Workload` in benches/common/mod.rs.
 pub const UNIFORM: &str = "uniform";
 pub const ZIPF: &str = "zipf";
 pub const HOT_KEY: &str = "hot_key";

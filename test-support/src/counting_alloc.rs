@@ -3,17 +3,15 @@
 //! process, so that "fixed memory" and "no allocation on the request path" are measured rather
 //! than assumed. Per thread, because the test harness's other threads allocate at any time.
 //!
-//! The one copy, shared by the integration tests (through tests/common/mod.rs), the benches
-//! (benches/limiter.rs through tests/common/mod.rs, benches/memory.rs directly) and the
-//! examples demo and soak_server (through examples/common/mod.rs). A crate installs it with
+//! Installed by the integration tests that measure memory, the benches limiter and memory,
+//! and the examples demo and soak_server (through examples/common/mod.rs), each with
 //! `#[global_allocator] static GLOBAL: CountingAlloc = CountingAlloc;`.
-// Each crate that includes it uses the part it needs.
-#![allow(dead_code)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering::Relaxed};
 
+/// `System`'s allocator, counted.
 pub struct CountingAlloc;
 
 thread_local! {
@@ -32,6 +30,10 @@ static COUNT_PROCESS: AtomicBool = AtomicBool::new(false);
 /// Bytes allocated minus bytes freed by all threads since [`count_process_heap`].
 static PROCESS_HELD: AtomicIsize = AtomicIsize::new(0);
 
+// `#[inline]` here and on the allocator's methods: so that the crate installing the allocator
+// can inline the counting into its allocations, as it could when each crate compiled its own
+// copy of this file, and the benches that time allocations pay no extra call.
+#[inline]
 fn count(allocated: usize, held: isize) {
     // `try_with`: allocations during thread teardown find the slots gone; they are not ours.
     let _ = ALLOCATED.try_with(|a| a.set(a.get().saturating_add(allocated)));
@@ -49,18 +51,21 @@ fn count(allocated: usize, held: isize) {
 // extra work is counter updates (thread-locals and an atomic), which neither allocate nor
 // unwind.
 unsafe impl GlobalAlloc for CountingAlloc {
+    #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         count(layout.size(), layout.size() as isize);
         // SAFETY: forwarded with the caller's layout, under the caller's obligations.
         unsafe { System.alloc(layout) }
     }
 
+    #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         count(layout.size(), layout.size() as isize);
         // SAFETY: as for `alloc`.
         unsafe { System.alloc_zeroed(layout) }
     }
 
+    #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         count(
             new_size.saturating_sub(layout.size()),
@@ -70,6 +75,7 @@ unsafe impl GlobalAlloc for CountingAlloc {
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 
+    #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         count(0, -(layout.size() as isize));
         // SAFETY: `ptr` was allocated by `System` with `layout` (every allocation goes there).

@@ -7,8 +7,9 @@
 //! with `FLOODGATE_REQUIRE_REDIS=1` (which `.ci/run` sets under CI) they panic instead, so CI
 //! cannot pass on skipped tests.
 //!
-//! Only std: the servers are driven with hand-written RESP over a `TcpStream`, so every test
-//! crate can include this file whatever its features.
+//! Used by the fleet's integration tests, the fleet bench and the fleet store's unit tests
+//! (`src/fleet/store/tests.rs`). Only std: the servers are driven with hand-written RESP over a
+//! `TcpStream`, so it needs neither the `redis` client nor floodgate.
 
 use std::io::{self, BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
