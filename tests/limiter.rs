@@ -175,7 +175,7 @@ fn a_key_admitted_past_the_default_threshold_under_its_own_plan_is_not_undercoun
     let plan = floodgate::Limits::new().max_rate(1000);
     for n in 0..400 {
         assert!(
-            limiter.try_acquire_with("planned", &plan).is_ok(),
+            limiter.with_limits(plan).try_acquire("planned").is_ok(),
             "request {n} under its plan"
         );
     }

@@ -1,4 +1,4 @@
-//! Per-key limits (`Limits`, `try_acquire_with`) and live defaults (`set_limits`): each key is
+//! Per-key limits (`Limits`, `with_limits`) and live defaults (`set_limits`): each key is
 //! admitted exactly up to its own limit, changes are seen by the next decision, and limits a
 //! limiter cannot judge are refused clearly.
 
@@ -33,7 +33,7 @@ fn each_key_is_held_exactly_to_its_own_in_flight_limit() {
         // This limiter counts no rate: the plan's in-flight limit only.
         let limits = Limits::new().max_inflight(plan(i).inflight_limit().unwrap());
         let mut admitted = 0;
-        while let Ok(permit) = limiter.try_acquire_with(&key, &limits) {
+        while let Ok(permit) = limiter.with_limits(limits).try_acquire(&key) {
             held.push(permit);
             admitted += 1;
             assert!(admitted <= i, "key {i} admitted over its own limit");
@@ -66,7 +66,7 @@ fn each_key_is_admitted_exactly_its_own_rate_per_window() {
             let key = i as u64;
             let limits = Limits::new().max_rate(plan(i).rate_limit().unwrap());
             let admitted = (0..4 * i)
-                .filter(|_| limiter.try_acquire_with(&key, &limits).is_ok())
+                .filter(|_| limiter.with_limits(limits).try_acquire(&key).is_ok())
                 .count() as isize;
             assert_eq!(admitted, 2 * i, "key {i}, round {round}");
         }
@@ -82,14 +82,14 @@ fn promotion_follows_the_keys_own_limit() {
         .unwrap();
     let roomy = Limits::new().max_inflight(1000);
     let held: Vec<_> = (0..100)
-        .map(|_| limiter.try_acquire_with(&1, &roomy).unwrap())
+        .map(|_| limiter.with_limits(roomy).try_acquire(&1).unwrap())
         .collect();
     // 100 in flight is far over the default's threshold (5) but a tenth of this key's limit:
     // it stays in the sketch stage.
     assert_eq!(limiter.stats().promoted, 0);
     let strict = Limits::new().max_inflight(4);
-    let _a = limiter.try_acquire_with(&2, &strict).unwrap();
-    let _b = limiter.try_acquire_with(&2, &strict).unwrap();
+    let _a = limiter.with_limits(strict).try_acquire(&2).unwrap();
+    let _b = limiter.with_limits(strict).try_acquire(&2).unwrap();
     assert_eq!(limiter.stats().promoted, 1, "2 in flight is half of 4");
     drop(held);
 }
@@ -144,7 +144,7 @@ fn a_key_rejected_for_its_rate_is_judged_again_under_a_raised_limit() {
     limiter.set_limits(Limits::new().max_rate(2)).unwrap();
     let gold = Limits::new().max_rate(20);
     assert!(limiter.try_acquire("origin").is_err());
-    assert!(limiter.try_acquire_with("origin", &gold).is_ok());
+    assert!(limiter.with_limits(gold).try_acquire("origin").is_ok());
 }
 
 #[test]
@@ -158,7 +158,8 @@ fn limits_of_a_kind_the_limiter_does_not_count_are_refused_clearly() {
         .unwrap();
 
     let rejected = inflight_only
-        .try_acquire_with("origin", &Limits::new().max_rate(3))
+        .with_limits(Limits::new().max_rate(3))
+        .try_acquire("origin")
         .unwrap_err();
     assert_eq!(
         (rejected.reason, rejected.limit),
@@ -169,7 +170,8 @@ fn limits_of_a_kind_the_limiter_does_not_count_are_refused_clearly() {
         "{rejected}"
     );
     let rejected = rate_only
-        .try_acquire_owned_with("origin", &Limits::new().max_inflight(3))
+        .with_limits(Limits::new().max_inflight(3))
+        .try_acquire_owned("origin")
         .unwrap_err();
     assert_eq!(rejected.reason, Reason::InflightNotCounted);
     assert!(rejected.to_string().contains("max_inflight"), "{rejected}");
@@ -189,7 +191,12 @@ fn limits_left_unset_are_not_limited_but_still_counted() {
     let limiter: Limiter<String> = Limiter::builder().max_inflight(1).build().unwrap();
     let unlimited = Limits::new();
     let held: Vec<_> = (0..50)
-        .map(|_| limiter.try_acquire_with("origin", &unlimited).unwrap())
+        .map(|_| {
+            limiter
+                .with_limits(unlimited)
+                .try_acquire("origin")
+                .unwrap()
+        })
         .collect();
     assert_eq!(limiter.estimate("origin").inflight, Some(50));
     assert!(
@@ -216,7 +223,10 @@ fn a_limit_of_zero_admits_nothing_and_counts_nothing() {
         Limits::new().max_rate(-4),
     ] {
         for _ in 0..10 {
-            let rejected = limiter.try_acquire_with("suspended", &limits).unwrap_err();
+            let rejected = limiter
+                .with_limits(limits)
+                .try_acquire("suspended")
+                .unwrap_err();
             assert_eq!(rejected.limit, 0, "{limits:?}");
             assert_eq!(
                 rejected.retry_after, None,
@@ -270,7 +280,7 @@ fn limits_the_counters_cannot_reach_are_refused_wherever_they_enter() {
     assert_eq!(limiter.limits().rate_limit(), Some(MAX_LIMIT), "unchanged");
 
     let plan = Limits::new().max_inflight(too_large);
-    let rejected = limiter.try_acquire_with(&1, &plan).unwrap_err();
+    let rejected = limiter.with_limits(plan).try_acquire(&1).unwrap_err();
     assert_eq!(
         (rejected.reason, rejected.limit),
         (Reason::LimitTooLarge, too_large)
@@ -314,7 +324,7 @@ fn a_push_of_defaults_that_would_refuse_every_key_or_limit_nothing_is_refused() 
     assert!(limiter.try_acquire(&1).is_ok(), "the defaults still admit");
     let suspended = Limits::new().max_rate(0);
     assert!(
-        limiter.try_acquire_with(&2, &suspended).is_err(),
+        limiter.with_limits(suspended).try_acquire(&2).is_err(),
         "a key's own limit of 0 refuses it"
     );
 }

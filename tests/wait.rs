@@ -173,7 +173,11 @@ fn a_rate_rejection_with_no_room_before_the_deadline_is_returned_at_once() {
     assert!(rejected.retry_after.unwrap() > Duration::from_millis(100));
     assert_eq!(limiter.stats().waiting, 0);
     // And no waiting helps a limit of 0 either.
-    let mut none = Polled::new(limiter.acquire_with("origin", &Limits::new().max_rate(0), SECOND));
+    let mut none = Polled::new(
+        limiter
+            .with_limits(Limits::new().max_rate(0))
+            .acquire("origin", SECOND),
+    );
     assert_eq!(none.rejected().limit, 0);
 }
 
@@ -326,13 +330,16 @@ fn a_flood_of_waiters_of_one_rate_limited_key_wakes_one_at_a_time() {
 }
 
 #[test]
-fn acquire_with_waits_against_the_keys_own_limits() {
+fn acquire_with_limits_waits_against_the_keys_own_limits() {
     let clock = ManualClock::new();
     let limiter = inflight_limiter(1, &clock);
     let plan = Limits::new().max_inflight(2);
-    let _a = limiter.try_acquire_with("origin", &plan).unwrap();
-    let b = limiter.try_acquire_owned_with("origin", &plan).unwrap();
-    let mut waiter = Polled::new(limiter.acquire_with("origin", &plan, 100 * SECOND));
+    let _a = limiter.with_limits(plan).try_acquire("origin").unwrap();
+    let b = limiter
+        .with_limits(plan)
+        .try_acquire_owned("origin")
+        .unwrap();
+    let mut waiter = Polled::new(limiter.with_limits(plan).acquire("origin", 100 * SECOND));
     waiter.pending();
     drop(b);
     let _c = waiter.admitted();
@@ -480,10 +487,14 @@ fn a_request_no_waiting_can_help_is_refused_at_once_even_behind_a_line() {
     let mut waiter = Polled::new(limiter.acquire("origin", 30 * SECOND));
     waiter.pending();
     let suspended = Limits::new().max_inflight(0);
-    let mut refused = Polled::new(limiter.acquire_with("origin", &suspended, 30 * SECOND));
+    let mut refused = Polled::new(
+        limiter
+            .with_limits(suspended)
+            .acquire("origin", 30 * SECOND),
+    );
     assert_eq!(refused.rejected().limit, 0);
     let wrong = Limits::new().max_rate(5);
-    let mut refused = Polled::new(limiter.acquire_with("origin", &wrong, 30 * SECOND));
+    let mut refused = Polled::new(limiter.with_limits(wrong).acquire("origin", 30 * SECOND));
     assert_eq!(refused.rejected().reason, Reason::RateNotCounted);
     assert_eq!(
         limiter.stats().waiting,

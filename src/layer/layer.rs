@@ -24,7 +24,7 @@ use crate::{Limits, OwnedPermit, Reason, Rejected};
 ///    a closure `Fn(&Request<B>) -> Limits` given to [`limits_fn`](Self::limits_fn) (or any
 ///    [`LimitsExtractor`]) returns: a customer's plan, say.
 /// 3. It asks the limiter for an [`OwnedPermit`] for that key under those limits
-///    ([`Limiter::try_acquire_owned_with`]).
+///    ([`Limiter::with_limits`]).
 ///    - **Admitted:** the inner service is called, and the permit travels with the request:
 ///      first in the [`ResponseFuture`], then in the response's [`LimitBody`]. It is given back
 ///      when the body ends (its last frame, or an error), when the body is dropped unfinished

@@ -16,7 +16,7 @@ use crate::Limits;
 /// [`LimitLayer::limits_fn`] takes. Implement it yourself to give some requests their own
 /// limits and leave the rest to the limiter's defaults (return `None` for those).
 ///
-/// The limiter decides with [`Limiter::try_acquire_owned_with`], so the request's limits must
+/// The limiter decides with [`Limiter::with_limits`], so the request's limits must
 /// be of kinds the limiter counts; see [`LimitLayer`] for the `500` a request gets otherwise.
 ///
 /// # Examples

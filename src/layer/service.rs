@@ -315,7 +315,10 @@ where
         let own = self.limits.limits(&req);
         let key = self.key.key(&req);
         let (result, limits) = match own {
-            Some(limits) => (self.limiter.try_acquire_owned_with(&*key, &limits), limits),
+            Some(limits) => (
+                self.limiter.with_limits(limits).try_acquire_owned(&*key),
+                limits,
+            ),
             None => self.limiter.try_acquire_owned_judged(&*key),
         };
         let policies = Policies::of(&self.limiter, Some(limits));
@@ -353,7 +356,7 @@ where
         let policies = Policies::of(&self.limiter, own);
         let key = self.key.key(&req);
         let acquire = match own {
-            Some(limits) => self.limiter.acquire_with(&*key, &limits, self.mode.0),
+            Some(limits) => self.limiter.with_limits(limits).acquire(&*key, self.mode.0),
             None => self.limiter.acquire(&*key, self.mode.0),
         };
         let key = key.into_owned();

@@ -10,7 +10,7 @@ use crate::sync::{AtomicU64, Ordering};
 /// requests in flight, at most so many requests per the limiter's rate interval.
 ///
 /// A small `Copy` value, cheap to build per request (from a customer's plan, say) and to pass
-/// to [`Limiter::try_acquire_with`](super::Limiter::try_acquire_with). A limit left unset is
+/// to [`Limiter::with_limits`](super::Limiter::with_limits). A limit left unset is
 /// no limit. The kinds a limiter counts (in flight, rate, and the rate's interval) are fixed
 /// when it is built: limits of a kind it does not count are refused with a [`Rejected`] whose
 /// [`Reason`] says so (`InflightNotCounted`, `RateNotCounted`), and by
@@ -38,10 +38,10 @@ use crate::sync::{AtomicU64, Ordering};
 /// assert_eq!(premium.inflight_limit(), Some(4));
 ///
 /// let held: Vec<_> = (0..4)
-///     .map(|_| limiter.try_acquire_with("premium.example", &premium).unwrap())
+///     .map(|_| limiter.with_limits(premium).try_acquire("premium.example").unwrap())
 ///     .collect();
 /// assert_eq!(held.len(), 4, "four in flight: the key's own limit, not the default 2");
-/// let rejected = limiter.try_acquire_with("premium.example", &premium).unwrap_err();
+/// let rejected = limiter.with_limits(premium).try_acquire("premium.example").unwrap_err();
 /// assert_eq!((rejected.reason, rejected.limit), (Reason::Inflight, 4));
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]

@@ -58,6 +58,7 @@ mod permit;
 mod report;
 mod sketches;
 mod wait;
+mod with_limits;
 
 use std::borrow::Borrow;
 use std::hash::Hash;
@@ -80,6 +81,7 @@ pub use permit::{OwnedPermit, Permit};
 pub use report::{Estimate, HeavyHitter, LimiterStats, Reason, Rejected};
 pub use wait::Acquire;
 use wait::Waiters;
+pub use with_limits::WithLimits;
 
 /// `stats().saturated` turns on when the noise reaches this fraction of a promotion
 /// threshold: from there on, light keys start to look hot.
@@ -256,91 +258,26 @@ where
         })
     }
 
-    /// As [`try_acquire`](Self::try_acquire), against the key's own `limits` instead of the
-    /// limiter's defaults: a customer's plan, say. The promotion thresholds follow these
-    /// limits, so with a sketch that tells keys apart each key is admitted exactly up to its
-    /// own limit.
-    ///
-    /// The kinds counted (in flight, rate, and the rate's interval) are the limiter's: a
-    /// limit of a kind it does not count is rejected with [`Reason::InflightNotCounted`] or
-    /// [`Reason::RateNotCounted`], and a kind left unset in `limits` is not limited (still
-    /// counted). A limit of 0 rejects every request, uncounted.
-    ///
-    /// # Errors
-    ///
-    /// [`Rejected`] when the request would take the key over one of `limits`, or when
-    /// `limits` has a kind the limiter does not count.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use floodgate::{clock::ManualClock, Limiter, Limits, Reason};
-    ///
-    /// let clock = ManualClock::new();
-    /// let limiter: Limiter<String> = Limiter::builder()
-    ///     .max_rate(10, Duration::from_secs(1))
-    ///     .clock(&clock)
-    ///     .build()
-    ///     .unwrap();
-    /// let free = Limits::new().max_rate(2);
-    /// drop(limiter.try_acquire_with("free.example", &free).unwrap());
-    /// drop(limiter.try_acquire_with("free.example", &free).unwrap());
-    /// let rejected = limiter.try_acquire_with("free.example", &free).unwrap_err();
-    /// assert_eq!((rejected.reason, rejected.limit), (Reason::Rate, 2));
-    ///
-    /// // This limiter counts no requests in flight: an in-flight limit is refused, clearly.
-    /// let wrong = Limits::new().max_inflight(5);
-    /// let rejected = limiter.try_acquire_with("other.example", &wrong).unwrap_err();
-    /// assert_eq!(rejected.reason, Reason::InflightNotCounted);
-    /// ```
-    pub fn try_acquire_with<Q>(&self, key: &Q, limits: &Limits) -> Result<Permit<'_, K>, Rejected>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let ticket = self.shared.acquire(key, &self.shared.thresholds(limits)?)?;
-        Ok(Permit {
-            shared: &self.shared,
-            ticket,
-        })
-    }
-
-    /// As [`try_acquire_with`](Self::try_acquire_with), with a permit that owns a reference
-    /// to the limiter (see [`try_acquire_owned`](Self::try_acquire_owned)).
-    ///
-    /// # Errors
-    ///
-    /// As [`try_acquire_with`](Self::try_acquire_with).
+    /// The same admissions against the key's own `limits` instead of the limiter's defaults:
+    /// a customer's plan, say. See [`WithLimits`].
     ///
     /// # Examples
     ///
     /// ```
     /// use floodgate::{Limiter, Limits};
     ///
-    /// let limiter: Limiter<String> = Limiter::builder().max_inflight(1).build().unwrap();
-    /// let batch = Limits::new().max_inflight(3);
-    /// let permits: Vec<_> = (0..3)
-    ///     .map(|_| limiter.try_acquire_owned_with("batch.example", &batch).unwrap())
-    ///     .collect();
-    /// assert!(limiter.try_acquire_owned_with("batch.example", &batch).is_err());
-    /// drop(permits);
-    /// assert!(limiter.try_acquire_owned_with("batch.example", &batch).is_ok());
+    /// let limiter: Limiter<String> = Limiter::builder().max_inflight(10).build().unwrap();
+    /// let free = Limits::new().max_inflight(1);
+    /// let permit = limiter.with_limits(free).try_acquire("free.example").unwrap();
+    /// assert!(limiter.with_limits(free).try_acquire("free.example").is_err());
+    /// assert!(limiter.try_acquire("free.example").is_ok(), "the defaults allow more");
+    /// # drop(permit);
     /// ```
-    pub fn try_acquire_owned_with<Q>(
-        &self,
-        key: &Q,
-        limits: &Limits,
-    ) -> Result<OwnedPermit<K>, Rejected>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let ticket = self.shared.acquire(key, &self.shared.thresholds(limits)?)?;
-        Ok(OwnedPermit {
-            shared: Arc::clone(&self.shared),
-            ticket,
-        })
+    pub fn with_limits(&self, limits: Limits) -> WithLimits<'_, K> {
+        WithLimits {
+            limiter: self,
+            limits,
+        }
     }
 
     /// [`try_acquire_owned`](Self::try_acquire_owned), and the default limits it was judged
@@ -375,7 +312,7 @@ where
     /// (it would limit nothing), a limit below 1 (it would refuse every key), or a kind the
     /// limiter does not count (its builder set no `max_inflight`, or no `max_rate`);
     /// [`ConfigError::LimitTooLarge`] above [`MAX_LIMIT`]. A key's own limit of 0, through
-    /// [`try_acquire_with`](Self::try_acquire_with), still refuses that key.
+    /// [`with_limits`](Self::with_limits), still refuses that key.
     ///
     /// # Examples
     ///

@@ -14,7 +14,7 @@ pub enum Reason {
     /// The key's sliding-window rate would exceed `max_rate`.
     Rate,
     /// The request asked for an in-flight limit
-    /// ([`Limiter::try_acquire_with`](super::Limiter::try_acquire_with)) from a limiter that
+    /// ([`Limiter::with_limits`](super::Limiter::with_limits)) from a limiter that
     /// counts no requests in flight (built without `max_inflight`).
     InflightNotCounted,
     /// The request asked for a rate limit from a limiter that counts no rate (built without

@@ -77,7 +77,7 @@ pub enum LimiterOp {
         key: u8,
         n: u8,
     },
-    /// `try_acquire_with` the key's own plan (see [`Settings::plan`]); the permit is held.
+    /// `with_limits(plan).try_acquire` the key's own plan (see [`Settings::plan`]); the permit is held.
     AcquireWith {
         key: u8,
         owned: bool,
@@ -442,11 +442,13 @@ impl<'a> Run<'a> {
             (None, false) => self.limiter.try_acquire(&id).map(AnyPermit::Borrowed),
             (Some(l), true) => self
                 .limiter
-                .try_acquire_owned_with(&id, &l)
+                .with_limits(l)
+                .try_acquire_owned(&id)
                 .map(AnyPermit::Owned),
             (Some(l), false) => self
                 .limiter
-                .try_acquire_with(&id, &l)
+                .with_limits(l)
+                .try_acquire(&id)
                 .map(AnyPermit::Borrowed),
         };
         Model::record(&mut model.offered, bucket, key, s.keys);

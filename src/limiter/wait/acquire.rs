@@ -81,46 +81,9 @@ where
     {
         Acquire::start(&self.shared, key, None, max_wait)
     }
-
-    /// As [`acquire`](Self::acquire), against the key's own `limits` (see
-    /// [`try_acquire_with`](Self::try_acquire_with)).
-    ///
-    /// # Errors
-    ///
-    /// As [`acquire`](Self::acquire).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use floodgate::{clock::ManualClock, Limiter, Limits};
-    ///
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-    /// let clock = ManualClock::new();
-    /// let limiter: Limiter<String> = Limiter::builder()
-    ///     .max_rate(100, Duration::from_secs(1))
-    ///     .clock(&clock)
-    ///     .build()
-    ///     .unwrap();
-    /// let free_plan = Limits::new().max_rate(1);
-    /// let _first = limiter.try_acquire_with("free.example", &free_plan).unwrap();
-    ///
-    /// // One request a second: the next fits in a second, more than this caller waits.
-    /// let wait = Duration::from_millis(300);
-    /// let rejected = limiter.acquire_with("free.example", &free_plan, wait).await.unwrap_err();
-    /// assert!(rejected.retry_after.unwrap() > wait, "refused at once, not after waiting");
-    /// # }
-    /// ```
-    pub fn acquire_with<Q>(&self, key: &Q, limits: &Limits, max_wait: Duration) -> Acquire<K>
-    where
-        K: Borrow<Q> + Clone,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        Acquire::start(&self.shared, key, Some(*limits), max_wait)
-    }
 }
 
-/// The future of [`Limiter::acquire`] and [`Limiter::acquire_with`]: resolves to a permit,
+/// The future of [`Limiter::acquire`] and [`WithLimits::acquire`](super::super::WithLimits::acquire): resolves to a permit,
 /// or to the last rejection once the wait is over.
 ///
 /// `Send` when the key is, runtime-agnostic, and cancel-safe: dropping it before it is ready
@@ -170,7 +133,7 @@ where
     }
 
     /// The first attempt, made by `acquire` itself: a request with room never allocates.
-    fn start<Q>(
+    pub(in crate::limiter) fn start<Q>(
         shared: &Arc<Shared<K>>,
         key: &Q,
         limits: Option<Limits>,
