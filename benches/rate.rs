@@ -51,7 +51,7 @@ fn rate_with(c: &mut Criterion) {
             let ours =
                 floodgate::Rate::new_with_estimator_config(Duration::from_secs(1), ROWS, COLUMNS);
             bench(&mut g, ids::FLOODGATE.id, threads, &keys, |k| {
-                ours.rate_with(&k, floodgate::PROPORTIONAL_RATE_ESTIMATE_CALC_FN)
+                ours.rate_with(&k, floodgate::rate::PROPORTIONAL_RATE_ESTIMATE_CALC_FN)
             });
             let pingora = pingora_limits::rate::Rate::new_with_estimator_config(
                 Duration::from_secs(1),

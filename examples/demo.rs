@@ -6,7 +6,7 @@
 //! ```
 //!
 //! A hyper server on 127.0.0.1 (an ephemeral port; nothing else is contacted) plays the
-//! origins, chosen by the Host header, behind [`floodgate::LimitLayer`]:
+//! origins, chosen by the Host header, behind [`floodgate::layer::LimitLayer`]:
 //!
 //! - 10,000 healthy origins (`site-NNNNN.example`): answer at once, each asked a few times a
 //!   second at most;
@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::*;
-use floodgate::{HeavyHitter, LimitLayer, Limiter, LimiterStats};
+use floodgate::{layer::LimitLayer, HeavyHitter, Limiter, LimiterStats};
 use floodgate_test_support::counting_alloc::{
     bytes_held_by, count_process_heap, process_bytes_held,
 };

@@ -8,7 +8,7 @@
 //!
 //! Without `--redis URL` (or `FLOODGATE_REDIS`) the demo starts a `redis-server` of its own on
 //! a free loopback port, with no persistence, and stops it at the end. It then runs three
-//! nodes on 127.0.0.1, each a hyper server behind [`floodgate::LimitLayer`] with a
+//! nodes on 127.0.0.1, each a hyper server behind [`floodgate::layer::LimitLayer`] with a
 //! `Limiter<String>` of its own, all three built with one [`FleetConfig`]: at most 500
 //! requests/s per origin, fleet-wide. Clients send:
 //!
@@ -39,7 +39,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use common::{origin, runtime, serve, thousands, FLOODED_HOST};
 use floodgate::fleet::{FleetConfig, FleetStatus};
-use floodgate::{LimitLayer, Limiter};
+use floodgate::{layer::LimitLayer, Limiter};
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
 use hyper::header::HOST;

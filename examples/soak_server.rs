@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use floodgate::{LimitLayer, Reason, Rejected};
+use floodgate::{layer::LimitLayer, Reason, Rejected};
 use floodgate_test_support::counting_alloc::{count_process_heap, process_bytes_held};
 use hyper::body::Incoming;
 use hyper::header::HOST;

@@ -67,7 +67,7 @@ pub enum ConfigError {
         max: usize,
     },
     /// A limit that the limiter's 32-bit counters cannot reach: counts saturate at 2^30, so a
-    /// limit must be at most [`MAX_LIMIT`](crate::limiter::MAX_LIMIT).
+    /// limit must be at most [`Limits::MAX_LIMIT`](crate::Limits::MAX_LIMIT).
     LimitTooLarge {
         /// The limit asked for.
         limit: isize,
@@ -112,7 +112,7 @@ pub enum ConfigError {
         sub_windows: usize,
     },
     /// A limiter's exact stage asked for with no place, or with more than allowed
-    /// ([`MAX_EXACT_CAPACITY`](crate::limiter::MAX_EXACT_CAPACITY)).
+    /// (2^20 keys).
     ExactCapacity {
         /// Keys asked for.
         asked: usize,
@@ -120,7 +120,7 @@ pub enum ConfigError {
         max: usize,
     },
     /// More waiters asked for than a limiter allows
-    /// ([`MAX_WAITERS`](crate::limiter::MAX_WAITERS)); their room is allocated up front.
+    /// (2^24); their room is allocated up front.
     Waiters {
         /// Waiters asked for.
         asked: usize,

@@ -147,7 +147,7 @@ impl Inflight {
     /// static INFLIGHT: std::sync::LazyLock<floodgate::Inflight> =
     ///     std::sync::LazyLock::new(floodgate::Inflight::new);
     ///
-    /// let (guard, count): (floodgate::BorrowedGuard<'static>, isize) =
+    /// let (guard, count): (floodgate::inflight::BorrowedGuard<'static>, isize) =
     ///     INFLIGHT.incr_borrowed(42u64, 2);
     /// assert_eq!(count, 2);
     /// std::thread::spawn(move || drop(guard)).join().unwrap();

@@ -4,25 +4,28 @@
 //!
 //! - [`Estimator`]: the atomic H×N count-min sketch everything else is built on.
 //! - [`Inflight`]: in-flight counts per key; its [`Guard`] gives the count back on drop (a
-//!   [`BorrowedGuard`] from [`Inflight::incr_borrowed`] does the same without an `Arc`).
-//! - [`Rate`]: per-key event counts per window and the rates they give; [`RateComponents`]
-//!   and [`PROPORTIONAL_RATE_ESTIMATE_CALC_FN`] for sliding-window estimates.
+//!   [`BorrowedGuard`](inflight::BorrowedGuard) from [`Inflight::incr_borrowed`] does the
+//!   same without an `Arc`).
+//! - [`Rate`]: per-key event counts per window and the rates they give;
+//!   [`RateComponents`](rate::RateComponents) and
+//!   [`PROPORTIONAL_RATE_ESTIMATE_CALC_FN`](rate::PROPORTIONAL_RATE_ESTIMATE_CALC_FN) for
+//!   sliding-window estimates.
 //! - [`Limiter`]: per-key limits on in-flight requests and request rate, decided by the
-//!   sketches with an exact second stage for the keys near their limits, with per-key
-//!   [`Limits`] that can change live; [`Permit`],
-//!   [`Rejected`], [`Estimate`], [`HeavyHitter`] and [`LimiterStats`] for what it decided and
-//!   why.
+//!   sketches with an exact second stage for the keys near their limits, built by
+//!   [`LimiterBuilder`], with per-key [`Limits`] ([`WithLimits`]) that can change live;
+//!   [`Permit`] and [`OwnedPermit`] (borrowing and owning the limiter, as tokio's semaphore
+//!   permits), [`Acquire`] to wait for one, and [`Rejected`], [`Reason`], [`Estimate`],
+//!   [`HeavyHitter`] and [`LimiterStats`] for what it decided and why.
 #![cfg_attr(
     feature = "tower",
-    doc = "- [`LimitLayer`] (feature `tower`, on by default): a tower layer for hyper and axum \
-           that answers 503 + `Retry-After` and the IETF `RateLimit-Policy` and `RateLimit` \
-           fields, per origin host ([`HostKey`]) or any key ([`KeyExtractor`]), under the \
-           limiter's limits or each request's own ([`LimitsExtractor`]); with \
-           [`LimitService`], [`ResponseFuture`] and [`LimitBody`]."
+    doc = "- [`layer`] (feature `tower`, on by default): a tower layer for hyper and axum, \
+           [`LimitLayer`](layer::LimitLayer), that answers 503 + `Retry-After` and the IETF \
+           `RateLimit-Policy` and `RateLimit` fields, per origin host or any key, under the \
+           limiter's limits or each request's own."
 )]
 #![cfg_attr(
     not(feature = "tower"),
-    doc = "- `LimitLayer` (feature `tower`): a tower layer answering 503 + `Retry-After`."
+    doc = "- `layer` (feature `tower`): a tower layer answering 503 + `Retry-After`."
 )]
 #![cfg_attr(
     feature = "redis",
@@ -77,8 +80,9 @@ pub mod estimator;
 pub mod fleet;
 pub mod inflight;
 #[cfg(feature = "tower")]
-mod layer;
-pub mod limiter;
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+pub mod layer;
+mod limiter;
 pub mod rate;
 mod sync;
 
@@ -87,18 +91,12 @@ pub use error::ConfigError;
 #[doc(hidden)]
 pub use estimator::BlockedEstimator;
 pub use estimator::Estimator;
-pub use inflight::{BorrowedGuard, Guard, Inflight};
-#[cfg(feature = "tower")]
-#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
-pub use layer::{
-    HostKey, KeyExtractor, LimitBody, LimitLayer, LimitService, LimiterDefaults, LimitsExtractor,
-    RefuseAtOnce, ResponseFuture, WaitFuture, WaitUpTo,
-};
+pub use inflight::{Guard, Inflight};
 pub use limiter::{
     Acquire, Estimate, HeavyHitter, Limiter, LimiterBuilder, LimiterStats, Limits, OwnedPermit,
-    Permit, Reason, Rejected,
+    Permit, Reason, Rejected, WithLimits,
 };
-pub use rate::{Rate, RateBuilder, RateComponents, PROPORTIONAL_RATE_ESTIMATE_CALC_FN};
+pub use rate::Rate;
 
 /// The README's examples, run as doctests so the quick start stays true (its axum example
 /// uses the `LimitLayer`, hence the feature).

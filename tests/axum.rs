@@ -15,7 +15,10 @@ use axum::routing::get;
 use axum::Router;
 use common::layer::{list, single};
 use floodgate::clock::ManualClock;
-use floodgate::{KeyExtractor, LimitLayer, Limiter, Limits, LimitsExtractor, Reason, Rejected};
+use floodgate::{
+    layer::KeyExtractor, layer::LimitLayer, layer::LimitsExtractor, Limiter, Limits, Reason,
+    Rejected,
+};
 use http::header::RETRY_AFTER;
 use http::{Request, StatusCode};
 use http_body_util::BodyExt;

@@ -22,7 +22,7 @@ use common::fork::{fork_child, Child};
 use common::serial::serial;
 use common::ticker::{healthy_ticker, poll, ticker_alive, DEADLINE, HOUR};
 use floodgate::clock::{self, testing, ManualClock, TICK};
-use floodgate::{Rate, RateComponents};
+use floodgate::{rate::RateComponents, Rate};
 
 /// Observes `key` once per call and checks each result is exactly one more than the last:
 /// used on an hour-long `Rate` whose first window outlasts the test.

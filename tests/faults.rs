@@ -35,7 +35,8 @@ use common::fork::fork_child;
 use common::serial::serial;
 use common::ticker::{healthy_ticker, one_ticker_thread, poll, ticker_alive, DEADLINE, HOUR};
 use floodgate::clock::{self, testing, ManualClock, TICK};
-use floodgate::{LimitLayer, LimitService, Limiter, OwnedPermit, Permit, Rate, Reason};
+use floodgate::layer::{LimitLayer, LimitService};
+use floodgate::{Limiter, OwnedPermit, Permit, Rate, Reason};
 use floodgate_fuzz_harness::permits::AnyPermit;
 use floodgate_test_support::panics::panic_message;
 use http::header::HOST;
@@ -931,7 +932,7 @@ async fn origin<B>(req: Request<B>) -> Result<Response<TestBody>, Infallible> {
 /// runtime ends; a connection whose service panics unwinds its task, as in any hyper server.
 async fn serve<S>(service: S) -> SocketAddr
 where
-    S: Service<Request<Incoming>, Response = Response<floodgate::LimitBody<TestBody>>>
+    S: Service<Request<Incoming>, Response = Response<floodgate::layer::LimitBody<TestBody>>>
         + Clone
         + Send
         + 'static,

@@ -12,7 +12,7 @@ use std::sync::{Arc, LazyLock};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread;
 
-use floodgate::{BorrowedGuard, Guard, Inflight};
+use floodgate::{inflight::BorrowedGuard, Guard, Inflight};
 use proptest::prelude::*;
 
 mod common;

@@ -1,4 +1,4 @@
-//! The tower layer over real HTTP: a hyper server on 127.0.0.1 with [`floodgate::LimitLayer`]
+//! The tower layer over real HTTP: a hyper server on 127.0.0.1 with [`floodgate::layer::LimitLayer`]
 //! in front of a handler that plays several origins (chosen by the Host header), driven by
 //! hyper clients over loopback TCP.
 //!
@@ -22,7 +22,8 @@ use bytes::Bytes;
 use common::layer::{list, origin_form, parse_list, single, Bare, Item};
 use floodgate::clock::ManualClock;
 use floodgate::{
-    HostKey, KeyExtractor, LimitLayer, LimitService, Limiter, Limits, Reason, Rejected,
+    layer::HostKey, layer::KeyExtractor, layer::LimitLayer, layer::LimitService, Limiter, Limits,
+    Reason, Rejected,
 };
 use http::header::{HeaderMap, HeaderValue, HOST, RETRY_AFTER};
 use http::{Request, Response, StatusCode};

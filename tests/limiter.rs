@@ -23,7 +23,8 @@ mod common;
 
 use common::ops::{arb, arb_vec};
 use floodgate::clock::{ManualClock, TICK};
-use floodgate::limiter::MAX_EXACT_CAPACITY;
+/// The largest exact capacity a limiter takes, as `LimiterBuilder::exact_capacity` documents.
+const MAX_EXACT_CAPACITY: usize = 1 << 20;
 use floodgate::{ConfigError, Limiter, OwnedPermit, Permit, Reason, Rejected};
 use floodgate_fuzz_harness as harness;
 use harness::limiter::{LimiterConfig, LimiterInput, LimiterOp, Limits};

@@ -243,7 +243,7 @@ fn a_limit_of_zero_admits_nothing_and_counts_nothing() {
 /// defaults left unchanged) and per request (a misconfigured plan) — never wrapped or clamped.
 #[test]
 fn limits_the_counters_cannot_reach_are_refused_wherever_they_enter() {
-    use floodgate::limiter::MAX_LIMIT;
+    const MAX_LIMIT: isize = floodgate::Limits::MAX_LIMIT;
     let too_large = MAX_LIMIT + 1;
     for builder in [
         Limiter::<u64>::builder().max_inflight(too_large),

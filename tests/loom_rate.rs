@@ -29,7 +29,7 @@ use loom::sync::Arc;
 use loom::thread;
 
 use floodgate::clock::ManualClock;
-use floodgate::{Rate, RateComponents};
+use floodgate::{rate::RateComponents, Rate};
 
 const TICK: Duration = Duration::from_millis(10);
 

@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use floodgate::clock::ManualClock;
 use floodgate::rate::{MAX_INTERVAL, MAX_SUB_WINDOWS};
-use floodgate::{ConfigError, Rate, RateComponents, PROPORTIONAL_RATE_ESTIMATE_CALC_FN};
+use floodgate::{
+    rate::RateComponents, rate::PROPORTIONAL_RATE_ESTIMATE_CALC_FN, ConfigError, Rate,
+};
 use proptest::prelude::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

@@ -47,7 +47,7 @@ impl<B> LimitBody<B> {
     ///
     /// ```
     /// use std::convert::Infallible;
-    /// use floodgate::{Limiter, LimitService};
+    /// use floodgate::{Limiter, layer::LimitService};
     /// use http::{Request, Response};
     /// use tower::{service_fn, ServiceExt};
     ///

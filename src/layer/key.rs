@@ -23,7 +23,7 @@ use super::LimitService;
 /// # Examples
 ///
 /// ```
-/// use floodgate::{HostKey, KeyExtractor};
+/// use floodgate::{layer::HostKey, layer::KeyExtractor};
 /// use http::Request;
 ///
 /// let by_tenant = |req: &Request<()>| {
@@ -97,7 +97,7 @@ where
 /// # Examples
 ///
 /// ```
-/// use floodgate::{HostKey, KeyExtractor};
+/// use floodgate::{layer::HostKey, layer::KeyExtractor};
 /// use http::Request;
 ///
 /// let req = |uri: &str, host: Option<&str>| {

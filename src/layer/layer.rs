@@ -5,9 +5,9 @@ use std::time::Duration;
 use tower_layer::Layer;
 
 use super::headers::FieldSettings;
-use super::{HostKey, LimitService, LimiterDefaults, RefuseAtOnce, WaitUpTo};
 #[cfg(doc)]
-use super::{KeyExtractor, LimitBody, LimitsExtractor, ResponseFuture};
+use super::{future::ResponseFuture, KeyExtractor, LimitBody, LimitsExtractor};
+use super::{HostKey, LimitService, LimiterDefaults, RefuseAtOnce, WaitUpTo};
 use crate::Limiter;
 #[cfg(doc)]
 use crate::{Limits, OwnedPermit, Reason, Rejected};
@@ -40,7 +40,7 @@ use crate::{Limits, OwnedPermit, Reason, Rejected};
 ///    - **Limits the limiter does not count** (an in-flight limit from a `limits_fn` in front
 ///      of a limiter built without `max_inflight`, say: [`Reason::InflightNotCounted`] or
 ///      [`Reason::RateNotCounted`]; or a limit above
-///      [`MAX_LIMIT`](crate::limiter::MAX_LIMIT): [`Reason::LimitTooLarge`]): that is the server's configuration error, not the
+///      [`Limits::MAX_LIMIT`]: [`Reason::LimitTooLarge`]): that is the server's configuration error, not the
 ///      client's doing, so the answer is `500 Internal Server Error`, with an empty body, no
 ///      rate-limit headers, and the [`Rejected`] in its extensions (its `Display` says what to
 ///      fix). The inner service is not called.
@@ -130,7 +130,7 @@ use crate::{Limits, OwnedPermit, Reason, Rejected};
 /// use std::convert::Infallible;
 /// use std::time::Duration;
 /// use bytes::Bytes;
-/// use floodgate::{Limiter, LimitLayer};
+/// use floodgate::{Limiter, layer::LimitLayer};
 /// use http_body_util::Full;
 /// use hyper::{body::Incoming, Request, Response};
 /// use hyper_util::rt::TokioIo;
@@ -165,7 +165,7 @@ use crate::{Limits, OwnedPermit, Reason, Rejected};
 /// ```
 /// use std::convert::Infallible;
 /// use std::time::Duration;
-/// use floodgate::{clock::ManualClock, Limiter, LimitLayer};
+/// use floodgate::{clock::ManualClock, Limiter, layer::LimitLayer};
 /// use http::{header::RETRY_AFTER, Request, Response, StatusCode};
 /// use tower::{service_fn, Layer, ServiceExt};
 ///
@@ -214,7 +214,7 @@ impl LimitLayer {
     /// # Examples
     ///
     /// ```
-    /// use floodgate::{Limiter, LimitLayer};
+    /// use floodgate::{Limiter, layer::LimitLayer};
     ///
     /// let limiter: Limiter<String> = Limiter::builder().max_inflight(10).build().unwrap();
     /// let layer = LimitLayer::new(limiter.clone());
@@ -239,7 +239,7 @@ impl<F, L, W> LimitLayer<F, L, W> {
     /// # Examples
     ///
     /// ```
-    /// use floodgate::{Limiter, LimitLayer};
+    /// use floodgate::{Limiter, layer::LimitLayer};
     /// use http::Request;
     ///
     /// let limiter: Limiter<String> = Limiter::builder().max_inflight(10).build().unwrap();
@@ -277,7 +277,7 @@ impl<F, L, W> LimitLayer<F, L, W> {
     /// ```
     /// use std::convert::Infallible;
     /// use std::time::Duration;
-    /// use floodgate::{clock::ManualClock, Limiter, LimitLayer, Limits};
+    /// use floodgate::{clock::ManualClock, Limiter, layer::LimitLayer, Limits};
     /// use http::{Request, Response, StatusCode};
     /// use tower::{service_fn, Layer, ServiceExt};
     ///
@@ -337,7 +337,7 @@ impl<F, L, W> LimitLayer<F, L, W> {
     /// ```
     /// use std::convert::Infallible;
     /// use std::time::Duration;
-    /// use floodgate::{Limiter, LimitLayer};
+    /// use floodgate::{Limiter, layer::LimitLayer};
     /// use http::{Request, Response, StatusCode};
     /// use tower::{service_fn, Layer, ServiceExt};
     ///
@@ -379,7 +379,7 @@ impl<F, L, W> LimitLayer<F, L, W> {
     /// ```
     /// use std::convert::Infallible;
     /// use std::time::Duration;
-    /// use floodgate::{clock::ManualClock, Limiter, LimitLayer};
+    /// use floodgate::{clock::ManualClock, Limiter, layer::LimitLayer};
     /// use http::{header::RETRY_AFTER, Request, Response, StatusCode};
     /// use tower::{service_fn, Layer, ServiceExt};
     ///
@@ -420,7 +420,7 @@ impl<F, L, W> LimitLayer<F, L, W> {
     /// ```
     /// use std::convert::Infallible;
     /// use std::time::Duration;
-    /// use floodgate::{clock::ManualClock, Limiter, LimitLayer};
+    /// use floodgate::{clock::ManualClock, Limiter, layer::LimitLayer};
     /// use http::{Request, Response, StatusCode};
     /// use tower::{service_fn, Layer, ServiceExt};
     ///
@@ -462,7 +462,7 @@ impl<F, L, W> LimitLayer<F, L, W> {
     /// # Examples
     ///
     /// ```
-    /// use floodgate::{Limiter, LimitLayer};
+    /// use floodgate::{Limiter, layer::LimitLayer};
     ///
     /// let limiter: Limiter<String> = Limiter::builder().max_inflight(10).build().unwrap();
     /// let layer = LimitLayer::new(limiter);

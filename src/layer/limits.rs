@@ -22,7 +22,7 @@ use crate::Limits;
 /// # Examples
 ///
 /// ```
-/// use floodgate::{LimiterDefaults, Limits, LimitsExtractor};
+/// use floodgate::{layer::LimiterDefaults, Limits, layer::LimitsExtractor};
 /// use http::Request;
 ///
 /// /// Customers with a plan header get its limits; everyone else the limiter's defaults.
@@ -73,7 +73,7 @@ where
 /// # Examples
 ///
 /// ```
-/// use floodgate::{LimiterDefaults, LimitsExtractor};
+/// use floodgate::{layer::LimiterDefaults, layer::LimitsExtractor};
 ///
 /// let req = http::Request::new(());
 /// assert_eq!(LimiterDefaults.limits(&req), None);

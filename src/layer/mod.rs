@@ -1,5 +1,5 @@
-//! The tower layer (feature `tower`): [`LimitLayer`], [`LimitService`], [`ResponseFuture`],
-//! [`LimitBody`], the request keys [`HostKey`] and [`KeyExtractor`], and the per-request limits
+//! The tower layer (feature `tower`): [`LimitLayer`], [`LimitService`], its response futures
+//! in [`future`], [`LimitBody`], the request keys [`HostKey`] and [`KeyExtractor`], and the per-request limits
 //! [`LimitsExtractor`] and [`LimiterDefaults`]. The behaviour, and every header the layer
 //! sends, is documented on [`LimitLayer`], which is where users look.
 //!
@@ -9,13 +9,12 @@
 //! bytes are keyed by a prefix and a keyed hash of the whole host.
 //!
 //! The files follow tower's own layers: [`LimitLayer`] in `layer.rs`, [`LimitService`] and
-//! its refusals in `service.rs`, [`ResponseFuture`] in `future.rs`, [`LimitBody`] in
+//! its refusals in `service.rs`, [`ResponseFuture`](future::ResponseFuture) in `response.rs`, [`LimitBody`] in
 //! `body.rs`, the keys in `key.rs`, the per-request limits in `limits.rs`, the
 //! `RateLimit-Policy`, `RateLimit` and `Retry-After` values in `headers.rs`, and the waiting
-//! mode ([`WaitUpTo`], [`WaitFuture`]) in `wait.rs`.
+//! mode's [`WaitFuture`](future::WaitFuture) in `wait.rs`.
 
 mod body;
-mod future;
 mod headers;
 mod key;
 // `layer::layer` on purpose: tower's folder shape, with `LimitLayer` in `layer.rs`.
@@ -24,14 +23,21 @@ mod layer;
 mod limits;
 mod mode;
 mod refusal;
+mod response;
 mod service;
 mod wait;
 
 pub use body::LimitBody;
-pub use future::ResponseFuture;
 pub use key::{HostKey, KeyExtractor};
 pub use layer::LimitLayer;
 pub use limits::{LimiterDefaults, LimitsExtractor};
 pub use mode::{RefuseAtOnce, WaitUpTo};
 pub use service::LimitService;
-pub use wait::WaitFuture;
+
+pub mod future {
+    //! The response futures of a [`LimitService`](super::LimitService), as tower names them:
+    //! [`ResponseFuture`] when a request over a limit is refused at once, [`WaitFuture`] when
+    //! it waits for room ([`LimitLayer::wait`](super::LimitLayer::wait)).
+    pub use super::response::ResponseFuture;
+    pub use super::wait::WaitFuture;
+}

@@ -9,14 +9,13 @@ use std::time::Duration;
 use http::{Request, Response};
 use tower_service::Service;
 
-use super::future::State;
 use super::headers::{FieldSettings, Policies};
+use super::response::{ResponseFuture, State};
 use super::wait::{WaitFuture, Waiting};
 #[cfg(doc)]
 use super::LimitLayer;
 use super::{
-    HostKey, KeyExtractor, LimitBody, LimiterDefaults, LimitsExtractor, RefuseAtOnce,
-    ResponseFuture, WaitUpTo,
+    HostKey, KeyExtractor, LimitBody, LimiterDefaults, LimitsExtractor, RefuseAtOnce, WaitUpTo,
 };
 use crate::Limiter;
 
@@ -31,7 +30,7 @@ use crate::Limiter;
 ///
 /// ```
 /// use std::convert::Infallible;
-/// use floodgate::{Limiter, LimitService};
+/// use floodgate::{Limiter, layer::LimitService};
 /// use http::{Request, Response, StatusCode};
 /// use tower::{service_fn, ServiceExt};
 ///
@@ -69,7 +68,7 @@ impl<S> LimitService<S> {
     /// # Examples
     ///
     /// ```
-    /// use floodgate::{Limiter, LimitService};
+    /// use floodgate::{Limiter, layer::LimitService};
     ///
     /// let limiter: Limiter<String> = Limiter::builder().max_inflight(10).build().unwrap();
     /// let service = LimitService::new("inner", limiter);
@@ -96,7 +95,7 @@ impl<S, F, L, W> LimitService<S, F, L, W> {
     /// ```
     /// use std::convert::Infallible;
     /// use std::time::Duration;
-    /// use floodgate::{clock::ManualClock, Limiter, LimitService, Limits};
+    /// use floodgate::{clock::ManualClock, Limiter, layer::LimitService, Limits};
     /// use http::{Request, Response, StatusCode};
     /// use tower::{service_fn, ServiceExt};
     ///
@@ -131,7 +130,7 @@ impl<S, F, L, W> LimitService<S, F, L, W> {
     /// ```
     /// use std::convert::Infallible;
     /// use std::time::Duration;
-    /// use floodgate::{Limiter, LimitService};
+    /// use floodgate::{Limiter, layer::LimitService};
     /// use http::{Request, Response, StatusCode};
     /// use tower::{service_fn, ServiceExt};
     ///
@@ -165,7 +164,7 @@ impl<S, F, L, W> LimitService<S, F, L, W> {
     /// ```
     /// use std::convert::Infallible;
     /// use std::time::Duration;
-    /// use floodgate::{clock::ManualClock, Limiter, LimitService};
+    /// use floodgate::{clock::ManualClock, Limiter, layer::LimitService};
     /// use http::{header::RETRY_AFTER, Request, Response};
     /// use tower::{service_fn, ServiceExt};
     ///
@@ -195,7 +194,7 @@ impl<S, F, L, W> LimitService<S, F, L, W> {
     ///
     /// ```
     /// use std::convert::Infallible;
-    /// use floodgate::{Limiter, LimitService};
+    /// use floodgate::{Limiter, layer::LimitService};
     /// use http::{Request, Response};
     /// use tower::{service_fn, ServiceExt};
     ///
@@ -220,7 +219,7 @@ impl<S, F, L, W> LimitService<S, F, L, W> {
     /// # Examples
     ///
     /// ```
-    /// use floodgate::{Limiter, LimitService};
+    /// use floodgate::{Limiter, layer::LimitService};
     ///
     /// let limiter: Limiter<String> = Limiter::builder().max_inflight(10).build().unwrap();
     /// let service = LimitService::new((), limiter.clone());
@@ -236,7 +235,7 @@ impl<S, F, L, W> LimitService<S, F, L, W> {
     /// # Examples
     ///
     /// ```
-    /// use floodgate::{Limiter, LimitService};
+    /// use floodgate::{Limiter, layer::LimitService};
     ///
     /// let limiter: Limiter<String> = Limiter::builder().max_inflight(10).build().unwrap();
     /// let service = LimitService::new(vec![1, 2], limiter);
@@ -251,7 +250,7 @@ impl<S, F, L, W> LimitService<S, F, L, W> {
     /// # Examples
     ///
     /// ```
-    /// use floodgate::{Limiter, LimitService};
+    /// use floodgate::{Limiter, layer::LimitService};
     ///
     /// let limiter: Limiter<String> = Limiter::builder().max_inflight(10).build().unwrap();
     /// let mut service = LimitService::new(vec![1, 2], limiter);
@@ -267,7 +266,7 @@ impl<S, F, L, W> LimitService<S, F, L, W> {
     /// # Examples
     ///
     /// ```
-    /// use floodgate::{Limiter, LimitService};
+    /// use floodgate::{Limiter, layer::LimitService};
     ///
     /// let limiter: Limiter<String> = Limiter::builder().max_inflight(10).build().unwrap();
     /// let service = LimitService::new(vec![1, 2], limiter);

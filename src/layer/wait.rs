@@ -10,9 +10,10 @@ use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
-use super::future::State;
 use super::headers::{FieldSettings, Policies};
-use super::{LimitBody, ResponseFuture};
+use super::response::ResponseFuture;
+use super::response::State;
+use super::LimitBody;
 #[cfg(doc)]
 use super::{LimitLayer, LimitService, WaitUpTo};
 use crate::{Acquire, Limiter};

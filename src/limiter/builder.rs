@@ -48,7 +48,7 @@ pub(crate) const MIN_SIZED_EXACT_CAPACITY: usize = 1 << 10;
 /// See [`MIN_SIZED_EXACT_CAPACITY`].
 pub(crate) const MAX_SIZED_EXACT_CAPACITY: usize = 1 << 14;
 /// The largest exact-stage capacity a limiter accepts, in keys.
-pub const MAX_EXACT_CAPACITY: usize = 1 << 20;
+pub(crate) const MAX_EXACT_CAPACITY: usize = 1 << 20;
 /// Default promotion threshold, as a fraction of each limit.
 pub(crate) const DEFAULT_PROMOTION: f64 = 0.5;
 /// The most requests a limiter lets wait in [`Limiter::acquire`] at once, unless told
@@ -56,7 +56,7 @@ pub(crate) const DEFAULT_PROMOTION: f64 = 0.5;
 pub(crate) const DEFAULT_MAX_WAITERS: usize = 4096;
 /// The most waiters a limiter accepts ([`LimiterBuilder::max_waiters`]): 2^24, about 2.5 GB
 /// of room allocated up front.
-pub const MAX_WAITERS: usize = 1 << 24;
+pub(crate) const MAX_WAITERS: usize = 1 << 24;
 /// The most requests of one key a limiter lets wait at once, unless told otherwise
 /// ([`LimiterBuilder::max_waiters_per_key`]).
 pub(crate) const DEFAULT_MAX_WAITERS_PER_KEY: usize = 64;
@@ -198,7 +198,7 @@ impl<K> LimiterBuilder<K> {
     }
 
     /// How many keys the exact stage holds at most (rounded up to a multiple of 16), from 1 to
-    /// [`MAX_EXACT_CAPACITY`], instead of the capacity that follows from
+    /// 2^20, instead of the capacity that follows from
     /// [`peak_rate`](Self::peak_rate).
     ///
     /// Sized from the peak rate, the stage has room for every key that can truly be at its
@@ -233,7 +233,7 @@ impl<K> LimiterBuilder<K> {
     /// A key's counters for all its rows live in one 64-byte cache line of 16 counters, so
     /// `rows` is at most 16, and each row has at most `16 / rows` counters in a line (8 at the
     /// default 2 rows): `columns` is rounded up to a multiple of that, a whole number of
-    /// lines. Counters are 32 bits (limits up to [`MAX_LIMIT`]).
+    /// lines. Counters are 32 bits (limits up to [`Limits::MAX_LIMIT`]).
     ///
     /// Checked by [`build`](Self::build): zero rows or columns give
     /// [`ConfigError::ZeroRows`] or [`ConfigError::ZeroColumns`], more than 16 rows
@@ -295,7 +295,7 @@ impl<K> LimiterBuilder<K> {
     }
 
     /// The most requests that may wait in [`Limiter::acquire`] at once, all keys together
-    /// (default 4,096, at most [`MAX_WAITERS`]: more is
+    /// (default 4,096, at most 2^24: more is
     /// [`ConfigError::Waiters`]); a request beyond them is refused at once. Their room (about
     /// 150 bytes each) is allocated when the limiter is built, so memory stays fixed whatever
     /// the traffic. 0 turns waiting off: `acquire` then decides like `try_acquire`.
@@ -363,9 +363,9 @@ impl<K> LimiterBuilder<K> {
     ///
     /// [`ConfigError::InvalidLimit`] when no limit is set, a limit is below 1, the promotion
     /// threshold is outside (0, 1] or the peak rate is 0; [`ConfigError::ExactCapacity`] when
-    /// the exact capacity is 0 or above [`MAX_EXACT_CAPACITY`]; the errors of
+    /// the exact capacity is 0 or above 2^20; the errors of
     /// [`Estimator::try_new`](crate::Estimator::try_new) and
-    /// [`RateBuilder::build`](crate::RateBuilder::build) for the sketch size and the interval.
+    /// [`RateBuilder::build`](crate::rate::RateBuilder::build) for the sketch size and the interval.
     ///
     /// # Examples
     ///

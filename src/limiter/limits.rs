@@ -51,6 +51,13 @@ pub struct Limits {
 }
 
 impl Limits {
+    /// The largest limit a limiter takes, in flight or per rate interval: 2^30 − 1. Its sketches
+    /// count in 32-bit counters that saturate at 2^30 (twice the counters a cache line holds, next
+    /// to `isize`), so a saturated count is still over every limit. A larger limit is refused: by
+    /// the builder and [`Limiter::set_limits`](super::Limiter::set_limits) with [`ConfigError::LimitTooLarge`](crate::ConfigError::LimitTooLarge), and per request
+    /// with [`Reason::LimitTooLarge`](super::Reason::LimitTooLarge).
+    pub const MAX_LIMIT: isize = MAX_LIMIT;
+
     /// No limit of either kind.
     ///
     /// # Examples
@@ -112,12 +119,8 @@ impl fmt::Debug for Limits {
     }
 }
 
-/// The largest limit a limiter takes, in flight or per rate interval: 2^30 − 1. Its sketches
-/// count in 32-bit counters that saturate at 2^30 (twice the counters a cache line holds, next
-/// to `isize`), so a saturated count is still over every limit. A larger limit is refused: by
-/// the builder and [`Limiter::set_limits`](super::Limiter::set_limits) with [`ConfigError::LimitTooLarge`](crate::ConfigError::LimitTooLarge), and per request
-/// with [`Reason::LimitTooLarge`](super::Reason::LimitTooLarge).
-pub const MAX_LIMIT: isize = (1 << 30) - 1;
+/// See [`Limits::MAX_LIMIT`].
+pub(crate) const MAX_LIMIT: isize = (1 << 30) - 1;
 
 /// Limits with their promotion thresholds: what one decision is judged against.
 #[derive(Debug, Clone, Copy, PartialEq)]

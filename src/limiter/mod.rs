@@ -71,12 +71,12 @@ use crate::clock::{Registration, Tick, TimeSource, TICK_NANOS};
 use crate::error::ConfigError;
 use crate::sync::{AtomicU64, Ordering};
 use exact::ExactStage;
-use limits::{HighestRatePromotion, Thresholds};
+use limits::{HighestRatePromotion, Thresholds, MAX_LIMIT};
 use overlimit::OverLimit;
 use sketches::Sketches;
 
-pub use builder::{LimiterBuilder, MAX_EXACT_CAPACITY, MAX_WAITERS};
-pub use limits::{Limits, MAX_LIMIT};
+pub use builder::LimiterBuilder;
+pub use limits::Limits;
 pub use permit::{OwnedPermit, Permit};
 pub use report::{Estimate, HeavyHitter, LimiterStats, Reason, Rejected};
 pub use wait::Acquire;
@@ -311,7 +311,7 @@ where
     /// unchanged on an error: [`ConfigError::InvalidLimit`] when `limits` has no limit at all
     /// (it would limit nothing), a limit below 1 (it would refuse every key), or a kind the
     /// limiter does not count (its builder set no `max_inflight`, or no `max_rate`);
-    /// [`ConfigError::LimitTooLarge`] above [`MAX_LIMIT`]. A key's own limit of 0, through
+    /// [`ConfigError::LimitTooLarge`] above [`Limits::MAX_LIMIT`]. A key's own limit of 0, through
     /// [`with_limits`](Self::with_limits), still refuses that key.
     ///
     /// # Examples

@@ -20,7 +20,7 @@ pub enum Reason {
     /// The request asked for a rate limit from a limiter that counts no rate (built without
     /// `max_rate`).
     RateNotCounted,
-    /// The request asked for a limit above [`MAX_LIMIT`](super::MAX_LIMIT), which the
+    /// The request asked for a limit above [`Limits::MAX_LIMIT`](super::Limits::MAX_LIMIT), which the
     /// limiter's counters cannot reach (they saturate at 2^30): a misconfigured plan, refused
     /// rather than left unlimited.
     LimitTooLarge,
@@ -151,7 +151,7 @@ impl std::fmt::Display for Rejected {
                     "a limit of {} was asked of a limiter whose counters saturate at 2^30: the \
                      largest limit is {}",
                     self.limit,
-                    super::MAX_LIMIT
+                    super::limits::MAX_LIMIT
                 )
             }
         };

@@ -19,7 +19,7 @@ use super::{Acquire, Limiter, Limits, OwnedPermit, Permit, Rejected};
 /// limits is not limited (still counted). A limit of 0 rejects every request, uncounted.
 ///
 /// The limits are checked at each admission, as the limiter's defaults are at build: a limit
-/// above [`MAX_LIMIT`](super::MAX_LIMIT) is rejected with
+/// above [`Limits::MAX_LIMIT`] is rejected with
 /// [`Reason::LimitTooLarge`](super::Reason::LimitTooLarge).
 ///
 /// # Examples

@@ -75,7 +75,7 @@ pub const MAX_SUB_WINDOWS: usize = 64;
 ///
 /// ```
 /// use std::time::Duration;
-/// use floodgate::{clock::ManualClock, Rate, RateComponents};
+/// use floodgate::{clock::ManualClock, Rate, rate::RateComponents};
 ///
 /// let clock = ManualClock::new();
 /// let rate = Rate::builder(Duration::from_secs(10)).clock(&clock).build().unwrap();
@@ -109,7 +109,7 @@ pub struct RateComponents {
 ///
 /// ```
 /// use std::time::Duration;
-/// use floodgate::{clock::ManualClock, Rate, PROPORTIONAL_RATE_ESTIMATE_CALC_FN};
+/// use floodgate::{clock::ManualClock, Rate, rate::PROPORTIONAL_RATE_ESTIMATE_CALC_FN};
 ///
 /// let clock = ManualClock::new();
 /// let rate = Rate::builder(Duration::from_secs(1)).clock(&clock).build().unwrap();

@@ -478,10 +478,10 @@ fn construct_limiter(
         .into_iter()
         .flatten()
     {
-        if limit > floodgate::limiter::MAX_LIMIT {
+        if limit > floodgate::Limits::MAX_LIMIT {
             errors.push(ConfigError::LimitTooLarge {
                 limit,
-                max: floodgate::limiter::MAX_LIMIT,
+                max: floodgate::Limits::MAX_LIMIT,
             });
         }
     }
@@ -498,7 +498,8 @@ fn construct_limiter(
     if capacity == 0 {
         errors.push(ConfigError::ExactCapacity {
             asked: 0,
-            max: floodgate::limiter::MAX_EXACT_CAPACITY,
+            // The largest capacity `LimiterBuilder::exact_capacity` documents.
+            max: 1 << 20,
         });
     }
     if let Some((_, interval)) = max_rate {

@@ -2,7 +2,7 @@
 //! and the checks.
 
 use arbitrary::Arbitrary;
-use floodgate::{BorrowedGuard, Guard, Inflight};
+use floodgate::{inflight::BorrowedGuard, Guard, Inflight};
 
 use super::{bounded, key, Amount, CEILING};
 

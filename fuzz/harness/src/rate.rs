@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use arbitrary::Arbitrary;
-use floodgate::{Rate, RateComponents, PROPORTIONAL_RATE_ESTIMATE_CALC_FN};
+use floodgate::{rate::RateComponents, rate::PROPORTIONAL_RATE_ESTIMATE_CALC_FN, Rate};
 
 use super::time::{Advance, Time};
 use super::{bounded, cap, key, Amount, CEILING, TICK_NANOS};
