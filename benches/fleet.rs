@@ -107,14 +107,14 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 /// Requests per [`INTERVAL`] per key in the `flood`, `rotating` and `healthy` scenarios.
-const LIMIT: isize = 1_000;
+const LIMIT: u32 = 1_000;
 const INTERVAL: Duration = Duration::from_secs(1);
 /// What the sketches are sized for: above what one thread of this loop sends.
 const PEAK_RATE: u64 = 16_000_000;
 /// The fleet's sync interval.
 const SYNC_INTERVAL: Duration = Duration::from_millis(100);
 /// The `under` scenario's limit, and its promotion threshold (a fraction of it).
-const UNDER_LIMIT: isize = 1_000_000_000;
+const UNDER_LIMIT: u32 = 1_000_000_000;
 const UNDER_PROMOTION: f64 = 0.001;
 
 /// Keys of the `rotating` scenario, the hot ones among them, and the hot ones' share.

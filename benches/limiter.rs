@@ -191,7 +191,7 @@ fn quota() -> Quota {
 }
 
 fn floodgate_builder() -> floodgate::LimiterBuilder<u64> {
-    floodgate::Limiter::builder().max_rate(LIMIT as isize, INTERVAL)
+    floodgate::Limiter::builder().max_rate(LIMIT, INTERVAL)
 }
 
 /// A limiter on simulated time: the trace's two operations.

@@ -49,7 +49,7 @@ const ORIGINS: u64 = 1_000_000;
 const REQUESTS: usize = 2_000_000;
 const PER_SECOND: u64 = 100_000;
 const INTERVAL: Duration = Duration::from_secs(1);
-const LIMIT: isize = 100;
+const LIMIT: u32 = 100;
 const SIZES: [(usize, usize); 4] = [(2, 1024), (4, 1024), (4, 4096), (4, 16384)];
 /// Slack for the floating-point sliding counts.
 const EPS: f64 = 1e-9;

@@ -51,7 +51,7 @@ use tower::{Layer, ServiceExt};
 
 const NODES: usize = 3;
 /// The fleet-wide limit per origin, per window.
-const LIMIT: isize = 500;
+const LIMIT: u32 = 500;
 const WINDOW: Duration = Duration::from_secs(1);
 /// What the flood offers each node, per second, and over how many client tasks.
 const FLOOD_PER_NODE: u32 = 2_000;

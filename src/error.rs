@@ -70,9 +70,9 @@ pub enum ConfigError {
     /// limit must be at most [`Limits::MAX_LIMIT`](crate::Limits::MAX_LIMIT).
     LimitTooLarge {
         /// The limit asked for.
-        limit: isize,
+        limit: u32,
         /// The largest limit allowed.
-        max: isize,
+        max: u32,
     },
     /// The memory for the sketch could not be allocated.
     AllocationFailed {

@@ -11,7 +11,7 @@ use floodgate::clock::ManualClock;
 use floodgate::Limiter;
 
 const INTERVAL: Duration = Duration::from_secs(1);
-const LIMIT: isize = 100;
+const LIMIT: u32 = 100;
 
 fn saturated(clock: &ManualClock) -> Limiter<String> {
     Limiter::builder()

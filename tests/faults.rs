@@ -594,8 +594,8 @@ fn a_tick_that_runs_late_never_clears_a_window_in_use() {
 // Fork with a Limiter.
 
 /// The fork test's limits.
-const MAX_INFLIGHT: isize = 4;
-const MAX_RATE: isize = 20;
+const MAX_INFLIGHT: u32 = 4;
+const MAX_RATE: u32 = 20;
 const RATE_INTERVAL: Duration = Duration::from_millis(100);
 /// The key that holds permits across the fork, and how many.
 const HELD: &str = "held.example";
@@ -615,11 +615,11 @@ fn inflight_limit_holds(limiter: &Limiter<String>, inherited: &Inherited) -> Res
         other => Err(format!("{when}: in flight {other:?}, expected {expected}")),
     };
     inflight(HELD_BEFORE_FORK as isize, "permits held before the fork")?;
-    let extra: Vec<_> = (HELD_BEFORE_FORK as isize..MAX_INFLIGHT)
+    let extra: Vec<_> = (HELD_BEFORE_FORK as u32..MAX_INFLIGHT)
         .map(|_| limiter.try_acquire(HELD))
         .collect::<Result<_, _>>()
         .map_err(|r| format!("refused below the limit after the fork: {r}"))?;
-    inflight(MAX_INFLIGHT, "at the limit")?;
+    inflight(MAX_INFLIGHT as isize, "at the limit")?;
     match limiter.try_acquire(HELD) {
         Err(r) if r.reason == Reason::Inflight && r.limit == MAX_INFLIGHT => {}
         Err(r) => {
@@ -776,7 +776,7 @@ fn a_forked_child_keeps_limiting_with_inherited_permits_and_rotating_rate_window
 #[test]
 fn permits_held_on_several_threads_that_panic_at_once_are_all_given_back() {
     let _serial = serial();
-    const LIMIT: isize = 8;
+    const LIMIT: u32 = 8;
     const KEY: &str = "origin.example";
     // Three threads hold a borrowed and an owned permit each; two more owned permits are sent
     // to a fourth thread: together the whole limit. Half the threads catch their panic, the
@@ -854,7 +854,9 @@ fn permits_held_on_several_threads_that_panic_at_once_are_all_given_back() {
                 let inflight = limiter.estimate(KEY).inflight;
                 let over = limiter.try_acquire(KEY).map(drop);
                 match (inflight, over) {
-                    (Some(LIMIT), Err(r)) if r.reason == Reason::Inflight => Ok(()),
+                    (Some(n), Err(r)) if n == LIMIT as isize && r.reason == Reason::Inflight => {
+                        Ok(())
+                    }
                     (inflight, over) => Err(format!(
                         "with the whole limit held: in flight {inflight:?}, one more: {over:?}"
                     )),

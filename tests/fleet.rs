@@ -23,11 +23,11 @@ use floodgate::Limiter;
 use floodgate_test_support::redis_server::RedisServer;
 
 const NODES: usize = 3;
-const LIMIT: isize = 300;
+const LIMIT: u32 = 300;
 /// What a flooded key may be admitted fleet-wide in a full window, as a fraction of its limit.
 const FLOOD_BOUND: RangeInclusive<f64> = 0.6..=1.15;
 /// 0.8 × the limit, per second: a key under the limit fleet-wide.
-const UNDER: u32 = LIMIT as u32 * 8 / 10;
+const UNDER: u32 = LIMIT * 8 / 10;
 
 fn node(redis: &RedisServer, prefix: &str) -> Limiter<String> {
     Limiter::builder()

@@ -49,7 +49,7 @@ use floodgate_test_support::redis_server::{RedisCluster, RedisServer};
 static GLOBAL: CountingAlloc = CountingAlloc;
 
 const NODES: usize = 3;
-const LIMIT: isize = 300;
+const LIMIT: u32 = 300;
 const SYNC: Duration = Duration::from_millis(100);
 /// Generous beside the default (the sync interval): the tests share two cores, and a sync that
 /// times out on a busy machine would count as a fault the test did not inject.
@@ -679,7 +679,7 @@ fn clock_skew_of_one_sync_interval_between_nodes() {
     let memory_before = memory(&nodes);
     let (flooded, steady) = ("skewed-flood.example", "skewed-steady.example");
     // The flood at 10 × the limit; the steady key at 0.8 × the limit in all.
-    let steady_rate = (LIMIT as u32 * 8 / 10) / NODES as u32;
+    let steady_rate = (LIMIT * 8 / 10) / NODES as u32;
     let mut flows: Vec<_> = (0..NODES).map(|i| Flow::new(i, flooded, FLOOD)).collect();
     flows.extend((0..NODES).map(|i| Flow::new(i, steady, steady_rate)));
     let traffic = Traffic::start(&nodes, &flows);

@@ -7,7 +7,7 @@ use std::time::Duration;
 use floodgate::clock::ManualClock;
 use floodgate::{Limiter, Reason};
 
-const LIMIT: isize = 10;
+const LIMIT: u32 = 10;
 const INTERVAL: Duration = Duration::from_secs(1);
 
 fn limiter(clock: &ManualClock) -> Limiter<String> {

@@ -12,7 +12,7 @@ use floodgate::{ConfigError, Limiter, Limits, Permit, Reason};
 const SECOND: Duration = Duration::from_secs(1);
 
 /// Per-key limits from 1 to 200: key `i` has in-flight limit `i` and rate limit `2i`.
-fn plan(i: isize) -> Limits {
+fn plan(i: u32) -> Limits {
     Limits::new().max_inflight(i).max_rate(2 * i)
 }
 
@@ -28,7 +28,7 @@ fn each_key_is_held_exactly_to_its_own_in_flight_limit() {
         .build()
         .unwrap();
     let mut held: Vec<Permit<'_, u64>> = Vec::new();
-    for i in 1..=200isize {
+    for i in 1..=200u32 {
         let key = i as u64;
         // This limiter counts no rate: the plan's in-flight limit only.
         let limits = Limits::new().max_inflight(plan(i).inflight_limit().unwrap());
@@ -44,7 +44,7 @@ fn each_key_is_held_exactly_to_its_own_in_flight_limit() {
     // their limit), not the default's (5): every key of limit ≥ 2 reached its own.
     assert!(limiter.stats().promoted >= 199);
     drop(held);
-    for i in 1..=200isize {
+    for i in 1..=200u32 {
         assert_eq!(limiter.estimate(&(i as u64)).inflight, Some(0), "key {i}");
     }
 }
@@ -60,14 +60,14 @@ fn each_key_is_admitted_exactly_its_own_rate_per_window() {
         .build()
         .unwrap();
     for round in 0..3 {
-        for i in 1..=200isize {
+        for i in 1..=200u32 {
             // Whole windows apart: the previous window no longer weighs on this one.
             clock.advance(2 * SECOND);
             let key = i as u64;
             let limits = Limits::new().max_rate(plan(i).rate_limit().unwrap());
             let admitted = (0..4 * i)
                 .filter(|_| limiter.with_limits(limits).try_acquire(&key).is_ok())
-                .count() as isize;
+                .count() as u32;
             assert_eq!(admitted, 2 * i, "key {i}, round {round}");
         }
     }
@@ -217,11 +217,7 @@ fn a_limit_of_zero_admits_nothing_and_counts_nothing() {
         .clock(&clock)
         .build()
         .unwrap();
-    for limits in [
-        Limits::new().max_inflight(0),
-        Limits::new().max_rate(0),
-        Limits::new().max_rate(-4),
-    ] {
+    for limits in [Limits::new().max_inflight(0), Limits::new().max_rate(0)] {
         for _ in 0..10 {
             let rejected = limiter
                 .with_limits(limits)
@@ -243,14 +239,14 @@ fn a_limit_of_zero_admits_nothing_and_counts_nothing() {
 /// defaults left unchanged) and per request (a misconfigured plan) — never wrapped or clamped.
 #[test]
 fn limits_the_counters_cannot_reach_are_refused_wherever_they_enter() {
-    const MAX_LIMIT: isize = floodgate::Limits::MAX_LIMIT;
+    const MAX_LIMIT: u32 = floodgate::Limits::MAX_LIMIT;
     let too_large = MAX_LIMIT + 1;
     for builder in [
         Limiter::<u64>::builder().max_inflight(too_large),
         Limiter::<u64>::builder().max_rate(too_large, SECOND),
         Limiter::<u64>::builder()
             .max_inflight(1)
-            .max_rate(isize::MAX, SECOND),
+            .max_rate(u32::MAX, SECOND),
     ] {
         let err = builder.build().unwrap_err();
         assert!(
@@ -305,7 +301,6 @@ fn a_push_of_defaults_that_would_refuse_every_key_or_limit_nothing_is_refused() 
         .unwrap();
     let before = limiter.limits();
     for (push, what) in [
-        (Limits::new().max_rate(-1), "max_rate must be at least 1"),
         (Limits::new().max_rate(0), "max_rate must be at least 1"),
         (
             Limits::new().max_inflight(0).max_rate(10),

@@ -75,7 +75,7 @@ impl Polled {
     }
 }
 
-fn inflight_limiter(limit: isize, clock: &ManualClock) -> Limiter<String> {
+fn inflight_limiter(limit: u32, clock: &ManualClock) -> Limiter<String> {
     Limiter::builder()
         .max_inflight(limit)
         .clock(clock)

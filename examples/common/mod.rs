@@ -32,8 +32,8 @@ pub const FLOODED_HOST: &str = "flooded.example";
 const ROTATING_SUFFIX: &str = ".rotating.example";
 const SLOW_RESPONSE: Duration = Duration::from_millis(100);
 
-pub const MAX_INFLIGHT: isize = 16;
-pub const MAX_RATE: isize = 1000; // per second
+pub const MAX_INFLIGHT: u32 = 16;
+pub const MAX_RATE: u32 = 1000; // per second
 /// The most requests per second the limiter is sized for: this demo's own volume (about
 /// 100,000 a second at best, client and server sharing two cores), with room to spare.
 pub const PEAK_RATE: u64 = 250_000;

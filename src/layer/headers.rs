@@ -122,8 +122,8 @@ impl Policies {
             .limits
             .inflight_limit()
             .zip(estimate.inflight)
-            .map(|(limit, count)| (limit, limit.saturating_sub(count).clamp(0, limit.max(0))));
-        let share = |(limit, left): (isize, isize)| left as f64 / limit.max(1) as f64;
+            .map(|(limit, count)| (limit, inflight_remaining(limit, count)));
+        let share = |(limit, left): (u32, u32)| f64::from(left) / f64::from(limit.max(1));
         let rate_is_closest = match (rate, inflight) {
             (Some(r), Some(i)) => share(r) <= share(i),
             (Some(_), None) => true,
@@ -252,18 +252,26 @@ fn jitter(max: u64) -> u64 {
 
 /// The requests a rate limit still lets through when the key's sliding count (this request
 /// included) is `sliding`: one more fits while the count stays at or below the limit.
-fn rate_remaining(limit: isize, sliding: f64) -> isize {
-    let left = (limit as f64 - sliding).floor();
+fn rate_remaining(limit: u32, sliding: f64) -> u32 {
+    let left = (f64::from(limit) - sliding).floor();
     if left.is_nan() || left <= 0.0 {
         0
     } else {
-        (left as isize).min(limit)
+        // `as` saturates; never more than the limit.
+        (left as u32).min(limit)
     }
 }
 
-/// A count as a Structured Field Integer: not below 0, not above the field's maximum.
-fn sf_count(n: isize) -> u64 {
-    sf_integer(u64::try_from(n).unwrap_or(0))
+/// The requests an in-flight limit still lets through when the key has `count` in flight
+/// (this request included).
+fn inflight_remaining(limit: u32, count: isize) -> u32 {
+    let left = i64::from(limit).saturating_sub(count as i64);
+    u32::try_from(left.clamp(0, i64::from(limit))).unwrap_or(0)
+}
+
+/// A count as a Structured Field Integer: not above the field's maximum.
+fn sf_count(n: u32) -> u64 {
+    sf_integer(u64::from(n))
 }
 
 fn sf_integer(n: u64) -> u64 {
@@ -289,7 +297,7 @@ mod tests {
         }
     }
 
-    fn rejected(reason: Reason, limit: isize, retry_after: Option<Duration>) -> Rejected {
+    fn rejected(reason: Reason, limit: u32, retry_after: Option<Duration>) -> Rejected {
         Rejected {
             reason,
             estimate: limit + 1,
@@ -337,12 +345,13 @@ mod tests {
     #[test]
     fn integers_stay_within_what_a_structured_field_can_carry() {
         let huge = Policies {
-            limits: Limits::new().max_rate(isize::MAX),
+            limits: Limits::new().max_rate(u32::MAX),
             interval: Some(Duration::MAX),
         };
+        // A limit is a `u32`, within the field's 15 digits; the window is clamped.
         assert_eq!(
             huge.policy_field().unwrap(),
-            "\"rate\";q=999999999999999;w=999999999999999"
+            "\"rate\";q=4294967295;w=999999999999999"
         );
         let refused = rejected(Reason::Rate, 1, Some(Duration::MAX));
         assert_eq!(

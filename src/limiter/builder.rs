@@ -10,7 +10,6 @@ use crate::Rate;
 
 use super::exact::ExactStage;
 use super::fleet::FleetSetup;
-use super::limits::MAX_LIMIT;
 use super::limits::{HighestRatePromotion, Thresholds};
 use super::overlimit::{OverLimit, SLOTS_PER_EXACT_KEY};
 use super::sketches::Sketches;
@@ -84,8 +83,8 @@ const SWEEP_PERIOD: Duration = Duration::from_secs(1);
 /// ```
 #[must_use = "a builder does nothing until build() is called"]
 pub struct LimiterBuilder<K> {
-    max_inflight: Option<isize>,
-    max_rate: Option<(isize, Duration)>,
+    max_inflight: Option<u32>,
+    max_rate: Option<(u32, Duration)>,
     promotion: f64,
     /// `None`: sized from the peak rate.
     exact_capacity: Option<usize>,
@@ -153,7 +152,7 @@ impl<K> LimiterBuilder<K> {
     /// let _permit = limiter.try_acquire("origin").unwrap();
     /// assert_eq!(limiter.try_acquire("origin").unwrap_err().limit, 1);
     /// ```
-    pub fn max_inflight(mut self, limit: isize) -> Self {
+    pub fn max_inflight(mut self, limit: u32) -> Self {
         self.max_inflight = Some(limit);
         self
     }
@@ -173,7 +172,7 @@ impl<K> LimiterBuilder<K> {
     /// drop(limiter.try_acquire("origin").unwrap());
     /// assert_eq!(limiter.try_acquire("origin").unwrap_err().reason, Reason::Rate);
     /// ```
-    pub fn max_rate(mut self, limit: isize, interval: Duration) -> Self {
+    pub fn max_rate(mut self, limit: u32, interval: Duration) -> Self {
         self.max_rate = Some((limit, interval));
         self
     }
@@ -512,11 +511,11 @@ impl<K> LimiterBuilder<K> {
 }
 
 /// A limit the counters can reach, or [`ConfigError::LimitTooLarge`].
-fn check_limit(limit: Option<isize>) -> Result<(), ConfigError> {
+fn check_limit(limit: Option<u32>) -> Result<(), ConfigError> {
     match limit {
-        Some(limit) if limit > MAX_LIMIT => Err(ConfigError::LimitTooLarge {
+        Some(limit) if limit > Limits::MAX_LIMIT => Err(ConfigError::LimitTooLarge {
             limit,
-            max: MAX_LIMIT,
+            max: Limits::MAX_LIMIT,
         }),
         _ => Ok(()),
     }
@@ -525,10 +524,7 @@ fn check_limit(limit: Option<isize>) -> Result<(), ConfigError> {
 /// The checks of a limiter's default limits, at build and by `set_limits` alike: at least one
 /// limit (none would limit nothing), each at least 1 (below, every key would be refused) and
 /// at most [`MAX_LIMIT`].
-pub(super) fn check_defaults(
-    inflight: Option<isize>,
-    rate: Option<isize>,
-) -> Result<(), ConfigError> {
+pub(super) fn check_defaults(inflight: Option<u32>, rate: Option<u32>) -> Result<(), ConfigError> {
     if inflight.is_none() && rate.is_none() {
         return Err(ConfigError::InvalidLimit(
             "a limiter needs max_inflight, max_rate or both",

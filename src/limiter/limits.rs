@@ -46,17 +46,18 @@ use crate::sync::{AtomicU64, Ordering};
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Limits {
-    inflight: Option<isize>,
-    rate: Option<isize>,
+    inflight: Option<u32>,
+    rate: Option<u32>,
 }
 
 impl Limits {
-    /// The largest limit a limiter takes, in flight or per rate interval: 2^30 − 1. Its sketches
-    /// count in 32-bit counters that saturate at 2^30 (twice the counters a cache line holds, next
-    /// to `isize`), so a saturated count is still over every limit. A larger limit is refused: by
-    /// the builder and [`Limiter::set_limits`](super::Limiter::set_limits) with [`ConfigError::LimitTooLarge`](crate::ConfigError::LimitTooLarge), and per request
+    /// The largest limit a limiter takes, in flight or per rate interval: 2^30 − 1. Its
+    /// sketches count in 32-bit counters that saturate at 2^30 (twice the counters a cache
+    /// line holds, next to `isize`), so a saturated count is still over every limit. A larger
+    /// limit is refused: by the builder and [`Limiter::set_limits`](super::Limiter::set_limits)
+    /// with [`ConfigError::LimitTooLarge`](crate::ConfigError::LimitTooLarge), and per request
     /// with [`Reason::LimitTooLarge`](super::Reason::LimitTooLarge).
-    pub const MAX_LIMIT: isize = MAX_LIMIT;
+    pub const MAX_LIMIT: u32 = (1 << 30) - 1;
 
     /// No limit of either kind.
     ///
@@ -73,7 +74,10 @@ impl Limits {
         }
     }
 
-    /// At most `limit` requests in flight (0 or less: none).
+    /// At most `limit` requests in flight. As a key's own limit, 0 refuses every request of
+    /// the key, uncounted; as a limiter's default it is refused
+    /// ([`ConfigError::InvalidLimit`](crate::ConfigError::InvalidLimit)). A limit left unset
+    /// is no limit of that kind.
     ///
     /// # Examples
     ///
@@ -81,12 +85,14 @@ impl Limits {
     /// let limits = floodgate::Limits::new().max_inflight(10);
     /// assert_eq!(limits.inflight_limit(), Some(10));
     /// ```
-    pub const fn max_inflight(mut self, limit: isize) -> Self {
-        self.inflight = Some(if limit < 0 { 0 } else { limit });
+    pub const fn max_inflight(mut self, limit: u32) -> Self {
+        self.inflight = Some(limit);
         self
     }
 
-    /// At most `limit` requests per the limiter's rate interval (0 or less: none).
+    /// At most `limit` requests per the limiter's rate interval. As a key's own limit, 0
+    /// refuses every request of the key (a suspended plan, say), uncounted; as a limiter's
+    /// default it is refused ([`ConfigError::InvalidLimit`](crate::ConfigError::InvalidLimit)).
     ///
     /// # Examples
     ///
@@ -94,18 +100,24 @@ impl Limits {
     /// let limits = floodgate::Limits::new().max_rate(100);
     /// assert_eq!(limits.rate_limit(), Some(100));
     /// ```
-    pub const fn max_rate(mut self, limit: isize) -> Self {
-        self.rate = Some(if limit < 0 { 0 } else { limit });
+    ///
+    /// A negative limit cannot be written, so none reaches a limiter by accident:
+    ///
+    /// ```compile_fail
+    /// let limits = floodgate::Limits::new().max_rate(-1);
+    /// ```
+    pub const fn max_rate(mut self, limit: u32) -> Self {
+        self.rate = Some(limit);
         self
     }
 
     /// The in-flight limit, if any.
-    pub const fn inflight_limit(&self) -> Option<isize> {
+    pub const fn inflight_limit(&self) -> Option<u32> {
         self.inflight
     }
 
     /// The rate limit (requests per the limiter's interval), if any.
-    pub const fn rate_limit(&self) -> Option<isize> {
+    pub const fn rate_limit(&self) -> Option<u32> {
         self.rate
     }
 }
@@ -118,9 +130,6 @@ impl fmt::Debug for Limits {
             .finish()
     }
 }
-
-/// See [`Limits::MAX_LIMIT`].
-pub(crate) const MAX_LIMIT: isize = (1 << 30) - 1;
 
 /// Limits with their promotion thresholds: what one decision is judged against.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -161,12 +170,15 @@ impl Thresholds {
     /// least 1 and at most the limit. Limits of 0 keep a threshold of 0: such keys are
     /// rejected before anything is counted.
     pub(crate) fn new(limits: &Limits, promotion: f64) -> Self {
+        // Judged in `isize`, as the sketches count (lossless: a limit past `Limits::MAX_LIMIT` is
+        // refused before it is judged, and `u32` fits a 64-bit `isize` anyway).
+        let judged = |limit: u32| isize::try_from(limit).unwrap_or(isize::MAX);
         Thresholds {
-            inflight: limits.inflight.map(|limit| InflightThreshold {
+            inflight: limits.inflight.map(judged).map(|limit| InflightThreshold {
                 limit,
                 promote_at: ((limit as f64 * promotion).ceil() as isize).clamp(1, limit.max(1)),
             }),
-            rate: limits.rate.map(|limit| RateThreshold {
+            rate: limits.rate.map(judged).map(|limit| RateThreshold {
                 tag_mix: super::overlimit::limit_mix(limit),
                 fleet: FleetRate::NONE,
                 limit,
@@ -189,9 +201,10 @@ impl Thresholds {
 
     /// The limits these thresholds were made from.
     pub(crate) fn limits(&self) -> Limits {
+        let given = |limit: isize| u32::try_from(limit.max(0)).unwrap_or(u32::MAX);
         Limits {
-            inflight: self.inflight.map(|t| t.limit),
-            rate: self.rate.map(|t| t.limit),
+            inflight: self.inflight.map(|t| given(t.limit)),
+            rate: self.rate.map(|t| given(t.limit)),
         }
     }
 }
@@ -208,7 +221,7 @@ mod tests {
         let t = Thresholds::new(&Limits::new().max_inflight(1).max_rate(1), 0.1);
         assert_eq!(t.inflight.map(|i| i.promote_at), Some(1));
         assert_eq!(t.rate.map(|r| r.promote_at), Some(1.0));
-        let t = Thresholds::new(&Limits::new().max_inflight(0).max_rate(-3), 0.5);
+        let t = Thresholds::new(&Limits::new().max_inflight(0).max_rate(0), 0.5);
         assert_eq!(t.limits(), Limits::new().max_inflight(0).max_rate(0));
         assert_eq!(Thresholds::new(&Limits::new(), 0.5).limits(), Limits::new());
     }

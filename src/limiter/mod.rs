@@ -71,7 +71,7 @@ use crate::clock::{Registration, Tick, TimeSource, TICK_NANOS};
 use crate::error::ConfigError;
 use crate::sync::{AtomicU64, Ordering};
 use exact::ExactStage;
-use limits::{HighestRatePromotion, Thresholds, MAX_LIMIT};
+use limits::{HighestRatePromotion, Thresholds};
 use overlimit::OverLimit;
 use sketches::Sketches;
 
@@ -562,7 +562,7 @@ where
             return Err(Rejected::not_counted(Reason::RateNotCounted, limit));
         }
         for limit in [limits.inflight_limit(), limits.rate_limit()] {
-            if let Some(limit) = limit.filter(|&l| l > MAX_LIMIT) {
+            if let Some(limit) = limit.filter(|&l| l > Limits::MAX_LIMIT) {
                 return Err(Rejected::not_counted(Reason::LimitTooLarge, limit));
             }
         }

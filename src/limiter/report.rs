@@ -56,9 +56,9 @@ pub struct Rejected {
     /// The key's count as judged, this request included (rounded up for rates). A key still
     /// within the `retry_after` of an earlier rate rejection is rejected without being counted
     /// again, and reports `limit + 1`: over the limit, by at least this request.
-    pub estimate: isize,
+    pub estimate: u32,
     /// The limit.
-    pub limit: isize,
+    pub limit: u32,
     /// For rate rejections, how long until the same request would fit, if nothing else
     /// arrives meanwhile; `None` for in-flight rejections (that depends on other requests
     /// finishing), for a rate limit of 0 (nothing ever fits) and for limits the limiter does
@@ -72,12 +72,18 @@ pub struct Rejected {
     pub retry_after: Option<Duration>,
 }
 
+/// A limit or a count as judged (in the sketches' `isize`, never negative) as a rejection
+/// reports it.
+fn reported(n: isize) -> u32 {
+    u32::try_from(n.max(0)).unwrap_or(u32::MAX)
+}
+
 impl Rejected {
     pub(crate) fn inflight(estimate: isize, limit: isize) -> Self {
         Rejected {
             reason: Reason::Inflight,
-            estimate,
-            limit,
+            estimate: reported(estimate),
+            limit: reported(limit),
             retry_after: None,
         }
     }
@@ -87,24 +93,25 @@ impl Rejected {
     pub(crate) fn rate(view: &WindowView, limit: isize, counted: isize) -> Self {
         Rejected {
             reason: Reason::Rate,
-            estimate: view.sliding().ceil() as isize,
-            limit,
+            // `as` saturates (a NaN is 0).
+            estimate: view.sliding().ceil() as u32,
+            limit: reported(limit),
             retry_after: Some(view.retry_after(limit, counted)),
         }
     }
 
-    /// A request under a rate limit of 0 or less: it never fits.
+    /// A request under a rate limit of 0: it never fits.
     pub(crate) fn never(limit: isize) -> Self {
         Rejected {
             reason: Reason::Rate,
             estimate: 1,
-            limit,
+            limit: reported(limit),
             retry_after: None,
         }
     }
 
     /// A limit of a kind the limiter does not count.
-    pub(crate) fn not_counted(reason: Reason, limit: isize) -> Self {
+    pub(crate) fn not_counted(reason: Reason, limit: u32) -> Self {
         Rejected {
             reason,
             estimate: 0,
@@ -117,8 +124,8 @@ impl Rejected {
     pub(crate) fn still_over(limit: isize, remaining: Duration) -> Self {
         Rejected {
             reason: Reason::Rate,
-            estimate: limit.saturating_add(1),
-            limit,
+            estimate: reported(limit.saturating_add(1)),
+            limit: reported(limit),
             retry_after: Some(remaining),
         }
     }
@@ -151,7 +158,7 @@ impl std::fmt::Display for Rejected {
                     "a limit of {} was asked of a limiter whose counters saturate at 2^30: the \
                      largest limit is {}",
                     self.limit,
-                    super::limits::MAX_LIMIT
+                    super::Limits::MAX_LIMIT
                 )
             }
         };

@@ -29,8 +29,8 @@ const USAGE: &str = "usage: floodgate-pingora-proxy [--listen ADDR] [--upstream 
 struct Config {
     listen: SocketAddr,
     upstream: SocketAddr,
-    max_inflight: isize,
-    max_rate: isize,
+    max_inflight: u32,
+    max_rate: u32,
 }
 
 impl Config {
@@ -70,9 +70,9 @@ impl Config {
                 .parse()
                 .map_err(|e| format!("{flag} {value:?} is not an IP address and port: {e}"))
         };
-        let limit = |flag: &str, var: &str, default: &str| -> Result<isize, String> {
+        let limit = |flag: &str, var: &str, default: &str| -> Result<u32, String> {
             let value = setting(flag, var, default);
-            match value.parse::<isize>() {
+            match value.parse::<u32>() {
                 Ok(n) if n >= 1 => Ok(n),
                 _ => Err(format!(
                     "{flag} {value:?} is not a whole number of at least 1"

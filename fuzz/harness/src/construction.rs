@@ -105,21 +105,22 @@ impl Interval {
     }
 }
 
-/// A limit for the limiter's builder: none, an edge, or a small signed value.
+/// A limit for the limiter's builder: none, an edge, or a small value.
 #[derive(Arbitrary, Debug, Clone, Copy)]
 pub enum Limit {
     None,
     Edge(u8),
-    Small(i8),
+    Small(u8),
 }
 
 impl Limit {
-    fn get(self) -> Option<isize> {
-        const EDGES: [isize; 8] = [0, 1, -1, 2, isize::MAX, isize::MIN, 100, 7];
+    fn get(self) -> Option<u32> {
+        const MAX: u32 = floodgate::Limits::MAX_LIMIT;
+        const EDGES: [u32; 8] = [0, 1, MAX, 2, u32::MAX, MAX + 1, 100, 7];
         match self {
             Limit::None => None,
             Limit::Edge(x) => Some(EDGES[usize::from(x % 8)]),
-            Limit::Small(x) => Some(isize::from(x)),
+            Limit::Small(x) => Some(u32::from(x)),
         }
     }
 }
@@ -463,8 +464,8 @@ fn construct_rate(interval: Duration, k: usize, rows: usize, columns: usize) {
 }
 
 fn construct_limiter(
-    max_inflight: Option<isize>,
-    max_rate: Option<(isize, Duration)>,
+    max_inflight: Option<u32>,
+    max_rate: Option<(u32, Duration)>,
     promotion: f64,
     capacity: usize,
     (rows, columns): (usize, usize),

@@ -102,8 +102,8 @@ pub struct LimiterInput {
 /// or 1024, sketches of 1–4 rows × 1–8 columns (so every key collides) or 1024, 1–24 keys.
 #[derive(Debug, Clone, Copy)]
 pub struct Settings {
-    pub max_inflight: Option<isize>,
-    pub max_rate: Option<isize>,
+    pub max_inflight: Option<u32>,
+    pub max_rate: Option<u32>,
     pub interval_nanos: u64,
     pub promotion: f64,
     pub capacity: usize,
@@ -115,8 +115,8 @@ pub struct Settings {
 
 impl LimiterConfig {
     pub fn settings(&self) -> Settings {
-        let inflight = |raw: u8| Some(1 + isize::from(raw % 6));
-        let rate = |raw: u8| Some(1 + isize::from(raw % 12));
+        let inflight = |raw: u8| Some(1 + u32::from(raw % 6));
+        let rate = |raw: u8| Some(1 + u32::from(raw % 12));
         let (max_inflight, max_rate) = match self.limits {
             Limits::Inflight(i) => (inflight(i), None),
             Limits::Rate(r) => (None, rate(r)),
@@ -149,7 +149,7 @@ impl Settings {
     }
 
     /// Limits of the kinds the limiter counts.
-    fn limits(&self, inflight: Option<isize>, rate: Option<isize>) -> KeyLimits {
+    fn limits(&self, inflight: Option<u32>, rate: Option<u32>) -> KeyLimits {
         let mut limits = KeyLimits::new();
         if let (Some(_), Some(l)) = (self.max_inflight, inflight) {
             limits = limits.max_inflight(l);
@@ -163,7 +163,7 @@ impl Settings {
     /// Key `key`'s own plan, of the kinds the limiter counts: 1–6 in flight, 1–12 per
     /// interval, different from key to key.
     fn plan(&self, key: usize) -> KeyLimits {
-        let key = key as isize;
+        let key = key as u32;
         self.limits(Some(1 + key % 6), Some(1 + (key * 5 + 3) % 12))
     }
 
@@ -177,11 +177,12 @@ impl Settings {
 }
 
 /// How many requests a key alone gets under `limits` with nothing held and empty windows.
-fn alone(limits: &KeyLimits) -> isize {
-    limits
+fn alone(limits: &KeyLimits) -> usize {
+    let least = limits
         .inflight_limit()
-        .unwrap_or(isize::MAX)
-        .min(limits.rate_limit().unwrap_or(isize::MAX))
+        .unwrap_or(u32::MAX)
+        .min(limits.rate_limit().unwrap_or(u32::MAX));
+    usize::try_from(least).unwrap_or(usize::MAX)
 }
 
 type AnyPermit<'a> = super::permits::AnyPermit<'a, u64>;
@@ -344,8 +345,8 @@ impl<'a> Run<'a> {
             LimiterOp::SetLimits { inflight, rate } => {
                 let s = &self.model.s;
                 let limits = s.limits(
-                    Some(1 + isize::from(inflight % 6)),
-                    Some(1 + isize::from(rate % 12)),
+                    Some(1 + u32::from(inflight % 6)),
+                    Some(1 + u32::from(rate % 12)),
                 );
                 self.limiter
                     .set_limits(limits)
@@ -429,11 +430,11 @@ impl<'a> Run<'a> {
         let own_sliding = model.sliding(&model.admitted, now, Some(key));
         let all_offered = model.sliding(&model.offered, now, None);
         // Under the limits even if every other key's requests were this key's.
-        let inflight_fits = max_inflight.map_or(true, |l| all_inflight < l);
+        let inflight_fits = max_inflight.map_or(true, |l| all_inflight < l as isize);
         let rate_fits = max_rate.map_or(true, |l| all_offered + 1.0 <= l as f64 - slack(l as f64));
         let must_admit = inflight_fits && rate_fits;
         // The key's own exact counts leave room for this request.
-        let clearly_fits = max_inflight.map_or(true, |l| own_inflight < l)
+        let clearly_fits = max_inflight.map_or(true, |l| own_inflight < l as isize)
             && max_rate.map_or(true, |l| own_sliding + 1.0 <= l as f64 - slack(l as f64));
 
         let id = key as u64;
@@ -456,7 +457,7 @@ impl<'a> Run<'a> {
             Ok(_) => {
                 if let Some(limit) = max_inflight {
                     assert!(
-                        own_inflight < limit,
+                        own_inflight < limit as isize,
                         "admitted key {key} with {own_inflight} permits live, limit {limit}"
                     );
                 }
@@ -508,7 +509,7 @@ impl<'a> Run<'a> {
                     .expect("an in-flight rejection without an in-flight limit");
                 assert_eq!(r.limit, limit, "{r}");
                 assert!(
-                    r.estimate > own_inflight,
+                    r.estimate as isize > own_inflight,
                     "{r}: estimate under the {own_inflight} permits live + this one"
                 );
                 assert_eq!(
@@ -521,7 +522,9 @@ impl<'a> Run<'a> {
                     .rate_limit()
                     .expect("a rate rejection without a rate limit");
                 assert_eq!(r.limit, limit, "{r}");
-                let inflight_ok = limits.inflight_limit().map_or(true, |l| own_inflight < l);
+                let inflight_ok = limits
+                    .inflight_limit()
+                    .map_or(true, |l| own_inflight < l as isize);
                 assert!(
                     inflight_ok || model.mixed[key],
                     "{r}: over the in-flight limit but rejected for rate"
@@ -700,18 +703,15 @@ impl<'a> Run<'a> {
                     Ok(p) => permits.push(p),
                     Err(r) => break r,
                 }
-                assert!(
-                    permits.len() as isize <= alone(&limits),
-                    "key {key} over its limit"
-                );
+                assert!(permits.len() <= alone(&limits), "key {key} over its limit");
             };
             assert_eq!(
-                permits.len() as isize,
+                permits.len(),
                 alone(&limits),
                 "key {key} after every permit dropped: {rejected}"
             );
             let expected = match limits.inflight_limit() {
-                Some(l) if l == alone(&limits) => Reason::Inflight,
+                Some(l) if l as usize == alone(&limits) => Reason::Inflight,
                 _ => Reason::Rate,
             };
             assert_eq!(rejected.reason, expected, "key {key}: {rejected}");
