@@ -74,11 +74,13 @@ pub struct Rejected {
 
 /// A limit or a count as judged (in the sketches' `isize`, never negative) as a rejection
 /// reports it.
+#[inline]
 fn reported(n: isize) -> u32 {
-    u32::try_from(n.max(0)).unwrap_or(u32::MAX)
+    n.clamp(0, u32::MAX as isize) as u32
 }
 
 impl Rejected {
+    #[inline]
     pub(crate) fn inflight(estimate: isize, limit: isize) -> Self {
         Rejected {
             reason: Reason::Inflight,
@@ -90,6 +92,7 @@ impl Rejected {
 
     /// A rate rejection judged on `view`; `counted` is what the current window will count at
     /// a retry (see [`WindowView::retry_after`]).
+    #[inline]
     pub(crate) fn rate(view: &WindowView, limit: isize, counted: isize) -> Self {
         Rejected {
             reason: Reason::Rate,
@@ -101,6 +104,7 @@ impl Rejected {
     }
 
     /// A request under a rate limit of 0: it never fits.
+    #[inline]
     pub(crate) fn never(limit: isize) -> Self {
         Rejected {
             reason: Reason::Rate,
@@ -121,10 +125,13 @@ impl Rejected {
     }
 
     /// A key still within the `retry_after` of an earlier rate rejection.
+    /// Inlined: the refusal of a flooded key is most of a flood's cost, and a call here
+    /// measurably adds to it.
+    #[inline]
     pub(crate) fn still_over(limit: isize, remaining: Duration) -> Self {
         Rejected {
             reason: Reason::Rate,
-            estimate: reported(limit.saturating_add(1)),
+            estimate: reported(limit).saturating_add(1),
             limit: reported(limit),
             retry_after: Some(remaining),
         }
