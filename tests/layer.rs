@@ -21,10 +21,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use common::layer::{list, origin_form, parse_list, single, Bare, Item};
 use floodgate::clock::ManualClock;
-use floodgate::{
-    layer::HostKey, layer::KeyExtractor, layer::LimitLayer, layer::LimitService, Limiter, Limits,
-    Reason, Rejected,
+use floodgate::layer::{
+    HostKey, KeyExtractor, LimitLayer, LimitService, RefusalResponse, RejectedKey,
 };
+use floodgate::{Limiter, Limits, Reason, Rejected};
 use http::header::{HeaderMap, HeaderValue, HOST, RETRY_AFTER};
 use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame};
@@ -780,6 +780,7 @@ async fn limits_fn_admits_each_customer_up_to_its_own_limit() {
 
 #[tokio::test]
 async fn limits_of_a_kind_the_limiter_does_not_count_answer_500() {
+    record_logs();
     let clock = ManualClock::new();
     let limiter = Limiter::builder()
         .max_rate(10, Duration::from_secs(1))
@@ -798,6 +799,153 @@ async fn limits_of_a_kind_the_limiter_does_not_count_answer_500() {
     assert_eq!(retry_after(&headers), None);
     assert!(no_fields(&headers), "{headers:?}");
     assert_eq!(calls(&origins, "any.example"), 0, "it reached the origin");
+}
+
+#[tokio::test]
+async fn the_operators_refusal_is_sent_over_the_wire_with_the_key_for_outer_layers() {
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder()
+        .max_inflight(100)
+        .max_rate(2, Duration::from_secs(1))
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let origins = Arc::new(Origins::default());
+    // An outer layer that reads what the limit layer left in the refusal's extensions.
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let inner = LimitLayer::new(limiter)
+        .refusal(
+            RefusalResponse::too_many_requests()
+                .body(HeaderValue::from_static("text/plain"), "over quota\n"),
+        )
+        .layer(handler(&origins));
+    let outer = tower::service_fn({
+        let seen = Arc::clone(&seen);
+        move |req: Request<Incoming>| {
+            let (seen, inner) = (Arc::clone(&seen), inner.clone());
+            async move {
+                let response = inner.oneshot(req).await?;
+                if let (Some(key), Some(rejected)) = (
+                    response.extensions().get::<RejectedKey>(),
+                    response.extensions().get::<Rejected>(),
+                ) {
+                    seen.lock().unwrap().push((key.0.clone(), rejected.reason));
+                }
+                Ok::<_, Infallible>(response)
+            }
+        }
+    });
+    let addr = serve(outer).await;
+    let client = client();
+    for _ in 0..2 {
+        assert_eq!(get(&client, addr, "quota.example").await.0, StatusCode::OK);
+    }
+    let response = client
+        .request(request(addr, "quota.example"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    let headers = response.headers().clone();
+    assert_eq!(headers["content-type"], "text/plain");
+    assert!(retry_after(&headers).is_some(), "{headers:?}");
+    assert_eq!(single(&headers, "ratelimit").name(), "rate");
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&body[..], b"over quota\n");
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [("quota.example".to_owned(), Reason::Rate)],
+        "the outer layer saw who was refused and why"
+    );
+    assert_eq!(calls(&origins, "quota.example"), 2);
+}
+
+#[tokio::test]
+async fn a_refusal_without_the_ratelimit_fields_still_says_when_to_come_back() {
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder()
+        .max_rate(1, Duration::from_secs(1))
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let origins = Arc::new(Origins::default());
+    let layer = LimitLayer::new(limiter)
+        .refusal(RefusalResponse::service_unavailable().ratelimit_fields(false));
+    let addr = serve(layer.layer(handler(&origins))).await;
+    let client = client();
+    assert_eq!(get(&client, addr, "quiet.example").await.0, StatusCode::OK);
+    let (status, headers) = fetch(&client, request(addr, "quiet.example")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        no_fields(&headers),
+        "the limits are not disclosed: {headers:?}"
+    );
+    assert!(retry_after(&headers).is_some(), "{headers:?}");
+}
+
+#[tokio::test]
+async fn limits_the_limiter_cannot_judge_stay_a_bare_500_whatever_the_refusal_and_are_logged_once()
+{
+    record_logs();
+    let limiter: Limiter<String> = Limiter::builder()
+        .max_rate(10, Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let layer = LimitLayer::new(limiter)
+        .refusal(
+            RefusalResponse::too_many_requests()
+                .body(HeaderValue::from_static("text/plain"), "over quota\n"),
+        )
+        .limits_fn(|_: &Request<Incoming>| Limits::new().max_inflight(5));
+    let origins = Arc::new(Origins::default());
+    let addr = serve(layer.layer(handler(&origins))).await;
+    let client = client();
+    for _ in 0..3 {
+        let response = client.request(request(addr, "any.example")).await.unwrap();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(no_fields(response.headers()), "{:?}", response.headers());
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert!(
+            body.is_empty(),
+            "the operator's refusal body is for refusals over a limit"
+        );
+    }
+    let told = LOGGED.lock().unwrap();
+    let errors: Vec<_> = told
+        .iter()
+        .filter(|m| m.contains("answering 500"))
+        .collect();
+    assert_eq!(errors.len(), 1, "told once, not per request: {told:?}");
+    assert!(
+        errors[0].contains("counts no requests in flight"),
+        "says what is wrong: {}",
+        errors[0]
+    );
+}
+
+/// Every record logged in this test binary (the layer logs a misconfiguration once).
+static LOGGED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+struct Recorder;
+
+impl log::Log for Recorder {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+    fn log(&self, record: &log::Record<'_>) {
+        LOGGED.lock().unwrap().push(record.args().to_string());
+    }
+    fn flush(&self) {}
+}
+
+static RECORDER: Recorder = Recorder;
+
+/// Sends this binary's log records to [`LOGGED`]; before any request that could log, by every
+/// test that can make the layer log (the layer tells once per process, whichever test is first).
+fn record_logs() {
+    // Err: installed already, by another test of this binary.
+    if log::set_logger(&RECORDER).is_ok() {
+        log::set_max_level(log::LevelFilter::Trace);
+    }
 }
 
 // The default key, HostKey: one key per host however it is spelled, never longer than

@@ -4,6 +4,7 @@
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
+use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
@@ -13,7 +14,8 @@ use crate::OwnedPermit;
 
 pin_project! {
     /// The response body of a [`LimitService`]: the inner body and the request's permit,
-    /// which it gives back when the body ends, fails or is dropped. Empty for a 503.
+    /// which it gives back when the body ends, fails or is dropped. For a refusal, empty or
+    /// the operator's body ([`RefusalResponse::body`](super::RefusalResponse::body)).
     pub struct LimitBody<B> {
         #[pin]
         pub(super) inner: Inner<B>,
@@ -28,7 +30,10 @@ pin_project! {
             #[pin]
             body: B,
         },
-        Rejected,
+        // A refusal: the operator's body, if any, sent once.
+        Rejected {
+            body: Option<Bytes>,
+        },
     }
 }
 
@@ -67,7 +72,13 @@ impl<B> LimitBody<B> {
     }
 }
 
-impl<B: Body> Body for LimitBody<B> {
+/// A refusal's body is `Bytes`, which the inner body's data must be made from (hyper's and
+/// axum's are `Bytes` already).
+impl<B> Body for LimitBody<B>
+where
+    B: Body,
+    B::Data: From<Bytes>,
+{
     type Data = B::Data;
     type Error = B::Error;
 
@@ -90,21 +101,25 @@ impl<B: Body> Body for LimitBody<B> {
                 }
                 Poll::Ready(frame)
             }
-            InnerProj::Rejected => Poll::Ready(None),
+            InnerProj::Rejected { body } => {
+                Poll::Ready(body.take().map(|bytes| Ok(Frame::data(bytes.into()))))
+            }
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match &self.inner {
             Inner::Body { body } => body.is_end_stream(),
-            Inner::Rejected => true,
+            Inner::Rejected { body } => body.is_none(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match &self.inner {
             Inner::Body { body } => body.size_hint(),
-            Inner::Rejected => SizeHint::with_exact(0),
+            Inner::Rejected { body } => {
+                SizeHint::with_exact(body.as_ref().map_or(0, |bytes| bytes.len() as u64))
+            }
         }
     }
 }
@@ -112,7 +127,7 @@ impl<B: Body> Body for LimitBody<B> {
 impl<B> std::fmt::Debug for LimitBody<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LimitBody")
-            .field("rejected", &matches!(self.inner, Inner::Rejected))
+            .field("rejected", &matches!(self.inner, Inner::Rejected { .. }))
             .field("holds_permit", &self.permit.is_some())
             .finish_non_exhaustive()
     }

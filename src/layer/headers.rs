@@ -148,49 +148,6 @@ impl Policies {
     }
 }
 
-/// What a service says beyond its decision; the layer's switches, copied into each service.
-#[derive(Debug, Clone, Copy, Default)]
-pub(super) struct FieldSettings {
-    /// Send `RateLimit-Policy` and `RateLimit` on admitted responses too (503s always have
-    /// them).
-    pub(super) on_admitted: bool,
-    /// The most jitter added to `Retry-After`, in whole seconds.
-    pub(super) jitter_secs: u64,
-}
-
-impl FieldSettings {
-    pub(super) fn jitter(self, max: Duration) -> Self {
-        FieldSettings {
-            // Retry-After counts whole seconds: a jitter is whole seconds too, never more
-            // than asked for.
-            jitter_secs: max.as_secs(),
-            ..self
-        }
-    }
-
-    pub(super) fn on_admitted(self, on: bool) -> Self {
-        FieldSettings {
-            on_admitted: on,
-            ..self
-        }
-    }
-
-    /// What the RateLimit fields of an admitted response say, if admitted responses carry
-    /// them: the key's counts with this request in them. A second lookup of the key, so only
-    /// when switched on.
-    pub(super) fn admitted(
-        self,
-        limiter: &Limiter<String>,
-        key: &str,
-        policies: Policies,
-    ) -> Option<Admitted> {
-        self.on_admitted.then(|| Admitted {
-            policies,
-            estimate: limiter.estimate(key),
-        })
-    }
-}
-
 /// An admitted request, when admitted responses carry the fields: its limits, and its key's
 /// counts just after admission.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -4,9 +4,9 @@ use std::time::Duration;
 
 use tower_layer::Layer;
 
-use super::headers::FieldSettings;
+use super::settings::{RefusalResponse, ResponseSettings};
 #[cfg(doc)]
-use super::{future::ResponseFuture, KeyExtractor, LimitBody, LimitsExtractor};
+use super::{future::ResponseFuture, KeyExtractor, LimitBody, LimitsExtractor, RejectedKey};
 use super::{HostKey, LimitService, LimiterDefaults, RefuseAtOnce, WaitUpTo};
 use crate::Limiter;
 #[cfg(doc)]
@@ -32,8 +32,10 @@ use crate::{Limits, OwnedPermit, Reason, Rejected};
 ///      (a cancelled request). A request in flight is therefore counted until its response is
 ///      completely sent, not just until the handler returns its head.
 ///    - **Rejected:** the inner service is **not** called. The answer is `503 Service
-///      Unavailable` with an empty body and the headers below. The [`Rejected`] itself is put
-///      in the response's extensions, so an outer layer can log or count why. With
+///      Unavailable` with an empty body and the headers below, or what the operator chose
+///      with [`refusal`](Self::refusal) (`429`, a body, no RateLimit fields). The [`Rejected`]
+///      and the key it was judged under ([`RejectedKey`]) are put in the response's
+///      extensions, so an outer layer can log or count who was refused and why. With
 ///      [`wait`](Self::wait), a request over a limit first waits (up to its `max_wait`) for a
 ///      permit of its key to come back or its window to have room, and is refused only if
 ///      none comes in time.
@@ -43,7 +45,8 @@ use crate::{Limits, OwnedPermit, Reason, Rejected};
 ///      [`Limits::MAX_LIMIT`]: [`Reason::LimitTooLarge`]): that is the server's configuration error, not the
 ///      client's doing, so the answer is `500 Internal Server Error`, with an empty body, no
 ///      rate-limit headers, and the [`Rejected`] in its extensions (its `Display` says what to
-///      fix). The inner service is not called.
+///      fix, and the layer logs it once, at error level, through the `log` facade). The inner
+///      service is not called.
 ///
 /// # Headers
 ///
@@ -202,7 +205,7 @@ pub struct LimitLayer<F = HostKey, L = LimiterDefaults, W = RefuseAtOnce> {
     limiter: Limiter<String>,
     key: F,
     limits: L,
-    fields: FieldSettings,
+    fields: ResponseSettings,
     /// Whether a request over a limit is refused at once or waits.
     mode: W,
 }
@@ -226,7 +229,7 @@ impl LimitLayer {
             limiter,
             key: HostKey,
             limits: LimiterDefaults,
-            fields: FieldSettings::default(),
+            fields: ResponseSettings::default(),
             mode: RefuseAtOnce,
         }
     }
@@ -456,6 +459,46 @@ impl<F, L, W> LimitLayer<F, L, W> {
         }
     }
 
+    /// How a request over a limit is answered: `503` with an empty body and every field by
+    /// default; see [`RefusalResponse`] for `429`, a body of the operator's, and leaving the
+    /// RateLimit fields out.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use floodgate::layer::{LimitLayer, RefusalResponse, RejectedKey};
+    /// use floodgate::Limiter;
+    /// use http::header::{HeaderValue, CONTENT_TYPE};
+    /// use http::{Request, Response, StatusCode};
+    /// use http_body_util::BodyExt;
+    /// use tower::{service_fn, Layer, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let limiter: Limiter<String> = Limiter::builder().max_inflight(1).build().unwrap();
+    /// let _busy = limiter.try_acquire_owned("api.example").unwrap();
+    /// let layer = LimitLayer::new(limiter).refusal(
+    ///     RefusalResponse::too_many_requests()
+    ///         .body(HeaderValue::from_static("text/plain"), "slow down\n"),
+    /// );
+    /// let origin = service_fn(|_: Request<String>| async { Ok::<_, Infallible>(Response::new(String::new())) });
+    /// let request = Request::builder().uri("http://api.example/").body(String::new()).unwrap();
+    /// let refused = layer.layer(origin).oneshot(request).await.unwrap();
+    /// assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    /// assert_eq!(refused.headers()[CONTENT_TYPE], "text/plain");
+    /// assert_eq!(refused.headers()["ratelimit"], r#""inflight";r=0"#);
+    /// assert_eq!(refused.extensions().get::<RejectedKey>().unwrap().0, "api.example");
+    /// let body = refused.into_body().collect().await.unwrap().to_bytes();
+    /// assert_eq!(&body[..], b"slow down\n");
+    /// # }
+    /// ```
+    pub fn refusal(self, refusal: RefusalResponse) -> Self {
+        LimitLayer {
+            fields: self.fields.refusal(refusal),
+            ..self
+        }
+    }
+
     /// The limiter, for its [`heavy_hitters`](Limiter::heavy_hitters) and
     /// [`stats`](Limiter::stats).
     ///
@@ -483,7 +526,7 @@ impl<S, F: Clone, L: Clone, W: Clone> Layer<S> for LimitLayer<F, L, W> {
             limiter: self.limiter.clone(),
             key: self.key.clone(),
             limits: self.limits.clone(),
-            fields: self.fields,
+            fields: self.fields.clone(),
             mode: self.mode.clone(),
         }
     }
@@ -495,6 +538,7 @@ impl<F, L, W: std::fmt::Debug> std::fmt::Debug for LimitLayer<F, L, W> {
             .field("limiter", &self.limiter)
             .field("ratelimit_headers_on_admitted", &self.fields.on_admitted)
             .field("retry_after_jitter_secs", &self.fields.jitter_secs)
+            .field("refusal", &self.fields.refusal)
             .field("mode", &self.mode)
             .finish_non_exhaustive()
     }

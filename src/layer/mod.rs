@@ -11,8 +11,9 @@
 //! The files follow tower's own layers: [`LimitLayer`] in `layer.rs`, [`LimitService`] and
 //! its refusals in `service.rs`, [`ResponseFuture`](future::ResponseFuture) in `response.rs`, [`LimitBody`] in
 //! `body.rs`, the keys in `key.rs`, the per-request limits in `limits.rs`, the
-//! `RateLimit-Policy`, `RateLimit` and `Retry-After` values in `headers.rs`, and the waiting
-//! mode's [`WaitFuture`](future::WaitFuture) in `wait.rs`.
+//! `RateLimit-Policy`, `RateLimit` and `Retry-After` values in `headers.rs`, what responses say
+//! beyond the decision ([`RefusalResponse`]) in `settings.rs`, the refusal's building in
+//! `refusal.rs`, and the waiting mode's [`WaitFuture`](future::WaitFuture) in `wait.rs`.
 
 mod body;
 mod headers;
@@ -25,6 +26,7 @@ mod mode;
 mod refusal;
 mod response;
 mod service;
+mod settings;
 mod wait;
 
 pub use body::LimitBody;
@@ -32,7 +34,9 @@ pub use key::{HostKey, KeyExtractor};
 pub use layer::LimitLayer;
 pub use limits::{LimiterDefaults, LimitsExtractor};
 pub use mode::{RefuseAtOnce, WaitUpTo};
+pub use refusal::RejectedKey;
 pub use service::LimitService;
+pub use settings::RefusalResponse;
 
 pub mod future {
     //! The response futures of a [`LimitService`](super::LimitService), as tower names them:

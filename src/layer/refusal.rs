@@ -1,43 +1,79 @@
 //! The response to a refused request: what it is built from, and the building, which waits
 //! until the response future is polled.
 
-use http::header::RETRY_AFTER;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{Response, StatusCode};
 
 use super::body::Inner;
 use super::headers::{self, Policies};
+use super::settings::RefusalResponse;
 use super::LimitBody;
 use crate::{Reason, Rejected};
 
 /// A refused request: what its response is built from when the future is polled (nothing is
-/// formatted or allocated before then).
+/// formatted before then).
 #[derive(Debug, Clone)]
 pub(super) struct Refusal {
     pub(super) rejected: Rejected,
+    /// The key the request was judged under, for the response's extensions.
+    pub(super) key: String,
     /// The limits the decision was judged against.
     pub(super) policies: Policies,
     pub(super) jitter_secs: u64,
+    /// How the operator answers a request over a limit.
+    pub(super) response: RefusalResponse,
 }
 
-/// The response to a refused request, with an empty body and the [`Rejected`] in its
+/// The key of a refused request, in the refusal's extensions next to its [`Rejected`]: so
+/// that an outer layer can log or count who was refused, without working the key out again.
+///
+/// # Examples
+///
+/// ```
+/// use std::convert::Infallible;
+/// use floodgate::layer::{LimitService, RejectedKey};
+/// use floodgate::{Limiter, Reason, Rejected};
+/// use http::{Request, Response};
+/// use tower::{service_fn, ServiceExt};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let limiter: Limiter<String> = Limiter::builder().max_inflight(1).build().unwrap();
+/// let _busy = limiter.try_acquire_owned("api.example").unwrap();
+/// let origin = service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(String::new())) });
+/// let request = Request::builder().uri("http://api.example/").body(()).unwrap();
+/// let refused = LimitService::new(origin, limiter).oneshot(request).await.unwrap();
+/// let key = refused.extensions().get::<RejectedKey>().unwrap();
+/// let rejected = refused.extensions().get::<Rejected>().unwrap();
+/// assert_eq!((key.0.as_str(), rejected.reason), ("api.example", Reason::Inflight));
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RejectedKey(pub String);
+
+/// The response to a refused request, with the [`Rejected`] and its [`RejectedKey`] in its
 /// extensions:
 ///
-/// - over a limit: 503, with `Retry-After` where the wait is known, `RateLimit-Policy` and
-///   `RateLimit`;
+/// - over a limit: the operator's status (503 unless told otherwise) and body, with
+///   `Retry-After` where the wait is known, and `RateLimit-Policy` and `RateLimit` unless
+///   switched off;
 /// - limits of a kind the limiter does not count: 500 and nothing else; the client did
-///   nothing wrong, the server's configuration did.
+///   nothing wrong, the server's configuration did, which is logged (once per process).
 ///
 /// `None` (a future polled again after it answered) gives a bare 503.
 pub(super) fn refuse<B>(refusal: Option<Refusal>) -> Response<LimitBody<B>> {
     let mut response = Response::new(LimitBody {
-        inner: Inner::Rejected,
+        inner: Inner::Rejected { body: None },
         permit: None,
     });
     *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
     let Some(Refusal {
         rejected,
+        key,
         policies,
         jitter_secs,
+        response: answer,
     }) = refusal
     else {
         return response;
@@ -47,20 +83,44 @@ pub(super) fn refuse<B>(refusal: Option<Refusal>) -> Response<LimitBody<B>> {
         Reason::InflightNotCounted | Reason::RateNotCounted | Reason::LimitTooLarge
     ) {
         *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+        misconfigured(&rejected);
     } else {
+        *response.status_mut() = answer.status;
         let fields = response.headers_mut();
         if let Some(wait) = rejected.retry_after {
             fields.insert(RETRY_AFTER, headers::retry_after(wait, jitter_secs));
         }
-        if let Some(policy) = policies.policy_field() {
-            fields.insert(headers::ratelimit_policy(), policy);
+        if answer.ratelimit_fields {
+            if let Some(policy) = policies.policy_field() {
+                fields.insert(headers::ratelimit_policy(), policy);
+            }
+            if let Some(limit) = policies.rejected_field(&rejected) {
+                fields.insert(headers::ratelimit(), limit);
+            }
         }
-        if let Some(limit) = policies.rejected_field(&rejected) {
-            fields.insert(headers::ratelimit(), limit);
+        if let Some((content_type, body)) = answer.body {
+            fields.insert(CONTENT_TYPE, content_type);
+            response.body_mut().inner = Inner::Rejected { body: Some(body) };
         }
     }
-    response.extensions_mut().insert(rejected);
+    let extensions = response.extensions_mut();
+    extensions.insert(rejected);
+    extensions.insert(RejectedKey(key));
     response
+}
+
+/// Says once per process, at error level, that requests are answered 500 because the limits
+/// they are judged against are not the limiter's to count: a misconfigured plan must not stay
+/// a silent stream of 500s.
+fn misconfigured(rejected: &Rejected) {
+    static TOLD: AtomicBool = AtomicBool::new(false);
+    // Relaxed: a second line from a race is harmless; the flag only keeps a flood of them out.
+    if !TOLD.swap(true, Ordering::Relaxed) {
+        log::error!(
+            "floodgate layer: answering 500 to requests whose limits the limiter cannot \
+             judge ({rejected}); fix the limits the layer is given (told once)"
+        );
+    }
 }
 
 #[cfg(all(test, not(floodgate_loom)))]
@@ -78,11 +138,13 @@ mod tests {
                 limit: 2,
                 retry_after,
             },
+            key: "api.example".to_owned(),
             policies: Policies {
                 limits: Limits::new().max_inflight(2).max_rate(2),
                 interval: Some(Duration::from_secs(1)),
             },
             jitter_secs: 0,
+            response: RefusalResponse::default(),
         }
     }
 

@@ -8,8 +8,9 @@ use std::task::{ready, Context, Poll};
 use http::Response;
 use pin_project_lite::pin_project;
 
-use super::headers::{Admitted, FieldSettings, Policies};
+use super::headers::{Admitted, Policies};
 use super::refusal::{refuse, Refusal};
+use super::settings::ResponseSettings;
 use super::LimitBody;
 #[cfg(doc)]
 use super::LimitService;
@@ -62,13 +63,20 @@ impl<Fut> State<Fut> {
         }
     }
 
-    /// A refused request, answered under `fields`.
-    pub(super) fn refused(rejected: Rejected, policies: Policies, fields: FieldSettings) -> Self {
+    /// A refused request for `key`, answered as `settings` say.
+    pub(super) fn refused(
+        rejected: Rejected,
+        key: String,
+        policies: Policies,
+        settings: &ResponseSettings,
+    ) -> Self {
         State::Rejected {
             refusal: Some(Refusal {
                 rejected,
+                key,
                 policies,
-                jitter_secs: fields.jitter_secs,
+                jitter_secs: settings.jitter_secs,
+                response: settings.refusal.clone(),
             }),
         }
     }
@@ -143,11 +151,13 @@ mod tests {
             state: State::Rejected {
                 refusal: Some(Refusal {
                     rejected: rejected.clone(),
+                    key: "api.example".to_owned(),
                     policies: Policies {
                         limits: Limits::new().max_rate(2),
                         interval: Some(Duration::from_secs(1)),
                     },
                     jitter_secs: 0,
+                    response: crate::layer::RefusalResponse::default(),
                 }),
             },
         });

@@ -9,8 +9,9 @@ use std::time::Duration;
 use http::{Request, Response};
 use tower_service::Service;
 
-use super::headers::{FieldSettings, Policies};
+use super::headers::Policies;
 use super::response::{ResponseFuture, State};
+use super::settings::{RefusalResponse, ResponseSettings};
 use super::wait::{WaitFuture, Waiting};
 #[cfg(doc)]
 use super::LimitLayer;
@@ -56,7 +57,7 @@ pub struct LimitService<S, F = HostKey, L = LimiterDefaults, W = RefuseAtOnce> {
     pub(super) limiter: Limiter<String>,
     pub(super) key: F,
     pub(super) limits: L,
-    pub(super) fields: FieldSettings,
+    pub(super) fields: ResponseSettings,
     /// Whether a request over a limit is refused at once or waits (`wait.rs`).
     pub(super) mode: W,
 }
@@ -80,7 +81,7 @@ impl<S> LimitService<S> {
             limiter,
             key: HostKey,
             limits: LimiterDefaults,
-            fields: FieldSettings::default(),
+            fields: ResponseSettings::default(),
             mode: RefuseAtOnce,
         }
     }
@@ -214,6 +215,36 @@ impl<S, F, L, W> LimitService<S, F, L, W> {
         }
     }
 
+    /// How a request over a limit is answered (see [`LimitLayer::refusal`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use floodgate::layer::{LimitService, RefusalResponse};
+    /// use floodgate::Limiter;
+    /// use http::{Request, Response, StatusCode};
+    /// use tower::{service_fn, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let limiter: Limiter<String> = Limiter::builder().max_inflight(1).build().unwrap();
+    /// let _busy = limiter.try_acquire_owned("api.example").unwrap();
+    /// let origin = service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(String::new())) });
+    /// let service = LimitService::new(origin, limiter)
+    ///     .refusal(RefusalResponse::too_many_requests().ratelimit_fields(false));
+    /// let request = Request::builder().uri("http://api.example/").body(()).unwrap();
+    /// let refused = service.oneshot(request).await.unwrap();
+    /// assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    /// assert!(refused.headers().get("ratelimit").is_none());
+    /// # }
+    /// ```
+    pub fn refusal(self, refusal: RefusalResponse) -> Self {
+        LimitService {
+            fields: self.fields.refusal(refusal),
+            ..self
+        }
+    }
+
     /// The limiter.
     ///
     /// # Examples
@@ -288,6 +319,7 @@ where
             .field("limiter", &self.limiter)
             .field("ratelimit_headers_on_admitted", &self.fields.on_admitted)
             .field("retry_after_jitter_secs", &self.fields.jitter_secs)
+            .field("refusal", &self.fields.refusal)
             .field("mode", &self.mode)
             .finish_non_exhaustive()
     }
@@ -327,7 +359,7 @@ where
                 drop(key); // it may borrow the request
                 State::admitted(self.inner.call(req), permit, admitted)
             }
-            Err(rejected) => State::refused(rejected, policies, self.fields),
+            Err(rejected) => State::refused(rejected, key.into_owned(), policies, &self.fields),
         };
         ResponseFuture { state }
     }
@@ -369,7 +401,7 @@ where
             Waiting {
                 inner: ready,
                 limiter: self.limiter.clone(),
-                fields: self.fields,
+                fields: self.fields.clone(),
                 request: req,
                 key,
                 policies,

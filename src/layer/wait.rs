@@ -10,9 +10,10 @@ use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
-use super::headers::{FieldSettings, Policies};
+use super::headers::Policies;
 use super::response::ResponseFuture;
 use super::response::State;
+use super::settings::ResponseSettings;
 use super::LimitBody;
 #[cfg(doc)]
 use super::{LimitLayer, LimitService, WaitUpTo};
@@ -24,7 +25,7 @@ pub(super) struct Waiting<S, B> {
     pub(super) inner: S,
     pub(super) limiter: Limiter<String>,
     /// What its response says beyond the decision.
-    pub(super) fields: FieldSettings,
+    pub(super) fields: ResponseSettings,
     pub(super) request: Request<B>,
     pub(super) key: String,
     pub(super) policies: Policies,
@@ -104,7 +105,7 @@ where
                             let admitted = w.fields.admitted(&w.limiter, &w.key, w.policies);
                             State::admitted(w.inner.call(w.request), permit, admitted)
                         }
-                        Err(rejected) => State::refused(rejected, w.policies, w.fields),
+                        Err(rejected) => State::refused(rejected, w.key, w.policies, &w.fields),
                     };
                     WaitState::Decided {
                         response: ResponseFuture { state },

@@ -1,0 +1,149 @@
+//! What a service's responses say beyond its decision: the RateLimit fields of admitted
+//! responses, the jitter of `Retry-After`, and the refusal an operator chose
+//! ([`RefusalResponse`]: its status, body and fields). The layer's switches, copied into each
+//! service it makes.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::HeaderValue;
+use http::StatusCode;
+
+use super::headers::{Admitted, Policies};
+#[cfg(doc)]
+use super::LimitLayer;
+use crate::Limiter;
+
+/// How a [`LimitLayer`] answers a request over a limit: `503 Service Unavailable` by default,
+/// or `429 Too Many Requests` (what the RateLimit draft recommends for a client over its
+/// quota), with an empty body or one of the operator's, with or without the `RateLimit-Policy`
+/// and `RateLimit` fields.
+///
+/// Only refusals over a limit ([`Reason::Inflight`](crate::Reason::Inflight),
+/// [`Reason::Rate`](crate::Reason::Rate)) follow it. Limits the limiter does not count are the
+/// server's configuration error and stay a `500` without a body or fields. `Retry-After` is
+/// sent whenever the wait is known, whatever the fields: HTTP defines it for both statuses
+/// (RFC 9110 §10.2.3, RFC 6585 §4).
+///
+/// # Examples
+///
+/// ```
+/// use floodgate::layer::{LimitLayer, RefusalResponse};
+/// use floodgate::Limiter;
+/// use http::header::HeaderValue;
+///
+/// let limiter: Limiter<String> = Limiter::builder().max_inflight(10).build().unwrap();
+/// let layer = LimitLayer::new(limiter).refusal(
+///     RefusalResponse::too_many_requests()
+///         .body(HeaderValue::from_static("text/plain"), "slow down\n")
+///         // The limits are a tenant's business: do not tell every client (draft §8.2).
+///         .ratelimit_fields(false),
+/// );
+/// # let _ = layer;
+/// ```
+#[derive(Debug, Clone)]
+pub struct RefusalResponse {
+    pub(super) status: StatusCode,
+    pub(super) body: Option<(HeaderValue, Bytes)>,
+    pub(super) ratelimit_fields: bool,
+}
+
+impl Default for RefusalResponse {
+    fn default() -> Self {
+        RefusalResponse::service_unavailable()
+    }
+}
+
+impl RefusalResponse {
+    /// `503 Service Unavailable`, an empty body, the RateLimit fields: the default. The
+    /// status of a server protecting an origin that cannot take more.
+    pub fn service_unavailable() -> Self {
+        RefusalResponse {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            body: None,
+            ratelimit_fields: true,
+        }
+    }
+
+    /// `429 Too Many Requests`, an empty body, the RateLimit fields: the status of a client
+    /// over its quota.
+    pub fn too_many_requests() -> Self {
+        RefusalResponse {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            ..RefusalResponse::service_unavailable()
+        }
+    }
+
+    /// The refusal's body, with its `Content-Type`. The same bytes for every refusal (no
+    /// copy: `Bytes` is shared); the response body's data type must be made from `Bytes`, as
+    /// hyper's and axum's are.
+    pub fn body(self, content_type: HeaderValue, body: impl Into<Bytes>) -> Self {
+        RefusalResponse {
+            body: Some((content_type, body.into())),
+            ..self
+        }
+    }
+
+    /// Whether a refusal carries `RateLimit-Policy` and `RateLimit` (on by default). Off, a
+    /// refusal tells the client nothing of the limits beyond `Retry-After` (the draft's §8.2:
+    /// the fields disclose what the limits are, which an operator may not want to).
+    pub fn ratelimit_fields(self, on: bool) -> Self {
+        RefusalResponse {
+            ratelimit_fields: on,
+            ..self
+        }
+    }
+
+    /// The status a refusal over a limit answers with.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+}
+
+/// What a service says beyond its decision; the layer's switches, copied into each service.
+#[derive(Debug, Clone, Default)]
+pub(super) struct ResponseSettings {
+    /// Send `RateLimit-Policy` and `RateLimit` on admitted responses too.
+    pub(super) on_admitted: bool,
+    /// The most jitter added to `Retry-After`, in whole seconds.
+    pub(super) jitter_secs: u64,
+    /// How a request over a limit is answered.
+    pub(super) refusal: RefusalResponse,
+}
+
+impl ResponseSettings {
+    pub(super) fn jitter(self, max: Duration) -> Self {
+        ResponseSettings {
+            // Retry-After counts whole seconds: a jitter is whole seconds too, never more
+            // than asked for.
+            jitter_secs: max.as_secs(),
+            ..self
+        }
+    }
+
+    pub(super) fn on_admitted(self, on: bool) -> Self {
+        ResponseSettings {
+            on_admitted: on,
+            ..self
+        }
+    }
+
+    pub(super) fn refusal(self, refusal: RefusalResponse) -> Self {
+        ResponseSettings { refusal, ..self }
+    }
+
+    /// What the RateLimit fields of an admitted response say, if admitted responses carry
+    /// them: the key's counts with this request in them. A second lookup of the key, so only
+    /// when switched on.
+    pub(super) fn admitted(
+        &self,
+        limiter: &Limiter<String>,
+        key: &str,
+        policies: Policies,
+    ) -> Option<Admitted> {
+        self.on_admitted.then(|| Admitted {
+            policies,
+            estimate: limiter.estimate(key),
+        })
+    }
+}
