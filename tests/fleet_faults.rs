@@ -172,6 +172,8 @@ struct Capture;
 
 static OUTAGES_LOGGED: AtomicUsize = AtomicUsize::new(0);
 static RECOVERIES_LOGGED: AtomicUsize = AtomicUsize::new(0);
+/// Nodes that said, at error level, that they never reached Redis.
+static UNREACHED_LOGGED: AtomicUsize = AtomicUsize::new(0);
 
 impl log::Log for Capture {
     fn enabled(&self, _: &log::Metadata<'_>) -> bool {
@@ -189,6 +191,9 @@ impl log::Log for Capture {
             }
             log::Level::Info if message.contains("back") => {
                 RECOVERIES_LOGGED.fetch_add(1, Ordering::Relaxed);
+            }
+            log::Level::Error if message.contains("cannot reach Redis") => {
+                UNREACHED_LOGGED.fetch_add(1, Ordering::Relaxed);
             }
             _ => {}
         }
@@ -220,6 +225,51 @@ fn sync_threads_settle(expected: usize) {
             threads_named(SYNC_THREAD)
         )
     });
+}
+
+/// A loopback URL that nothing listens on: a typo'd port.
+fn nowhere() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    format!("redis://127.0.0.1:{port}/")
+}
+
+/// Requests of one key a node admits at one instant of a fresh window (at most twice the
+/// limit offered).
+fn admitted_at_once(node: &Limiter<String>, key: &str) -> u64 {
+    (0..2 * LIMIT)
+        .filter(|_| node.try_acquire(key).is_ok())
+        .count() as u64
+}
+
+#[test]
+fn a_node_that_never_reaches_redis_decides_on_its_expected_share_and_says_so() {
+    let _serial = serial();
+    capture_logs();
+    let clock = ManualClock::new();
+    let before = UNREACHED_LOGGED.load(Ordering::Relaxed);
+    let fleet = config(nowhere(), "nowhere").expected_nodes(NODES);
+    let node = node_on(&fleet, Some(&clock));
+    assert_eq!(
+        admitted_at_once(&node, "flooded.example"),
+        share(NODES),
+        "a fleet of {NODES} that cannot meet holds each node to its share"
+    );
+    wait_for(
+        "the failure is reported",
+        std::slice::from_ref(&node),
+        |_, s| s.sync_errors > 0 && !s.connected && s.syncs == 0 && s.last_error.is_some(),
+    );
+    poll(DEADLINE, Duration::from_millis(10), || {
+        UNREACHED_LOGGED.load(Ordering::Relaxed) > before
+    })
+    .unwrap_or_else(|waited| panic!("no error logged within {waited:?}"));
+
+    // Without an expected size, the same node admits the whole limit by itself: what the
+    // setting is for.
+    let alone = node_on(&config(nowhere(), "nowhere-alone"), Some(&clock));
+    assert_eq!(admitted_at_once(&alone, "flooded.example"), LIMIT as u64);
 }
 
 #[test]

@@ -21,9 +21,11 @@
 //!   flood) more is admitted: a node knows no fleet before its first sync.
 //! - **Redis away or slow.** Decisions never wait on Redis. After three sync intervals
 //!   without a sync (or the timeout and one interval, at most a window) a node decides on
-//!   its share `⌈L ÷ N⌉` of each limit (`N` the fleet it last saw: the whole limit for a node
-//!   that never reached Redis), says so in [`FleetStatus::on_local_share`], logs the outage
-//!   once, and resumes when a sync succeeds.
+//!   its share `⌈L ÷ N⌉` of each limit (`N` the fleet it last saw, or, for a node that never
+//!   reached Redis, the size it was told to expect, [`FleetConfig::expected_nodes`]: set it,
+//!   or a fleet whose URL is wrong admits N limits), says so in
+//!   [`FleetStatus::on_local_share`], logs the outage once (at error level when Redis was
+//!   never reached), and resumes when a sync succeeds.
 //! - **Fixed memory.** Only the keys of the exact stage are synced; the Redis keys expire two
 //!   windows and a margin (a second, or a sync interval when longer) after their last write.
 //!
@@ -101,6 +103,9 @@ pub(crate) use view::FleetView;
 /// assert!(config.clone().prefix("").validate().is_err());
 /// assert!(config.clone().prefix("a{b}").validate().is_err());
 /// assert!(FleetConfig::new("http://127.0.0.1/").validate().is_err());
+/// // TLS is not built in, and floodgate says so (not the redis crate's feature advice).
+/// let tls = FleetConfig::new("rediss://10.0.0.5:6380/").validate().unwrap_err();
+/// assert!(tls.to_string().contains("floodgate does not build in"), "{tls}");
 ///
 /// let secret = FleetConfig::new("redis://user:hunter2@10.0.0.5:6379/");
 /// assert!(!format!("{secret:?}").contains("hunter2"));
@@ -112,6 +117,7 @@ pub struct FleetConfig {
     prefix: String,
     sync_interval: Duration,
     timeout: Option<Duration>,
+    expected_nodes: usize,
 }
 
 impl FleetConfig {
@@ -133,6 +139,7 @@ impl FleetConfig {
             prefix: Self::DEFAULT_PREFIX.to_owned(),
             sync_interval: Self::DEFAULT_SYNC_INTERVAL,
             timeout: None,
+            expected_nodes: 1,
         }
     }
 
@@ -172,6 +179,34 @@ impl FleetConfig {
     pub fn timeout(mut self, timeout: Duration) -> FleetConfig {
         self.timeout = Some(timeout);
         self
+    }
+
+    /// Sets how many nodes the fleet is expected to have (default 1): until a node first
+    /// reaches Redis and learns the fleet's size, it decides on its share of each limit,
+    /// `⌈L ÷ expected⌉`, rather than on the whole limit.
+    ///
+    /// With the default, a node that never reaches Redis (a wrong host or port, a firewall)
+    /// admits a whole limit by itself, and a fleet of N such nodes N limits: set the size you
+    /// run so that a broken configuration fails safe. Once a sync succeeds, the size Redis
+    /// reports counts instead.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use floodgate::fleet::FleetConfig;
+    ///
+    /// let config = FleetConfig::new("redis://10.0.0.5:6379/").expected_nodes(4);
+    /// assert_eq!(config.get_expected_nodes(), 4);
+    /// assert!(config.clone().expected_nodes(0).validate().is_err());
+    /// ```
+    pub fn expected_nodes(mut self, nodes: usize) -> FleetConfig {
+        self.expected_nodes = nodes;
+        self
+    }
+
+    /// The fleet's expected size (see [`expected_nodes`](FleetConfig::expected_nodes)).
+    pub fn get_expected_nodes(&self) -> usize {
+        self.expected_nodes
     }
 
     /// The URLs given.
@@ -226,6 +261,11 @@ impl FleetConfig {
                 Self::MIN_SYNC_INTERVAL
             )));
         }
+        if self.expected_nodes == 0 {
+            return Err(fleet_error(
+                "a fleet's expected size must be at least 1 (this node)",
+            ));
+        }
         if self.get_timeout() < Duration::from_millis(1) {
             return Err(fleet_error(format!(
                 "a fleet Redis timeout of {:?} is too short: it must be at least 1ms",
@@ -233,6 +273,11 @@ impl FleetConfig {
             )));
         }
         self.connection_infos().map(|_| ())
+    }
+
+    /// The URLs with their passwords masked, for messages.
+    pub(crate) fn redacted_urls(&self) -> Vec<String> {
+        self.urls.iter().map(|u| redact(u)).collect()
     }
 
     /// The parsed URLs.
@@ -246,6 +291,16 @@ impl FleetConfig {
             .iter()
             .map(|url| {
                 let shown = redact(url);
+                // Told here, before the redis crate's parser, whose message asks for a TLS
+                // feature of its own that floodgate does not have.
+                let scheme = url.split("://").next().unwrap_or("").to_ascii_lowercase();
+                if matches!(scheme.as_str(), "rediss" | "valkeys") {
+                    return Err(fleet_error(format!(
+                        "the fleet's Redis URL {shown} asks for TLS, which floodgate does not \
+                         build in: reach Redis over a private network or a local TLS tunnel \
+                         with redis:// (or valkey://)"
+                    )));
+                }
                 let info = url.as_str().into_connection_info().map_err(|e| {
                     fleet_error(format!("the fleet's Redis URL {shown} is not valid: {e}"))
                 })?;
@@ -272,14 +327,12 @@ impl FleetConfig {
 impl fmt::Debug for FleetConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FleetConfig")
-            .field(
-                "urls",
-                &self.urls.iter().map(|u| redact(u)).collect::<Vec<_>>(),
-            )
+            .field("urls", &self.redacted_urls())
             .field("cluster", &self.cluster)
             .field("prefix", &self.prefix)
             .field("sync_interval", &self.sync_interval)
             .field("timeout", &self.get_timeout())
+            .field("expected_nodes", &self.expected_nodes)
             .finish()
     }
 }

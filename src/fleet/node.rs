@@ -55,12 +55,15 @@ impl FleetNode {
             crate::clock::saturating_nanos(after)
         };
         let sync_nanos = crate::clock::saturating_nanos(config.get_sync_interval());
+        // The expected size until Redis says: a node that never reaches it decides on its
+        // share, not the whole limit.
+        let expected = config.get_expected_nodes().max(1);
         FleetNode {
             config,
             id: node_id(),
             sync_nanos,
-            nodes: AtomicUsize::new(1),
-            inverse: AtomicU64::new(1f64.to_bits()),
+            nodes: AtomicUsize::new(expected),
+            inverse: AtomicU64::new((1.0 / expected as f64).to_bits()),
             // On the shared coarse clock whatever the limiter's (a limiter on a manual clock
             // has no `Rate` on it): the time a real sync thread's rounds take.
             last_ok: AtomicU64::new(coarse_nanos()),
@@ -119,14 +122,25 @@ impl FleetNode {
         report.errors += 1;
         let first = !report.logged;
         report.logged = true;
+        let never_reached = report.syncs == 0;
         let told = first.then(|| error.clone());
         report.last_error = Some(error);
         drop(report);
-        if let Some(error) = told {
-            log::warn!(
+        match told {
+            // Most likely a wrong URL or port, a firewall, or Redis not started: until it is
+            // fixed the fleet holds no common limit, so this is an error, not a warning.
+            Some(error) if never_reached => log::error!(
+                "floodgate fleet: cannot reach Redis at {:?} ({error}); check the URL and \
+                 port. Until it is reached this node decides alone, on its share of each \
+                 limit as if the fleet had {} nodes (FleetConfig::expected_nodes)",
+                self.config.redacted_urls(),
+                self.config.get_expected_nodes()
+            ),
+            Some(error) => log::warn!(
                 "floodgate fleet: sync failed ({error}); deciding locally, and on this node's \
                  share of each limit once its last view is stale"
-            );
+            ),
+            None => {}
         }
     }
 
