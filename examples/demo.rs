@@ -24,9 +24,7 @@
 //!
 //! It exits with 1 if a healthy origin got a 503, if the limiter's size changed, or if no
 //! request succeeded. The origins, the limiter and the server are shared with
-//! examples/soak_server.rs (the server alone, for `scripts/soak`), in examples/common.
-
-mod common;
+//! examples/soak_server.rs (the server alone, for `scripts/soak`), in examples/support.
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
@@ -36,10 +34,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::*;
 use floodgate::{layer::LimitLayer, HeavyHitter, Limiter, LimiterStats};
+use floodgate_example_support::origins::*;
+use floodgate_example_support::report::*;
+use floodgate_example_support::server::*;
+use floodgate_example_support::tally::*;
 use floodgate_test_support::counting_alloc::{
-    bytes_held_by, count_process_heap, process_bytes_held,
+    bytes_held_by, count_process_heap, process_bytes_held, CountingAlloc,
 };
 use http_body_util::{BodyExt, Empty};
 use hyper::header::{HOST, RETRY_AFTER};
@@ -47,6 +48,10 @@ use hyper::{Request, StatusCode};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tower::Layer;
+
+// Counted, so that the memory the report shows is measured.
+#[global_allocator]
+static GLOBAL: CountingAlloc = CountingAlloc;
 
 const SLOW_BACKOFF: Duration = Duration::from_millis(50);
 const HEALTHY_CLIENTS: usize = 48;
@@ -289,7 +294,7 @@ fn demo(duration: Duration) -> Result<(), Box<dyn std::error::Error>> {
     count_process_heap();
     let (limiter, limiter_heap) = build_limiter()?;
     let limiter_size = limiter.memory_bytes();
-    let stats = Arc::new(Stats::new());
+    let stats = Arc::new(Stats::default());
     let runtime = runtime()?;
     let run = runtime.block_on(run(&limiter, &stats, duration))?;
     runtime.shutdown_timeout(Duration::from_secs(1));

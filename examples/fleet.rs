@@ -26,8 +26,6 @@
 //! Exits with 1 if the quiet origin got a 503, if Redis cannot be reached or started, or if
 //! nothing was admitted; with 2 on bad arguments.
 
-mod common;
-
 use std::convert::Infallible;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -37,9 +35,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use common::{origin, runtime, serve, thousands, FLOODED_HOST};
 use floodgate::fleet::{FleetConfig, FleetStatus};
 use floodgate::{layer::LimitLayer, Limiter};
+use floodgate_example_support::origins::{origin, FLOODED_HOST};
+use floodgate_example_support::report::thousands;
+use floodgate_example_support::server::{runtime, serve};
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
 use hyper::header::HOST;
