@@ -23,8 +23,8 @@
 //! next to an exact per-key map's for the same keys, measured by a counting allocator.
 //!
 //! It exits with 1 if a healthy origin got a 503, if the limiter's size changed, or if no
-//! request succeeded. The origins, the limiter and the server are shared with
-//! examples/soak_server.rs (the server alone, for `scripts/soak`), in examples/support.
+//! request succeeded. The origins, the limiter and the server are shared with the soak server
+//! (tools/soak: the server alone, for `scripts/soak`), in examples/support.
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
@@ -150,7 +150,7 @@ async fn client_loop(
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     if std::env::args().len() > 1 {
         // The server-only mode that once lived here is its own example now.
-        eprintln!("usage: demo (no arguments; FLOODGATE_DEMO_SECS sets the length, default 10)\nthe server alone, for a load generator: cargo run --release --example soak_server -- --help");
+        eprintln!("usage: demo (no arguments; FLOODGATE_DEMO_SECS sets the length, default 10)\nthe server alone, for a load generator: cargo run --release -p floodgate-soak -- --help");
         std::process::exit(2);
     }
     let secs = std::env::var("FLOODGATE_DEMO_SECS")

@@ -1,7 +1,7 @@
 //! The demo's server alone, for an outside load generator: `scripts/soak` drives it with wrk.
 //!
 //! ```text
-//! cargo run --release --example soak_server -- --port 0 --secs 120 [--no-layer]
+//! cargo run --release -p floodgate-soak -- --port 0 --secs 120 [--no-layer]
 //! ```
 //!
 //! The same origins and limiter as examples/demo.rs (examples/support), on 127.0.0.1: it
