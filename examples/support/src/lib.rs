@@ -3,7 +3,9 @@
 //!
 //! - [`origins`]: the demo's origins behind the limiter, and how a Host header picks one.
 //! - [`server`]: the limiter's settings, the runtime and the server loop.
+//! - [`clients`]: the demo's load: every class of client, and its progress lines.
 //! - [`tally`]: the requests per origin class and their outcomes.
+//! - [`memory`]: the heap a limiter takes, and what exact per-key maps would take instead.
 //! - [`report`]: the report's tables and number formats.
 //!
 //! Used by examples/demo.rs and examples/fleet.rs (a dev-dependency of floodgate) and by the
@@ -12,6 +14,8 @@
 //! `floodgate_test_support::counting_alloc::CountingAlloc` as their global allocator: a
 //! library does not choose one for them.
 
+pub mod clients;
+pub mod memory;
 pub mod origins;
 pub mod report;
 pub mod server;

@@ -1,10 +1,9 @@
 //! The server: the limiter's settings, the runtime, and the loop that serves each connection.
+//! The demo (examples/demo.rs) and the soak server (tools/soak) build their limiters from
+//! these settings, so that both measure the same server.
 
 use std::convert::Infallible;
-use std::time::Duration;
 
-use floodgate::Limiter;
-use floodgate_test_support::counting_alloc::bytes_held_by;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
@@ -16,25 +15,6 @@ pub const MAX_RATE: u32 = 1000; // per second
 /// 100,000 a second at best, client and server sharing two cores), with room to spare.
 pub const PEAK_RATE: u64 = 250_000;
 pub const SERVER_THREADS: usize = 2;
-
-/// The limiter, and the heap bytes it holds (read off the counting allocator).
-pub fn build_limiter() -> Result<(Limiter<String>, usize), floodgate::ConfigError> {
-    // The shared ticker thread starts with the first rate limit; start it before measuring,
-    // so the measurement is the limiter's alone.
-    drop(
-        Limiter::<String>::builder()
-            .max_rate(1, Duration::from_secs(1))
-            .build()?,
-    );
-    let (limiter, heap) = bytes_held_by(|| {
-        Limiter::<String>::builder()
-            .max_inflight(MAX_INFLIGHT)
-            .max_rate(MAX_RATE, Duration::from_secs(1))
-            .peak_rate(PEAK_RATE)
-            .build()
-    });
-    Ok((limiter?, heap))
-}
 
 pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()

@@ -18,11 +18,17 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use floodgate::{layer::LimitLayer, Reason, Rejected};
-use floodgate_example_support::origins::*;
-use floodgate_example_support::report::*;
-use floodgate_example_support::server::*;
-use floodgate_example_support::tally::*;
+use floodgate::{layer::LimitLayer, Limiter, Reason, Rejected};
+use floodgate_example_support::origins::{
+    classify, origin, FLOODED_HOST, HEALTHY_ORIGINS, SLOW_HOST,
+};
+use floodgate_example_support::report::{
+    kib, print_classes, print_heavy_hitters, print_limits, thousands,
+};
+use floodgate_example_support::server::{
+    runtime, serve, MAX_INFLIGHT, MAX_RATE, PEAK_RATE, SERVER_THREADS,
+};
+use floodgate_example_support::tally::{Stats, Tally};
 use floodgate_test_support::counting_alloc::{
     count_process_heap, process_bytes_held, CountingAlloc,
 };
@@ -263,8 +269,15 @@ async fn watch(stats: &Stats, options: &Options, start: Instant) -> Watch {
 fn run(options: &Options) -> Result<(), Box<dyn std::error::Error>> {
     count_process_heap();
     stop_on_signal_or_stdin();
+    // The demo's limiter (examples/demo.rs), from the same settings.
     let limiter = match options.layer {
-        true => Some(build_limiter()?.0),
+        true => Some(
+            Limiter::<String>::builder()
+                .max_inflight(MAX_INFLIGHT)
+                .max_rate(MAX_RATE, Duration::from_secs(1))
+                .peak_rate(PEAK_RATE)
+                .build()?,
+        ),
         false => None,
     };
     let stats = Arc::new(Stats::default());
