@@ -7,6 +7,7 @@
 //! - [`tally`]: the requests per origin class and their outcomes.
 //! - [`memory`]: the heap a limiter takes, and what exact per-key maps would take instead.
 //! - [`report`]: the report's tables and number formats.
+//! - [`fleet`]: the fleet example's redis-server, load, counts per node and second, and report.
 //!
 //! Used by examples/demo.rs and examples/fleet.rs (a dev-dependency of floodgate) and by the
 //! soak server (tools/soak), so that the demo and the soak server measure the same server.
@@ -15,6 +16,7 @@
 //! library does not choose one for them.
 
 pub mod clients;
+pub mod fleet;
 pub mod memory;
 pub mod origins;
 pub mod report;
