@@ -8,13 +8,15 @@
 //! - [`memory`]: the heap a limiter takes, and what exact per-key maps would take instead.
 //! - [`report`]: the report's tables and number formats.
 //! - [`fleet`]: the fleet example's redis-server, load, counts per node and second, and report.
+//! - [`accuracy`]: the exact models the accuracy example holds each decision procedure to.
 //!
-//! Used by examples/demo.rs and examples/fleet.rs (a dev-dependency of floodgate) and by the
+//! Used by the examples demo, fleet and accuracy (a dev-dependency of floodgate) and by the
 //! soak server (tools/soak), so that the demo and the soak server measure the same server.
 //! The programs that read heap figures install
 //! `floodgate_test_support::counting_alloc::CountingAlloc` as their global allocator: a
 //! library does not choose one for them.
 
+pub mod accuracy;
 pub mod clients;
 pub mod fleet;
 pub mod memory;
