@@ -30,17 +30,18 @@
 //! requests) gives it its 100 per window. The column "of which collisions" counts only the
 //! sketch-only over-rejections whose exact *offered* count was at or under the limit — the
 //! error that ε·total bounds. The hash keys are random per instance (by design), so the
-//! counts vary a little from run to run; the traffic and the clock do not.
+//! counts vary a little from run to run; the traffic and the clock do not. The exact models
+//! are in examples/support (`accuracy`).
 //!
 //! The count-min bound for a sketch of H rows × N columns: ε = e/N, δ = e^−H, and an estimate
 //! exceeds the true count by more than ε·total with probability at most δ, where total is the
 //! count of everything in the sketch — here one window slot, 100,000 requests.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use floodgate::clock::ManualClock;
 use floodgate::{Limiter, Rate};
+use floodgate_example_support::accuracy::{Judge, Offered};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use rand_distr::{Distribution, Zipf};
@@ -51,78 +52,14 @@ const PER_SECOND: u64 = 100_000;
 const INTERVAL: Duration = Duration::from_secs(1);
 const LIMIT: u32 = 100;
 const SIZES: [(usize, usize); 4] = [(2, 1024), (4, 1024), (4, 4096), (4, 16384)];
-/// Slack for the floating-point sliding counts.
-const EPS: f64 = 1e-9;
-
-/// Admitted requests of one origin in its latest window and the one before.
-#[derive(Default, Clone, Copy)]
-struct Window {
-    bucket: u64,
-    prev: isize,
-    curr: isize,
-}
-
-/// The exact model of one decision procedure: admitted requests per origin per window.
-#[derive(Default)]
-struct Exact {
-    keys: HashMap<u64, Window>,
-}
-
-impl Exact {
-    /// The sliding count of admitted requests for `key` with one more, at `bucket`, `fraction`.
-    fn with_one_more(&mut self, key: u64, bucket: u64, fraction: f64) -> f64 {
-        let w = self.keys.entry(key).or_default();
-        if bucket > w.bucket {
-            w.prev = if bucket == w.bucket + 1 { w.curr } else { 0 };
-            w.curr = 0;
-            w.bucket = bucket;
-        }
-        w.prev as f64 * (1.0 - fraction) + (w.curr + 1) as f64
-    }
-
-    fn admit(&mut self, key: u64) {
-        if let Some(w) = self.keys.get_mut(&key) {
-            w.curr += 1;
-        }
-    }
-
-    /// Forgets origins with nothing in the last two windows, so the model stays small.
-    fn forget_before(&mut self, bucket: u64) {
-        self.keys.retain(|_, w| w.bucket + 1 >= bucket);
-    }
-}
-
-/// Over-rejections and violations of one decision procedure.
-#[derive(Default)]
-struct Tally {
-    over_rejected: u64,
-    violations: u64,
-    rejected: u64,
-}
-
-impl Tally {
-    fn record(&mut self, model: &mut Exact, key: u64, sliding: f64, admitted: bool) {
-        if admitted {
-            model.admit(key);
-            if sliding > LIMIT as f64 + EPS {
-                self.violations += 1;
-            }
-        } else {
-            self.rejected += 1;
-            if sliding <= LIMIT as f64 - EPS {
-                self.over_rejected += 1;
-            }
-        }
-    }
-}
 
 struct Row {
     rows: usize,
     columns: usize,
-    sketch: Tally,
+    sketch: Judge,
     /// Sketch-only rejections of requests whose exact offered count was under the limit.
     collisions: u64,
-    two_stage: Tally,
+    two_stage: Judge,
     promotions: u64,
     exact_full: u64,
 }
@@ -140,10 +77,9 @@ fn run(traffic: &[u64], rows: usize, columns: usize) -> Row {
         .clock(&clock)
         .build()
         .expect("valid limiter");
-    let (mut sketch_model, mut two_stage_model) = (Exact::default(), Exact::default());
-    let mut offered_model = Exact::default();
+    let (mut sketch_judge, mut two_stage_judge) = (Judge::new(LIMIT), Judge::new(LIMIT));
+    let mut offered = Offered::new(LIMIT);
     let mut collisions = 0;
-    let (mut sketch_tally, mut two_stage_tally) = (Tally::default(), Tally::default());
     let step = Duration::from_nanos(1_000_000_000 / PER_SECOND);
     let interval_nanos = INTERVAL.as_nanos() as u64;
     let mut last_bucket = 0;
@@ -152,9 +88,9 @@ fn run(traffic: &[u64], rows: usize, columns: usize) -> Row {
         let bucket = now / interval_nanos;
         let fraction = (now - bucket * interval_nanos) as f64 / interval_nanos as f64;
         if bucket != last_bucket {
-            sketch_model.forget_before(bucket);
-            two_stage_model.forget_before(bucket);
-            offered_model.forget_before(bucket);
+            sketch_judge.new_window(bucket);
+            two_stage_judge.new_window(bucket);
+            offered.new_window(bucket);
             last_bucket = bucket;
         }
 
@@ -163,19 +99,15 @@ fn run(traffic: &[u64], rows: usize, columns: usize) -> Row {
         let estimate = sketch.rate_with(&key, |p| {
             p.prev_samples as f64 * (1.0 - p.current_interval_fraction) + p.curr_samples as f64
         });
-        let sliding = sketch_model.with_one_more(key, bucket, fraction);
         let admitted = estimate <= LIMIT as f64;
-        sketch_tally.record(&mut sketch_model, key, sliding, admitted);
-        let offered = offered_model.with_one_more(key, bucket, fraction);
-        offered_model.admit(key);
-        if !admitted && offered <= LIMIT as f64 - EPS {
+        sketch_judge.judge(key, bucket, fraction, admitted);
+        if offered.offer(key, bucket, fraction) && !admitted {
             collisions += 1;
         }
 
         // Two-stage: the limiter.
-        let sliding = two_stage_model.with_one_more(key, bucket, fraction);
         let admitted = limiter.try_acquire(&key).is_ok();
-        two_stage_tally.record(&mut two_stage_model, key, sliding, admitted);
+        two_stage_judge.judge(key, bucket, fraction, admitted);
 
         clock.advance(step);
     }
@@ -183,9 +115,9 @@ fn run(traffic: &[u64], rows: usize, columns: usize) -> Row {
     Row {
         rows,
         columns,
-        sketch: sketch_tally,
+        sketch: sketch_judge,
         collisions,
-        two_stage: two_stage_tally,
+        two_stage: two_stage_judge,
         promotions: stats.promotions,
         exact_full: stats.exact_full,
     }

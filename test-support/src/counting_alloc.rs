@@ -4,7 +4,7 @@
 //! than assumed. Per thread, because the test harness's other threads allocate at any time.
 //!
 //! Installed by the integration tests that measure memory, the benches limiter and memory,
-//! and the examples demo and soak_server (through examples/common/mod.rs), each with
+//! the demo example and the soak server (tools/soak), each with
 //! `#[global_allocator] static GLOBAL: CountingAlloc = CountingAlloc;`.
 
 use std::alloc::{GlobalAlloc, Layout, System};

@@ -5,11 +5,13 @@
 //! Without a `redis-server` (on `PATH`, or at `$FLOODGATE_REDIS_SERVER`), [`RedisServer::start`]
 //! and [`RedisCluster::start`] print why to stderr and return `None`, and the test returns early;
 //! with `FLOODGATE_REQUIRE_REDIS=1` (which `.ci/run` sets under CI) they panic instead, so CI
-//! cannot pass on skipped tests.
+//! cannot pass on skipped tests. A program that says why in its own words (the fleet example)
+//! calls [`RedisServer::try_start`] instead, which returns the reason.
 //!
-//! Used by the fleet's integration tests, the fleet bench and the fleet store's unit tests
-//! (`src/fleet/store/tests.rs`). Only std: the servers are driven with hand-written RESP over a
-//! `TcpStream`, so it needs neither the `redis` client nor floodgate.
+//! Used by the fleet's integration tests, the fleet bench, the fleet store's unit tests
+//! (`src/fleet/store/tests.rs`) and the fleet example (through examples/support). Only std: the
+//! servers are driven with hand-written RESP over a `TcpStream`, so it needs neither the `redis`
+//! client nor floodgate.
 
 use std::io::{self, BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
@@ -130,9 +132,37 @@ fn read_reply(reader: &mut impl BufRead) -> io::Result<Reply> {
     }
 }
 
+/// Why [`RedisServer::try_start`] started no server. Its text is what a test prints when it
+/// skips.
+#[derive(Debug)]
+pub enum StartError {
+    /// There is no `redis-server` to run.
+    NotFound(String),
+    /// The binary would not run, or no server of it answered.
+    Failed(String),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::NotFound(why) | StartError::Failed(why) => f.write_str(why),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
+
 /// The `redis-server` to run and its major version, or `None` (after printing why, or
 /// panicking under `FLOODGATE_REQUIRE_REDIS=1`).
 fn binary() -> Option<(String, u32)> {
+    match find_binary() {
+        Ok(found) => Some(found),
+        Err(e) => skip(&e.to_string()),
+    }
+}
+
+/// The `redis-server` to run and its major version.
+fn find_binary() -> Result<(String, u32), StartError> {
     let bin = std::env::var("FLOODGATE_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
     let version = Command::new(&bin)
         .arg("--version")
@@ -149,13 +179,16 @@ fn binary() -> Option<(String, u32)> {
                 .and_then(|v| v.split('.').next())
                 .and_then(|m| m.parse().ok())
                 .unwrap_or(0);
-            Some((bin, major))
+            Ok((bin, major))
         }
-        Ok(out) => skip(&format!(
+        Ok(out) => Err(StartError::Failed(format!(
             "{bin} --version failed ({}): {MISSING}",
             out.status
-        )),
-        Err(e) => skip(&format!("{MISSING} ({bin}: {e})")),
+        ))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            Err(StartError::NotFound(format!("{MISSING} ({bin}: {e})")))
+        }
+        Err(e) => Err(StartError::Failed(format!("{MISSING} ({bin}: {e})"))),
     }
 }
 
@@ -229,8 +262,22 @@ impl RedisServer {
         Self::start_node(false)
     }
 
+    /// Starts a server on a free port and waits until it answers PING, or says why it could
+    /// not, whether or not Redis is required.
+    pub fn try_start() -> Result<RedisServer, StartError> {
+        let (bin, major) = find_binary()?;
+        Self::spawn_node(bin, major, false)
+            .map_err(|e| StartError::Failed(format!("redis-server would not start: {e}")))
+    }
+
     fn start_node(cluster: bool) -> Option<RedisServer> {
         let (bin, major) = binary()?;
+        let server = Self::spawn_node(bin, major, cluster);
+        Some(server.unwrap_or_else(|e| panic!("redis-server would not start: {e}")))
+    }
+
+    /// A server of `bin` on a free port, answering PING; the last error if none would start.
+    fn spawn_node(bin: String, major: u32, cluster: bool) -> Result<RedisServer, String> {
         let mut last_error = String::new();
         // A port can be taken between finding it and the server binding it: try a few.
         for _ in 0..5 {
@@ -243,11 +290,11 @@ impl RedisServer {
                 child: None,
             };
             match server.spawn() {
-                Ok(()) => return Some(server),
+                Ok(()) => return Ok(server),
                 Err(e) => last_error = e,
             }
         }
-        panic!("redis-server would not start: {last_error}");
+        Err(last_error)
     }
 
     /// Starts the child on `self.port` and waits for its first PONG.
@@ -311,6 +358,11 @@ impl RedisServer {
     /// The server's port.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// `redis://127.0.0.1:<port>/`

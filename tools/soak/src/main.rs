@@ -1,10 +1,10 @@
 //! The demo's server alone, for an outside load generator: `scripts/soak` drives it with wrk.
 //!
 //! ```text
-//! cargo run --release --example soak_server -- --port 0 --secs 120 [--no-layer]
+//! cargo run --release -p floodgate-soak -- --port 0 --secs 120 [--no-layer]
 //! ```
 //!
-//! The same origins and limiter as examples/demo.rs (examples/common), on 127.0.0.1: it
+//! The same origins and limiter as examples/demo.rs (examples/support), on 127.0.0.1: it
 //! prints `listening on http://127.0.0.1:PORT` on stdout, serves until `--secs` (default 60)
 //! have passed, a line arrives on stdin, or SIGINT/SIGTERM, and then prints the server's own
 //! report: requests and 503s per origin class, as the server answered them; over-rejections
@@ -13,20 +13,33 @@
 //! show that it stays flat. The report ends with one `summary key=value …` line for scripts.
 //! `--no-layer` serves the same origins without the `LimitLayer`, to compare latencies.
 
-mod common;
-
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::*;
-use floodgate::{layer::LimitLayer, Reason, Rejected};
-use floodgate_test_support::counting_alloc::{count_process_heap, process_bytes_held};
+use floodgate::{layer::LimitLayer, Limiter, Reason, Rejected};
+use floodgate_example_support::origins::{
+    classify, origin, FLOODED_HOST, HEALTHY_ORIGINS, SLOW_HOST,
+};
+use floodgate_example_support::report::{
+    kib, print_classes, print_heavy_hitters, print_limits, thousands,
+};
+use floodgate_example_support::server::{
+    runtime, serve, MAX_INFLIGHT, MAX_RATE, PEAK_RATE, SERVER_THREADS,
+};
+use floodgate_example_support::tally::{Stats, Tally};
+use floodgate_test_support::counting_alloc::{
+    count_process_heap, process_bytes_held, CountingAlloc,
+};
 use hyper::body::Incoming;
 use hyper::header::HOST;
 use hyper::{Request, Response};
 use tower::{Layer, ServiceExt};
+
+// Counted, so that the report's heap figures are measured.
+#[global_allocator]
+static GLOBAL: CountingAlloc = CountingAlloc;
 
 const USAGE: &str = "usage: soak_server [--port N] [--secs S] [--sample-secs S] [--no-layer]
        the server alone on 127.0.0.1:N (default 0: any free port), until S seconds
@@ -256,11 +269,18 @@ async fn watch(stats: &Stats, options: &Options, start: Instant) -> Watch {
 fn run(options: &Options) -> Result<(), Box<dyn std::error::Error>> {
     count_process_heap();
     stop_on_signal_or_stdin();
+    // The demo's limiter (examples/demo.rs), from the same settings.
     let limiter = match options.layer {
-        true => Some(build_limiter()?.0),
+        true => Some(
+            Limiter::<String>::builder()
+                .max_inflight(MAX_INFLIGHT)
+                .max_rate(MAX_RATE, Duration::from_secs(1))
+                .peak_rate(PEAK_RATE)
+                .build()?,
+        ),
         false => None,
     };
-    let stats = Arc::new(Stats::new());
+    let stats = Arc::new(Stats::default());
 
     let runtime = runtime()?;
     let (addr, elapsed, watched, limited) = runtime.block_on(async {
