@@ -26,7 +26,7 @@ use floodgate::Limiter;
 use floodgate_test_support::loom::check;
 
 /// At most `limit` in flight per key; a key is promoted once `promote_at` are in flight.
-fn limiter(clock: &ManualClock, limit: isize, promote_at: isize) -> Arc<Limiter<u64>> {
+fn limiter(clock: &ManualClock, limit: u32, promote_at: u32) -> Arc<Limiter<u64>> {
     let limiter = Limiter::builder()
         .max_inflight(limit)
         .promotion_threshold(promote_at as f64 / limit as f64)
