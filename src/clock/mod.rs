@@ -85,6 +85,9 @@ pub fn coarse_now() -> Duration {
     Duration::from_nanos(ticker::coarse_nanos())
 }
 
+#[cfg(feature = "redis")]
+pub(crate) use ticker::coarse_load;
+
 /// `duration` in nanoseconds, saturating at `u64::MAX` (584 years): the one conversion of
 /// a `Duration` to the nanoseconds the clocks and windows count in.
 #[inline]

@@ -72,6 +72,15 @@ pub(super) fn coarse_nanos() -> u64 {
     coarse
 }
 
+/// The coarse time as published: one relaxed load, without starting or watching the ticker.
+/// For a reader on the request path beside a `Rate` on the shared clock, whose own reads start
+/// the ticker and watch it (the fleet's staleness check).
+#[cfg(feature = "redis")]
+#[inline]
+pub(crate) fn coarse_load() -> u64 {
+    COARSE.load(Ordering::Relaxed)
+}
+
 /// Starts the ticker unless one is known to run (the first `Rate` on the shared clock).
 pub(super) fn ensure_started() {
     if COARSE.load(Ordering::Relaxed) == 0 {

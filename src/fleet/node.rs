@@ -89,7 +89,10 @@ impl FleetNode {
     /// request path, so that a sync blocked on a stalled Redis does not delay it.
     #[inline]
     pub(crate) fn degraded(&self) -> bool {
-        coarse_nanos().saturating_sub(self.last_ok.load(Ordering::Relaxed)) > self.stale_after
+        // One load: the request's own `Rate` reads start and watch the ticker (a thread-local
+        // count per read, which this check need not pay again).
+        crate::clock::coarse_load().saturating_sub(self.last_ok.load(Ordering::Relaxed))
+            > self.stale_after
     }
 
     /// A sync reached Redis: `nodes` seen, `keys` pushed.

@@ -74,9 +74,10 @@ impl RefusalResponse {
         }
     }
 
-    /// The refusal's body, with its `Content-Type`. The same bytes for every refusal (no
-    /// copy: `Bytes` is shared); the response body's data type must be made from `Bytes`, as
-    /// hyper's and axum's are.
+    /// The refusal's body, with its `Content-Type`. The same bytes for every refusal, never
+    /// copied. Static bytes (`&'static str`, `HeaderValue::from_static`) cost a refusal
+    /// nothing more; owned ones are shared, one reference count taken per refusal. The
+    /// response body's data type must be made from `Bytes`, as hyper's and axum's are.
     pub fn body(self, content_type: HeaderValue, body: impl Into<Bytes>) -> Self {
         RefusalResponse {
             body: Some((content_type, body.into())),
