@@ -75,6 +75,7 @@ pub mod clock;
 mod counter;
 mod error;
 pub mod estimator;
+pub mod fields;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod fleet;

@@ -1,31 +1,17 @@
-//! What a [`LimitService`] tells clients about its limits: the `RateLimit-Policy` and
-//! `RateLimit` fields of draft-ietf-httpapi-ratelimit-headers-11, and `Retry-After` (RFC 9110
-//! §10.2.3) with its optional jitter.
+//! What a [`LimitService`] tells clients about its limits, as `http` field values: the values
+//! themselves come from [`fields`](crate::fields), which a proxy without tower uses alike.
 //!
-//! Every value here is built from integers and fixed ASCII names, so building a header value
+//! Every value there is built from integers and fixed ASCII names, so building a header value
 //! cannot fail in practice; where `http` could still refuse one, the field is left out rather
 //! than panicking.
-
-use std::collections::hash_map::RandomState;
-use std::fmt::Write as _;
-use std::hash::{BuildHasher, Hasher};
-use std::time::Duration;
 
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 
 #[cfg(doc)]
 use super::LimitService;
-use crate::{Estimate, Limiter, Limits, Reason, Rejected};
-
-/// The policy name of the rate limit: at most `q` requests per `w` seconds.
-const RATE_POLICY: &str = "rate";
-/// The policy name of the in-flight limit: at most `q` requests at once.
-const INFLIGHT_POLICY: &str = "inflight";
-/// The draft's quota unit for limits on requests at once (§3.1.2).
-const CONCURRENT_REQUESTS: &str = "concurrent-requests";
-/// The largest Integer a Structured Field can carry (RFC 9651 §3.3.1: 15 digits). Larger
-/// counts are sent as this; a serializer must not send more digits.
-const SF_INTEGER_MAX: u64 = 999_999_999_999_999;
+use crate::fields::ratelimit::Policies;
+use crate::fields::retry::retry_after_secs;
+use crate::{Estimate, Rejected};
 
 /// The `RateLimit-Policy` field's name.
 pub(super) fn ratelimit_policy() -> HeaderName {
@@ -35,117 +21,6 @@ pub(super) fn ratelimit_policy() -> HeaderName {
 /// The `RateLimit` field's name.
 pub(super) fn ratelimit() -> HeaderName {
     HeaderName::from_static("ratelimit")
-}
-
-/// The limits one decision was judged against (the request's own, or the limiter's defaults
-/// at that moment) and the rate's interval: what the RateLimit fields describe.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) struct Policies {
-    pub(super) limits: Limits,
-    pub(super) interval: Option<Duration>,
-}
-
-impl Policies {
-    /// The policies of a request's own limits, or of `limiter`'s defaults as they are now.
-    pub(super) fn of(limiter: &Limiter<String>, own: Option<Limits>) -> Policies {
-        Policies {
-            limits: own.unwrap_or_else(|| limiter.limits()),
-            interval: limiter.rate_interval(),
-        }
-    }
-
-    /// `RateLimit-Policy`: one item per limit kind, the rate first; `None` when the request
-    /// had no limit at all (the field must not be empty).
-    pub(super) fn policy_field(&self) -> Option<HeaderValue> {
-        let mut value = String::with_capacity(64);
-        if let Some(quota) = self.limits.rate_limit() {
-            let _ = write!(value, "\"{RATE_POLICY}\";q={}", sf_count(quota));
-            if let Some(interval) = self.interval {
-                // The draft's window is whole seconds and never 0: rounding up understates
-                // the rate (q per a longer window), which only ever makes clients slower.
-                let _ = write!(value, ";w={}", sf_integer(whole_secs(interval)));
-            }
-        }
-        if let Some(quota) = self.limits.inflight_limit() {
-            if !value.is_empty() {
-                value.push_str(", ");
-            }
-            let _ = write!(
-                value,
-                "\"{INFLIGHT_POLICY}\";q={};qu=\"{CONCURRENT_REQUESTS}\"",
-                sf_count(quota)
-            );
-        }
-        header_value(value)
-    }
-
-    /// `RateLimit` on a 503: the policy that refused, nothing left (`r=0`), and for a rate
-    /// refusal the seconds until the request would fit (`t`, as `Retry-After` before any
-    /// jitter). No `t` where that time is unknown: an in-flight refusal waits for other
-    /// requests to finish, a rate limit of 0 never lets anything through.
-    pub(super) fn rejected_field(&self, rejected: &Rejected) -> Option<HeaderValue> {
-        let mut value = String::with_capacity(32);
-        match rejected.reason {
-            Reason::Rate => {
-                let _ = write!(value, "\"{RATE_POLICY}\";r=0");
-                if let Some(wait) = rejected.retry_after {
-                    let _ = write!(value, ";t={}", sf_integer(retry_after_secs(wait)));
-                }
-            }
-            Reason::Inflight => {
-                let _ = write!(value, "\"{INFLIGHT_POLICY}\";r=0");
-            }
-            // Not a limit the client went over (a limit kind the limiter does not count is
-            // the server's configuration error), or a reason this layer does not know yet.
-            _ => return None,
-        }
-        header_value(value)
-    }
-
-    /// `RateLimit` on an admitted response, from the key's counts just after admission (this
-    /// request included): the policy closest to its limit (the smallest share of its quota
-    /// left), with `r` the requests it still lets through now.
-    ///
-    /// For the rate, `t` is two intervals (whole seconds, rounded up): the sliding window
-    /// forgets a request at most two intervals after it was counted (it weighs on the rest of
-    /// its own interval and fades out over the next), so after `t` seconds without requests
-    /// the whole quota is back. Quota comes back gradually before that, and a client that
-    /// spends only `r` at any time within `t` stays within the limit. The in-flight policy
-    /// has no `t`: its quota comes back as requests finish, not with time.
-    pub(super) fn admitted_field(&self, estimate: &Estimate) -> Option<HeaderValue> {
-        let rate = self
-            .limits
-            .rate_limit()
-            .zip(estimate.rate)
-            .map(|(limit, sliding)| (limit, rate_remaining(limit, sliding)));
-        let inflight = self
-            .limits
-            .inflight_limit()
-            .zip(estimate.inflight)
-            .map(|(limit, count)| (limit, inflight_remaining(limit, count)));
-        let share = |(limit, left): (u32, u32)| f64::from(left) / f64::from(limit.max(1));
-        let rate_is_closest = match (rate, inflight) {
-            (Some(r), Some(i)) => share(r) <= share(i),
-            (Some(_), None) => true,
-            (None, Some(_)) => false,
-            (None, None) => return None,
-        };
-        let mut value = String::with_capacity(32);
-        match (rate_is_closest, rate, inflight) {
-            (true, Some((_, left)), _) => {
-                let _ = write!(value, "\"{RATE_POLICY}\";r={}", sf_count(left));
-                if let Some(interval) = self.interval {
-                    let t = whole_secs(interval.saturating_mul(2));
-                    let _ = write!(value, ";t={}", sf_integer(t));
-                }
-            }
-            (_, _, Some((_, left))) => {
-                let _ = write!(value, "\"{INFLIGHT_POLICY}\";r={}", sf_count(left));
-            }
-            _ => return None,
-        }
-        header_value(value)
-    }
 }
 
 /// An admitted request, when admitted responses carry the fields: its limits, and its key's
@@ -161,237 +36,36 @@ impl Admitted {
     /// inserted: a Structured Field list may be split over several field lines, so fields the
     /// inner service set for its own policies stay, and ours join their lists.
     pub(super) fn append_to(&self, fields: &mut HeaderMap) {
-        if let Some(policy) = self.policies.policy_field() {
+        if let Some(policy) = policy_field(&self.policies) {
             fields.append(ratelimit_policy(), policy);
         }
-        if let Some(limit) = self.policies.admitted_field(&self.estimate) {
+        if let Some(limit) = self
+            .policies
+            .admitted(&self.estimate)
+            .and_then(header_value)
+        {
             fields.append(ratelimit(), limit);
         }
     }
 }
 
-/// `Retry-After` for a rate refusal that waits `wait`: whole seconds rounded up (at least 1),
-/// plus a random 0 to `jitter_secs` seconds. Never earlier than the exact time, so a client
-/// that obeys it finds room; the jitter spreads clients refused together over several
-/// seconds, as the draft recommends (§8.5), instead of sending them back all at once.
-pub(super) fn retry_after(wait: Duration, jitter_secs: u64) -> HeaderValue {
-    HeaderValue::from(retry_after_secs(wait).saturating_add(jitter(jitter_secs)))
+/// `Retry-After` for `rejected` (see [`retry_after_secs`]); `None` where the wait is
+/// unknown.
+pub(super) fn retry_after(rejected: &Rejected, jitter_secs: u64) -> Option<HeaderValue> {
+    retry_after_secs(rejected, jitter_secs).map(HeaderValue::from)
 }
 
-/// `Retry-After` is in whole seconds: round up, so a client that waits that long finds room,
-/// and never say 0, which some clients take as "retry at once, in a loop".
-pub(super) fn retry_after_secs(wait: Duration) -> u64 {
-    whole_secs(wait)
+/// `RateLimit-Policy` for `policies`, as a field value.
+pub(super) fn policy_field(policies: &Policies) -> Option<HeaderValue> {
+    header_value(policies.policy()?)
 }
 
-/// `d` in whole seconds, rounded up, at least 1.
-fn whole_secs(d: Duration) -> u64 {
-    d.as_secs()
-        .saturating_add(u64::from(d.subsec_nanos() > 0))
-        .max(1)
-}
-
-/// A uniformly random whole number from 0 to `max`.
-///
-/// The randomness comes from std's `RandomState`: each one is made with fresh random keys
-/// (seeded once per thread from the OS), so hashing nothing with a new one gives a fresh
-/// pseudo-random number with no lock, no shared state and no extra dependency. Ample for
-/// spreading retries; it is only drawn for rate refusals when jitter is on.
-fn jitter(max: u64) -> u64 {
-    if max == 0 {
-        return 0;
-    }
-    let random = RandomState::new().build_hasher().finish();
-    // Multiply and shift rather than `%`: no bias towards small values, and no overflow for
-    // `max == u64::MAX` in 128 bits. The result is at most `max`.
-    ((u128::from(random) * (u128::from(max) + 1)) >> 64) as u64
-}
-
-/// The requests a rate limit still lets through when the key's sliding count (this request
-/// included) is `sliding`: one more fits while the count stays at or below the limit.
-fn rate_remaining(limit: u32, sliding: f64) -> u32 {
-    let left = (f64::from(limit) - sliding).floor();
-    if left.is_nan() || left <= 0.0 {
-        0
-    } else {
-        // `as` saturates; never more than the limit.
-        (left as u32).min(limit)
-    }
-}
-
-/// The requests an in-flight limit still lets through when the key has `count` in flight
-/// (this request included).
-fn inflight_remaining(limit: u32, count: isize) -> u32 {
-    let left = i64::from(limit).saturating_sub(count as i64);
-    u32::try_from(left.clamp(0, i64::from(limit))).unwrap_or(0)
-}
-
-/// A count as a Structured Field Integer: not above the field's maximum.
-fn sf_count(n: u32) -> u64 {
-    sf_integer(u64::from(n))
-}
-
-fn sf_integer(n: u64) -> u64 {
-    n.min(SF_INTEGER_MAX)
+/// `RateLimit` on a refusal, as a field value.
+pub(super) fn refused_field(policies: &Policies, rejected: &Rejected) -> Option<HeaderValue> {
+    header_value(policies.refused(rejected)?)
 }
 
 /// A field value from our own ASCII; `None` (the field left out) if `http` refuses it.
 fn header_value(value: String) -> Option<HeaderValue> {
-    if value.is_empty() {
-        return None;
-    }
     HeaderValue::try_from(value).ok()
-}
-
-#[cfg(all(test, not(floodgate_loom)))]
-mod tests {
-    use super::*;
-
-    fn policies(limits: Limits, interval_ms: Option<u64>) -> Policies {
-        Policies {
-            limits,
-            interval: interval_ms.map(Duration::from_millis),
-        }
-    }
-
-    fn rejected(reason: Reason, limit: u32, retry_after: Option<Duration>) -> Rejected {
-        Rejected {
-            reason,
-            estimate: limit + 1,
-            limit,
-            retry_after,
-        }
-    }
-
-    fn estimate(inflight: Option<isize>, rate: Option<f64>) -> Estimate {
-        Estimate { inflight, rate }
-    }
-
-    #[test]
-    fn policy_field_lists_each_limit_kind_with_its_quota_window_and_unit() {
-        let both = policies(Limits::new().max_inflight(64).max_rate(100), Some(1000));
-        assert_eq!(
-            both.policy_field().unwrap(),
-            "\"rate\";q=100;w=1, \"inflight\";q=64;qu=\"concurrent-requests\""
-        );
-        let rate = policies(Limits::new().max_rate(5), Some(60_000));
-        assert_eq!(rate.policy_field().unwrap(), "\"rate\";q=5;w=60");
-        let inflight = policies(Limits::new().max_inflight(3), None);
-        assert_eq!(
-            inflight.policy_field().unwrap(),
-            "\"inflight\";q=3;qu=\"concurrent-requests\""
-        );
-        assert_eq!(policies(Limits::new(), Some(1000)).policy_field(), None);
-    }
-
-    #[test]
-    fn windows_round_up_to_whole_seconds_and_are_never_zero() {
-        for (ms, w) in [
-            (1, 1),
-            (100, 1),
-            (1000, 1),
-            (1001, 2),
-            (1500, 2),
-            (60_000, 60),
-        ] {
-            let p = policies(Limits::new().max_rate(10), Some(ms));
-            assert_eq!(p.policy_field().unwrap(), format!("\"rate\";q=10;w={w}"));
-        }
-    }
-
-    #[test]
-    fn integers_stay_within_what_a_structured_field_can_carry() {
-        let huge = Policies {
-            limits: Limits::new().max_rate(u32::MAX),
-            interval: Some(Duration::MAX),
-        };
-        // A limit is a `u32`, within the field's 15 digits; the window is clamped.
-        assert_eq!(
-            huge.policy_field().unwrap(),
-            "\"rate\";q=4294967295;w=999999999999999"
-        );
-        let refused = rejected(Reason::Rate, 1, Some(Duration::MAX));
-        assert_eq!(
-            huge.rejected_field(&refused).unwrap(),
-            "\"rate\";r=0;t=999999999999999"
-        );
-        let zero = policies(Limits::new().max_rate(0).max_inflight(0), Some(1000));
-        assert_eq!(
-            zero.policy_field().unwrap(),
-            "\"rate\";q=0;w=1, \"inflight\";q=0;qu=\"concurrent-requests\""
-        );
-    }
-
-    #[test]
-    fn ratelimit_on_a_refusal_names_the_policy_that_refused() {
-        let p = policies(Limits::new().max_inflight(2).max_rate(10), Some(1000));
-        let rate = rejected(Reason::Rate, 10, Some(Duration::from_millis(1500)));
-        assert_eq!(p.rejected_field(&rate).unwrap(), "\"rate\";r=0;t=2");
-        let inflight = rejected(Reason::Inflight, 2, None);
-        assert_eq!(p.rejected_field(&inflight).unwrap(), "\"inflight\";r=0");
-        let never = rejected(Reason::Rate, 0, None);
-        assert_eq!(p.rejected_field(&never).unwrap(), "\"rate\";r=0");
-        let misconfigured = rejected(Reason::InflightNotCounted, 2, None);
-        assert_eq!(p.rejected_field(&misconfigured), None);
-    }
-
-    #[test]
-    fn ratelimit_on_an_admission_reports_the_policy_closest_to_its_limit() {
-        let p = policies(Limits::new().max_inflight(4).max_rate(10), Some(1000));
-        // 3 of 4 in flight (1/4 left) against 2 of 10 this interval (8/10 left).
-        let value = p.admitted_field(&estimate(Some(3), Some(2.0))).unwrap();
-        assert_eq!(value, "\"inflight\";r=1");
-        // 1 of 4 in flight (3/4 left) against 7.5 of 10 (2 left: 2/10).
-        let value = p.admitted_field(&estimate(Some(1), Some(7.5))).unwrap();
-        assert_eq!(value, "\"rate\";r=2;t=2");
-        // Counts above a limit (another request came in meanwhile) leave nothing, never less.
-        let value = p.admitted_field(&estimate(Some(9), Some(0.0))).unwrap();
-        assert_eq!(value, "\"inflight\";r=0");
-        let value = p.admitted_field(&estimate(Some(0), Some(12.0))).unwrap();
-        assert_eq!(value, "\"rate\";r=0;t=2");
-        let value = p
-            .admitted_field(&estimate(Some(0), Some(f64::NAN)))
-            .unwrap();
-        assert_eq!(value, "\"rate\";r=0;t=2");
-        // A kind without a limit is not reported, even when the limiter counts it.
-        let rate_only = policies(Limits::new().max_rate(10), Some(30_000));
-        let value = rate_only
-            .admitted_field(&estimate(Some(3), Some(4.0)))
-            .unwrap();
-        assert_eq!(value, "\"rate\";r=6;t=60");
-        let none = policies(Limits::new(), Some(1000));
-        assert_eq!(none.admitted_field(&estimate(Some(3), Some(4.0))), None);
-    }
-
-    #[test]
-    fn retry_after_rounds_up_to_whole_seconds_and_is_never_zero() {
-        let secs = |ms| retry_after_secs(Duration::from_millis(ms));
-        assert_eq!(secs(0), 1);
-        assert_eq!(secs(1), 1);
-        assert_eq!(secs(1000), 1);
-        assert_eq!(secs(1001), 2);
-        assert_eq!(secs(1500), 2);
-        assert_eq!(retry_after_secs(Duration::MAX), u64::MAX);
-        assert_eq!(retry_after(Duration::from_millis(1500), 0), "2");
-    }
-
-    #[test]
-    fn jitter_stays_within_its_bound_and_varies() {
-        assert_eq!(jitter(0), 0);
-        let draws: Vec<u64> = (0..1000).map(|_| jitter(3)).collect();
-        assert!(draws.iter().all(|&j| j <= 3));
-        for value in 0..=3 {
-            // Each of 4 values has a (3/4)^1000 chance to be missing: never, in practice.
-            assert!(draws.contains(&value), "{value} never drawn");
-        }
-        // The widest range does not overflow, and spreads over all of it.
-        assert_ne!(jitter(u64::MAX), jitter(u64::MAX));
-        let wait = Duration::from_millis(2500);
-        for _ in 0..100 {
-            let secs: u64 = retry_after(wait, 5).to_str().unwrap().parse().unwrap();
-            assert!((3..=8).contains(&secs), "{secs}");
-        }
-        let far = retry_after(Duration::MAX, u64::MAX);
-        assert_eq!(far, u64::MAX.to_string().as_str(), "saturates, never wraps");
-    }
 }

@@ -7,9 +7,10 @@ use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{Response, StatusCode};
 
 use super::body::Inner;
-use super::headers::{self, Policies};
+use super::headers;
 use super::settings::RefusalResponse;
 use super::LimitBody;
+use crate::fields::ratelimit::Policies;
 use crate::{Reason, Rejected};
 
 /// A refused request: what its response is built from when the future is polled (nothing is
@@ -87,14 +88,14 @@ pub(super) fn refuse<B>(refusal: Option<Refusal>) -> Response<LimitBody<B>> {
     } else {
         *response.status_mut() = answer.status;
         let fields = response.headers_mut();
-        if let Some(wait) = rejected.retry_after {
-            fields.insert(RETRY_AFTER, headers::retry_after(wait, jitter_secs));
+        if let Some(retry_after) = headers::retry_after(&rejected, jitter_secs) {
+            fields.insert(RETRY_AFTER, retry_after);
         }
         if answer.ratelimit_fields {
-            if let Some(policy) = policies.policy_field() {
+            if let Some(policy) = headers::policy_field(&policies) {
                 fields.insert(headers::ratelimit_policy(), policy);
             }
-            if let Some(limit) = policies.rejected_field(&rejected) {
+            if let Some(limit) = headers::refused_field(&policies, &rejected) {
                 fields.insert(headers::ratelimit(), limit);
             }
         }
@@ -139,10 +140,10 @@ mod tests {
                 retry_after,
             },
             key: "api.example".to_owned(),
-            policies: Policies {
-                limits: Limits::new().max_inflight(2).max_rate(2),
-                interval: Some(Duration::from_secs(1)),
-            },
+            policies: Policies::new(
+                Limits::new().max_inflight(2).max_rate(2),
+                Some(Duration::from_secs(1)),
+            ),
             jitter_secs: 0,
             response: RefusalResponse::default(),
         }

@@ -8,12 +8,13 @@ use std::task::{ready, Context, Poll};
 use http::Response;
 use pin_project_lite::pin_project;
 
-use super::headers::{Admitted, Policies};
+use super::headers::Admitted;
 use super::refusal::{refuse, Refusal};
 use super::settings::ResponseSettings;
 use super::LimitBody;
 #[cfg(doc)]
 use super::LimitService;
+use crate::fields::ratelimit::Policies;
 use crate::{OwnedPermit, Rejected};
 
 pin_project! {
@@ -129,7 +130,7 @@ mod tests {
     use http_body::Body;
 
     use super::*;
-    use crate::layer::headers::Policies;
+    use crate::fields::ratelimit::Policies;
     use crate::{Limits, Rejected};
 
     struct NoopWake;
@@ -152,10 +153,10 @@ mod tests {
                 refusal: Some(Refusal {
                     rejected: rejected.clone(),
                     key: "api.example".to_owned(),
-                    policies: Policies {
-                        limits: Limits::new().max_rate(2),
-                        interval: Some(Duration::from_secs(1)),
-                    },
+                    policies: Policies::new(
+                        Limits::new().max_rate(2),
+                        Some(Duration::from_secs(1))
+                    ),
                     jitter_secs: 0,
                     response: crate::layer::RefusalResponse::default(),
                 }),

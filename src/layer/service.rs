@@ -9,7 +9,6 @@ use std::time::Duration;
 use http::{Request, Response};
 use tower_service::Service;
 
-use super::headers::Policies;
 use super::response::{ResponseFuture, State};
 use super::settings::{RefusalResponse, ResponseSettings};
 use super::wait::{WaitFuture, Waiting};
@@ -18,6 +17,7 @@ use super::LimitLayer;
 use super::{
     HostKey, KeyExtractor, LimitBody, LimiterDefaults, LimitsExtractor, RefuseAtOnce, WaitUpTo,
 };
+use crate::fields::ratelimit::Policies;
 use crate::Limiter;
 
 /// The service a [`LimitLayer`] makes: limits requests per key, refuses the rejected ones

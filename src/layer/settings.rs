@@ -9,9 +9,10 @@ use bytes::Bytes;
 use http::header::HeaderValue;
 use http::StatusCode;
 
-use super::headers::{Admitted, Policies};
+use super::headers::Admitted;
 #[cfg(doc)]
 use super::LimitLayer;
+use crate::fields::ratelimit::Policies;
 use crate::Limiter;
 
 /// How a [`LimitLayer`] answers a request over a limit: `503 Service Unavailable` by default,

@@ -10,13 +10,13 @@ use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
-use super::headers::Policies;
 use super::response::ResponseFuture;
 use super::response::State;
 use super::settings::ResponseSettings;
 use super::LimitBody;
 #[cfg(doc)]
 use super::{LimitLayer, LimitService, WaitUpTo};
+use crate::fields::ratelimit::Policies;
 use crate::{Acquire, Limiter};
 
 /// What a waiting request keeps until it is admitted or refused.
