@@ -1,20 +1,24 @@
 //! A pingora HTTP proxy that limits each Host with a floodgate [`Limiter`].
 //!
 //! [`LimitedProxy`] implements pingora's [`ProxyHttp`]. Its `request_filter` keys every
-//! request by its host ([`host_key`]) and asks the limiter for a permit:
+//! request by its host ([`request_key`]) and asks the limiter for a permit:
 //!
 //! - admitted: the [`OwnedPermit`] goes into the request's context ([`RequestCtx`]) and the
 //!   request is proxied to the one configured upstream. pingora drops the context when it is
 //!   done with the request, and the permit with it, which gives the in-flight slot back,
 //!   whether the request succeeded, failed or the client went away;
-//! - rejected: the proxy answers `503 Service Unavailable` itself, with `Retry-After` in whole
-//!   seconds ([`retry_after_secs`]), and the upstream never sees the request.
+//! - rejected: the proxy answers `503 Service Unavailable` itself ([`refusal_header`]) and the
+//!   upstream never sees the request.
+//!
+//! The key and the refusal's fields come from [`floodgate::fields`], which the crate's tower
+//! layer uses too: this proxy and a `LimitLayer` key the same requests alike and refuse them
+//! with the same `Retry-After`, `RateLimit-Policy` and `RateLimit` (`tests/parity.rs`).
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use floodgate::fields::{host::request_host_key, ratelimit::Policies, retry::retry_after_secs};
 use floodgate::{Limiter, OwnedPermit, Rejected};
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::{HttpPeer, Result};
@@ -58,7 +62,8 @@ impl ProxyHttp for LimitedProxy {
                 Ok(false) // go on and proxy it
             }
             Err(rejected) => {
-                respond_unavailable(session, &rejected).await?;
+                let policies = Policies::of(&self.limiter, None);
+                respond_unavailable(session, &rejected, &policies).await?;
                 Ok(true) // answered here
             }
         }
@@ -73,11 +78,14 @@ impl ProxyHttp for LimitedProxy {
     }
 }
 
-/// Writes the 503 for a rejected request: `Retry-After`, and the rejection in words.
-async fn respond_unavailable(session: &mut Session, rejected: &Rejected) -> Result<()> {
+/// Writes the 503 for a rejected request, with the rejection in words as its body.
+async fn respond_unavailable(
+    session: &mut Session,
+    rejected: &Rejected,
+    policies: &Policies,
+) -> Result<()> {
     let body = Bytes::from(format!("{rejected}\n"));
-    let mut response = ResponseHeader::build(503, Some(4))?;
-    response.insert_header("retry-after", retry_after_secs(rejected).to_string())?;
+    let mut response = refusal_header(rejected, policies)?;
     response.insert_header("content-type", "text/plain; charset=utf-8")?;
     response.insert_header("content-length", body.len().to_string())?;
     session
@@ -86,128 +94,76 @@ async fn respond_unavailable(session: &mut Session, rejected: &Rejected) -> Resu
     session.write_response_body(Some(body), true).await
 }
 
-/// The limiter's key for a request: the host of its `Host` header, or of its URI's authority
-/// (HTTP/2, absolute-form requests) when it has no `Host`; see [`host_key`]. Requests with
-/// neither share the key `""`.
+/// The head of the answer to a refused request, as the tower layer answers it by default:
+/// `503`, `Retry-After` where the wait is known (a rate refusal; none for an in-flight one,
+/// which waits for other requests to finish), and the `RateLimit-Policy` and `RateLimit`
+/// fields of the limits that refused it.
+pub fn refusal_header(rejected: &Rejected, policies: &Policies) -> Result<ResponseHeader> {
+    let mut response = ResponseHeader::build(503, Some(4))?;
+    if let Some(secs) = retry_after_secs(rejected, 0) {
+        response.insert_header("retry-after", secs.to_string())?;
+    }
+    if let Some(policy) = policies.policy() {
+        response.insert_header("ratelimit-policy", policy)?;
+    }
+    if let Some(limit) = policies.refused(rejected) {
+        response.insert_header("ratelimit", limit)?;
+    }
+    Ok(response)
+}
+
+/// The limiter's key for a request: the host of its target's authority (HTTP/2, absolute-form
+/// requests), else of its `Host` field, canonical ([`request_host_key`]): one key per host
+/// however a client spells it. Requests with neither share the key `""`.
+///
+/// ```
+/// use floodgate_pingora_proxy::request_key;
+/// use pingora::http::RequestHeader;
+///
+/// let mut request = RequestHeader::build("GET", b"/", None).unwrap();
+/// request.insert_header("host", "Example.COM.:8080").unwrap();
+/// assert_eq!(request_key(&request), "example.com");
+/// ```
 pub fn request_key(request: &RequestHeader) -> String {
-    match request.headers.get("host") {
-        Some(value) => host_key(&String::from_utf8_lossy(value.as_bytes())),
-        None => host_key(request.uri.authority().map_or("", |a| a.as_str())),
-    }
-}
-
-/// One key per host however the client spells it: without the port (and any user info),
-/// lower-cased and trimmed. An IPv6 literal keeps its brackets (`[::1]:8080` is `[::1]`).
-///
-/// ```
-/// use floodgate_pingora_proxy::host_key;
-///
-/// assert_eq!(host_key("Example.COM:8080"), "example.com");
-/// assert_eq!(host_key("[::1]:8080"), "[::1]");
-/// ```
-pub fn host_key(authority: &str) -> String {
-    let authority = authority.trim();
-    let host = authority.rsplit('@').next().unwrap_or(authority);
-    let host = if host.starts_with('[') {
-        // `[v6]` or `[v6]:port`: up to the closing bracket.
-        host.find(']').map_or(host, |end| &host[..=end])
-    } else if host.matches(':').count() == 1 {
-        host.split_once(':').map_or(host, |(name, _port)| name)
-    } else {
-        // A name without a port, or an unbracketed IPv6 literal (which has no port).
-        host
-    };
-    host.to_ascii_lowercase()
-}
-
-/// `Retry-After` in whole seconds: the limiter's `retry_after` rounded up, so that a client
-/// that waits that long is never early, and at least 1. In-flight rejections have no
-/// `retry_after` (a slot frees when some other request finishes): they get 1.
-pub fn retry_after_secs(rejected: &Rejected) -> u64 {
-    rejected.retry_after.map_or(1, whole_seconds_up).max(1)
-}
-
-fn whole_seconds_up(wait: Duration) -> u64 {
-    let secs = wait.as_secs();
-    if wait.subsec_nanos() > 0 {
-        secs.saturating_add(1)
-    } else {
-        secs
-    }
+    let authority = request.uri.authority().map(|a| a.as_str());
+    let host = request.headers.get("host").map(|v| v.as_bytes());
+    request_host_key(authority, host).into_owned()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use floodgate::Reason;
 
-    #[test]
-    fn host_keys_drop_the_port_and_the_case() {
-        assert_eq!(host_key("example.com"), "example.com");
-        assert_eq!(host_key(" Example.COM:8080 "), "example.com");
-        assert_eq!(host_key("user@Example.com:1"), "example.com");
-        assert_eq!(host_key("127.0.0.1:6188"), "127.0.0.1");
-        assert_eq!(host_key("[::1]:8080"), "[::1]");
-        assert_eq!(host_key("[FE80::1]"), "[fe80::1]");
-        assert_eq!(host_key("::1"), "::1");
-        assert_eq!(host_key(""), "");
+    fn key_of(host: &str) -> String {
+        let mut request = RequestHeader::build("GET", b"/", None).unwrap();
+        request.insert_header("host", host).unwrap();
+        request_key(&request)
     }
 
     #[test]
-    fn the_key_comes_from_host_then_from_the_uri() {
+    fn host_keys_drop_the_port_the_case_and_trailing_dots() {
+        assert_eq!(key_of("example.com"), "example.com");
+        assert_eq!(key_of(" Example.COM:8080 "), "example.com");
+        assert_eq!(key_of("user@Example.com.:1"), "example.com");
+        assert_eq!(key_of("127.0.0.1:6188"), "127.0.0.1");
+        assert_eq!(key_of("[0:0::1]:8080"), "[::1]");
+        assert_eq!(key_of("[FE80::1]"), "[fe80::1]");
+        assert_eq!(key_of(&"a".repeat(1000)).len(), 286);
+    }
+
+    #[test]
+    fn the_key_comes_from_the_uri_then_from_host() {
         let mut with_host = RequestHeader::build("GET", b"/", None).unwrap();
         with_host.insert_header("host", "Origin.Test:80").unwrap();
         assert_eq!(request_key(&with_host), "origin.test");
 
-        // As an HTTP/2 request arrives: the authority in the URI, no Host header.
+        // As an HTTP/2 request arrives: the authority in the URI.
         let mut h2 = RequestHeader::build("GET", b"/", None).unwrap();
         h2.set_uri("http://Other.Test:81/x".parse().unwrap());
+        h2.insert_header("host", "origin.test").unwrap();
         assert_eq!(request_key(&h2), "other.test");
 
         let neither = RequestHeader::build("GET", b"/", None).unwrap();
         assert_eq!(request_key(&neither), "");
-    }
-
-    /// A rate rejection from a real limiter: 1 request per second, the second one rejected.
-    fn rate_rejection() -> Rejected {
-        let limiter: Limiter<String> = Limiter::builder()
-            .max_rate(1, Duration::from_secs(1))
-            .build()
-            .unwrap();
-        let _first = limiter.try_acquire("k").unwrap();
-        limiter.try_acquire("k").unwrap_err()
-    }
-
-    #[test]
-    fn retry_after_rounds_up_and_is_at_least_one_second() {
-        let rejected = rate_rejection();
-        assert_eq!(rejected.reason, Reason::Rate);
-        let wait = rejected
-            .retry_after
-            .expect("a rate rejection says when to retry");
-        let secs = retry_after_secs(&rejected);
-        assert!(
-            Duration::from_secs(secs) >= wait,
-            "{secs} s is before {wait:?}"
-        );
-        assert!(Duration::from_secs(secs) < wait + Duration::from_secs(1));
-
-        assert_eq!(whole_seconds_up(Duration::from_millis(1)), 1);
-        assert_eq!(whole_seconds_up(Duration::from_millis(1000)), 1);
-        assert_eq!(whole_seconds_up(Duration::from_millis(1001)), 2);
-        assert_eq!(whole_seconds_up(Duration::ZERO), 0);
-        assert_eq!(whole_seconds_up(Duration::MAX), u64::MAX);
-    }
-
-    #[test]
-    fn inflight_rejections_say_one_second() {
-        let limiter: Limiter<String> = Limiter::builder().max_inflight(1).build().unwrap();
-        let _held = limiter.try_acquire("k").unwrap();
-        let rejected = limiter.try_acquire("k").unwrap_err();
-        assert_eq!(
-            (rejected.reason, rejected.retry_after),
-            (Reason::Inflight, None)
-        );
-        assert_eq!(retry_after_secs(&rejected), 1);
     }
 }
