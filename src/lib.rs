@@ -16,6 +16,9 @@
 //!   [`Permit`] and [`OwnedPermit`] (borrowing and owning the limiter, as tokio's semaphore
 //!   permits), [`Acquire`] to wait for one, and [`Rejected`], [`Reason`], [`Estimate`],
 //!   [`HeavyHitter`] and [`LimiterStats`] for what it decided and why.
+//! - [`fields`]: what an HTTP front end says about a decision, with no feature and no HTTP
+//!   crate: the key of a request's host, `Retry-After`, and the `RateLimit-Policy` and
+//!   `RateLimit` values, the same as the tower layer's (for pingora or any other proxy).
 #![cfg_attr(
     feature = "tower",
     doc = "- [`layer`] (feature `tower`, on by default): a tower layer for hyper and axum, \
