@@ -84,6 +84,7 @@
 //!
 //! `cargo bench --bench limiter` (the accuracy table first, then the timed groups);
 //! `LIMITER_ACCURACY=only` prints the table and times nothing, `LIMITER_ACCURACY=0` skips it.
+//! `LIMITER_SHADOW=1` builds floodgate's limiters in shadow mode, to time it on.
 //! The counting allocator adds a thread-local update to each allocation, the same for every
 //! limiter (in steady state floodgate allocates nothing, the maps only when they grow).
 
@@ -190,8 +191,13 @@ fn quota() -> Quota {
     Quota::per_second(NonZeroU32::new(LIMIT).expect("non-zero"))
 }
 
+/// floodgate's limiter, in shadow mode with `LIMITER_SHADOW=1` (to time what shadow mode
+/// costs when on: every decision made, refusals admitted).
 fn floodgate_builder() -> floodgate::LimiterBuilder<u64> {
-    floodgate::Limiter::builder().max_rate(LIMIT, INTERVAL)
+    let shadow = std::env::var("LIMITER_SHADOW").is_ok_and(|v| v == "1");
+    floodgate::Limiter::builder()
+        .max_rate(LIMIT, INTERVAL)
+        .shadow(shadow)
 }
 
 /// A limiter on simulated time: the trace's two operations.
@@ -228,6 +234,7 @@ impl Simulated for SimFloodgate {
 
     #[inline]
     fn check(&self, key: u64) -> bool {
+        // In shadow, refusals are admitted too: the timing is of the decisions, the same.
         self.limiter.try_acquire(&key).is_ok()
     }
 }

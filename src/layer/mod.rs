@@ -35,6 +35,7 @@ pub use layer::LimitLayer;
 pub use limits::{LimiterDefaults, LimitsExtractor};
 pub use mode::{RefuseAtOnce, WaitUpTo};
 pub use refusal::RejectedKey;
+pub use response::ShadowRejected;
 pub use service::LimitService;
 pub use settings::RefusalResponse;
 

@@ -49,6 +49,34 @@ pin_project! {
     }
 }
 
+/// In the extensions of a response admitted in shadow ([`Limits::shadow`](crate::Limits::shadow),
+/// [`LimiterBuilder::shadow`](crate::LimiterBuilder::shadow)): the refusal the request would
+/// have had. The client sees nothing of it.
+///
+/// # Examples
+///
+/// ```
+/// use std::convert::Infallible;
+/// use floodgate::layer::{LimitService, ShadowRejected};
+/// use floodgate::{Limiter, Reason};
+/// use http::{Request, Response, StatusCode};
+/// use tower::{service_fn, ServiceExt};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let limiter: Limiter<String> =
+///     Limiter::builder().max_inflight(1).shadow(true).build().unwrap();
+/// let _busy = limiter.try_acquire_owned("api.example").unwrap();
+/// let origin = service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(String::new())) });
+/// let request = Request::builder().uri("http://api.example/").body(()).unwrap();
+/// let response = LimitService::new(origin, limiter).oneshot(request).await.unwrap();
+/// assert_eq!(response.status(), StatusCode::OK, "served: the limit is in shadow");
+/// let shadow = response.extensions().get::<ShadowRejected>().unwrap();
+/// assert_eq!(shadow.0.reason, Reason::Inflight);
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShadowRejected(pub Rejected);
+
 impl<Fut> State<Fut> {
     /// An admitted request: the inner service's `future`, the `permit` held until its response
     /// is handed out, and what the fields of an admitted response say.
@@ -103,6 +131,11 @@ where
                 Poll::Ready(result.map(|mut response| {
                     if let Some(admitted) = admitted {
                         admitted.append_to(response.headers_mut());
+                    }
+                    // Admitted in shadow: the refusal it stands for, for an outer layer.
+                    if let Some(rejected) = permit.as_ref().and_then(|p| p.shadow_rejection()) {
+                        let shadow = ShadowRejected(rejected.clone());
+                        response.extensions_mut().insert(shadow);
                     }
                     response.map(|body| LimitBody::new(body, permit))
                 }))

@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::clock::{ManualClock, Tick, TimeSource};
 use crate::error::ConfigError;
 use crate::estimator::{Blocked, KeyHasher};
+use crate::sync::AtomicBool;
 use crate::Rate;
 
 use super::exact::ExactStage;
@@ -86,6 +87,7 @@ pub struct LimiterBuilder<K> {
     max_inflight: Option<u32>,
     max_rate: Option<(u32, Duration)>,
     promotion: f64,
+    shadow: bool,
     /// `None`: sized from the peak rate.
     exact_capacity: Option<usize>,
     rows: usize,
@@ -130,6 +132,7 @@ impl<K> LimiterBuilder<K> {
             max_inflight: None,
             max_rate: None,
             promotion: DEFAULT_PROMOTION,
+            shadow: false,
             exact_capacity: None,
             rows: DEFAULT_ROWS,
             columns: None,
@@ -252,6 +255,44 @@ impl<K> LimiterBuilder<K> {
     pub fn sketch(mut self, rows: usize, columns: usize) -> Self {
         self.rows = rows;
         self.columns = Some(columns);
+        self
+    }
+
+    /// Every decision in shadow (off by default): made and counted as usual, and a request
+    /// the limits would refuse is admitted with a permit that says so
+    /// ([`Permit::shadow_rejection`](crate::Permit::shadow_rejection)), to watch what a limit
+    /// would do before it does anything. One plan alone can be tried the same way
+    /// ([`Limits::shadow`]).
+    ///
+    /// What a shadow limiter counts is what it would count enforcing: a request admitted in
+    /// shadow counts as the refusal it stands for. It is not in flight for the limiter (its
+    /// permit gives nothing back), and it weighs on its key's rate as a refused request does
+    /// (the sketches keep refused requests; the exact counts do not). So the next decisions
+    /// are the ones an enforcing limiter would make on the same traffic, and a key's count of
+    /// shadow refusals over time is the count of refusals enforcing would have answered. (An
+    /// enforcing limiter answers a flood's repeated refusals from its over-limit cache; in
+    /// shadow each is decided anew, at the cost of the whole decision.)
+    ///
+    /// The defaults' [`Limits::shadow`] is this switch at run time: `set_limits` with limits
+    /// in shadow or not turns enforcement off or on, and while it is off, every plan is in
+    /// shadow too. Off, it costs nothing: it is read only where a refusal is made.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use floodgate::{Limiter, Reason};
+    ///
+    /// let limiter: Limiter<String> =
+    ///     Limiter::builder().max_inflight(1).shadow(true).build().unwrap();
+    /// let first = limiter.try_acquire("api.example").unwrap();
+    /// let second = limiter.try_acquire("api.example").expect("shadow: never refused");
+    /// assert_eq!(second.shadow_rejection().unwrap().reason, Reason::Inflight);
+    /// drop(second); // gives nothing back: it was never counted in flight
+    /// assert_eq!(limiter.estimate("api.example").inflight, Some(1));
+    /// # drop(first);
+    /// ```
+    pub fn shadow(mut self, on: bool) -> Self {
+        self.shadow = on;
         self
     }
 
@@ -411,7 +452,7 @@ impl<K> LimiterBuilder<K> {
             ));
         }
         let peak = self.peak_rate as f64;
-        let limits = Limits::new();
+        let limits = Limits::new().shadow(self.shadow);
         let limits = match self.max_inflight {
             Some(limit) => limits.max_inflight(limit),
             None => limits,
@@ -495,6 +536,7 @@ impl<K> LimiterBuilder<K> {
                 sketches,
                 defaults: AtomicCell::new(defaults),
                 promotion: self.promotion,
+                shadow: AtomicBool::new(self.shadow),
                 highest_rate_promotion: HighestRatePromotion::new(&defaults),
                 exact: ExactStage::new(capacity),
                 over_limit: OverLimit::new(capacity * SLOTS_PER_EXACT_KEY),
@@ -506,6 +548,14 @@ impl<K> LimiterBuilder<K> {
             }
         });
         self.fleet.start(&shared, &fleet);
+        {
+            let b = &*shared as *const Shared<K> as usize;
+            let f = |a: usize| (a - b, a % 64, a % 67);
+            eprintln!("PROBE shared%64={} size={} defaults={:?} sketches={:?} promotion={:?} over_limit={:?} exact={:?} fleet={:?} time={:?}",
+                b % 64, std::mem::size_of::<Shared<K>>(),
+                f(&shared.defaults as *const _ as usize), f(&shared.sketches as *const _ as usize), f(&shared.promotion as *const _ as usize),
+                f(&shared.over_limit as *const _ as usize), f(&shared.exact as *const _ as usize), f(&shared.fleet as *const _ as usize), f(&shared.time as *const _ as usize));
+        }
         Ok(Limiter { shared })
     }
 }

@@ -72,8 +72,10 @@ pub(crate) fn in_fleet(t: &Thresholds, fleet: &FleetState) -> Thresholds {
         let n = fleet.nodes as isize;
         let share = rate.limit / n + isize::from(rate.limit % n > 0);
         if fleet.degraded {
+            // A limit of its own in the cache, in shadow if the limit was.
+            let shadow_mix = rate.tag_mix ^ limit_mix(rate.limit);
             rate.limit = share;
-            rate.tag_mix = limit_mix(share);
+            rate.tag_mix = limit_mix(share) ^ shadow_mix;
         }
         rate.fleet = FleetRate::new(Some(share), !fleet.degraded, recheck);
         rate.promote_at = (rate.promote_at * fleet.inverse)

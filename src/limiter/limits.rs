@@ -3,6 +3,7 @@
 use std::fmt;
 
 use super::fleet::FleetRate;
+use super::overlimit::SHADOW_MIX;
 use super::Rejected;
 use crate::sync::{AtomicU64, Ordering};
 
@@ -48,6 +49,7 @@ use crate::sync::{AtomicU64, Ordering};
 pub struct Limits {
     inflight: Option<u32>,
     rate: Option<u32>,
+    shadow: bool,
 }
 
 impl Limits {
@@ -71,6 +73,7 @@ impl Limits {
         Limits {
             inflight: None,
             rate: None,
+            shadow: false,
         }
     }
 
@@ -111,6 +114,34 @@ impl Limits {
         self
     }
 
+    /// Judges requests against these limits in shadow: every decision is made and counted as
+    /// usual, and a request they would refuse is admitted with a permit that says so
+    /// ([`Permit::shadow_rejection`](crate::Permit::shadow_rejection)). For a new plan, to
+    /// watch what it would refuse before it does. See
+    /// [`LimiterBuilder::shadow`](crate::LimiterBuilder::shadow) for what is counted.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use floodgate::{Limiter, Limits, Reason};
+    ///
+    /// let limiter: Limiter<String> = Limiter::builder().max_inflight(10).build().unwrap();
+    /// let trial = limiter.with_limits(Limits::new().max_inflight(1).shadow(true));
+    /// let first = trial.try_acquire("api.example").unwrap();
+    /// assert!(first.shadow_rejection().is_none());
+    /// let second = trial.try_acquire("api.example").expect("admitted in shadow");
+    /// assert_eq!(second.shadow_rejection().unwrap().reason, Reason::Inflight);
+    /// ```
+    pub const fn shadow(mut self, on: bool) -> Self {
+        self.shadow = on;
+        self
+    }
+
+    /// Whether these limits are judged in shadow (see [`shadow`](Self::shadow)).
+    pub const fn is_shadow(&self) -> bool {
+        self.shadow
+    }
+
     /// The in-flight limit, if any.
     pub const fn inflight_limit(&self) -> Option<u32> {
         self.inflight
@@ -127,6 +158,7 @@ impl fmt::Debug for Limits {
         f.debug_struct("Limits")
             .field("max_inflight", &self.inflight)
             .field("max_rate", &self.rate)
+            .field("shadow", &self.shadow)
             .finish()
     }
 }
@@ -150,7 +182,8 @@ pub(crate) struct InflightThreshold {
 pub(crate) struct RateThreshold {
     pub(crate) limit: isize,
     pub(crate) promote_at: f64,
-    /// What the limit mixes into the over-limit cache's tags (see the `overlimit` module).
+    /// What the limit mixes into the over-limit cache's tags (see the `overlimit` module),
+    /// and for limits judged in shadow, `SHADOW_MIX` too.
     pub(crate) tag_mix: u64,
     /// What the limit carries in a fleet (its share, whether the fleet's view is judged, how
     /// long a refusal is held); nothing without one.
@@ -168,7 +201,8 @@ impl RateThreshold {
 impl Thresholds {
     /// The thresholds of `limits`, promoting at `promotion` (in (0, 1]) of each limit, at
     /// least 1 and at most the limit. Limits of 0 keep a threshold of 0: such keys are
-    /// rejected before anything is counted.
+    /// rejected before anything is counted. Limits in shadow have tags of their own in the
+    /// over-limit cache.
     pub(crate) fn new(limits: &Limits, promotion: f64) -> Self {
         // Judged in `isize`, as the sketches count (lossless: a limit past `Limits::MAX_LIMIT` is
         // refused before it is judged, and `u32` fits a 64-bit `isize` anyway).
@@ -179,7 +213,8 @@ impl Thresholds {
                 promote_at: ((limit as f64 * promotion).ceil() as isize).clamp(1, limit.max(1)),
             }),
             rate: limits.rate.map(judged).map(|limit| RateThreshold {
-                tag_mix: super::overlimit::limit_mix(limit),
+                tag_mix: super::overlimit::limit_mix(limit)
+                    ^ if limits.shadow { SHADOW_MIX } else { 0 },
                 fleet: FleetRate::NONE,
                 limit,
                 promote_at: (limit as f64 * promotion).max(1.0).min(limit.max(1) as f64),
@@ -205,6 +240,7 @@ impl Thresholds {
         Limits {
             inflight: self.inflight.map(|t| given(t.limit)),
             rate: self.rate.map(|t| given(t.limit)),
+            shadow: false,
         }
     }
 }

@@ -69,10 +69,11 @@ use crossbeam_utils::atomic::AtomicCell;
 
 use crate::clock::{Registration, Tick, TimeSource, TICK_NANOS};
 use crate::error::ConfigError;
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicBool, AtomicU64, Ordering};
 use exact::ExactStage;
 use limits::{HighestRatePromotion, Thresholds};
 use overlimit::OverLimit;
+use permit::Ticket;
 use sketches::Sketches;
 
 pub use builder::LimiterBuilder;
@@ -128,6 +129,11 @@ struct Shared<K> {
     defaults: AtomicCell<Thresholds>,
     /// The fraction of each limit at which a key is promoted.
     promotion: f64,
+    /// Every decision in shadow, whatever a plan says: the defaults' [`Limits::shadow`],
+    /// from [`LimiterBuilder::shadow`] or the last `set_limits`. Apart from `defaults`, so
+    /// that the thresholds every request copies stay as small as they were; read only when a
+    /// request is refused.
+    shadow: AtomicBool,
     /// The highest rate promotion threshold any decision was judged against so far.
     highest_rate_promotion: HighestRatePromotion,
     exact: ExactStage<K>,
@@ -222,9 +228,9 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let ticket = self.shared.acquire(key, &self.shared.defaults.load())?;
-        Ok(Permit {
-            shared: &self.shared,
+        let shared = &*self.shared;
+        shared.acquire(key, &shared.defaults.load(), false, |ticket| Permit {
+            shared,
             ticket,
         })
     }
@@ -251,10 +257,9 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let ticket = self.shared.acquire(key, &self.shared.defaults.load())?;
-        Ok(OwnedPermit {
-            shared: Arc::clone(&self.shared),
-            ticket,
+        let shared = &self.shared;
+        shared.acquire(key, &shared.defaults.load(), false, |ticket| {
+            OwnedPermit::new(shared, ticket)
         })
     }
 
@@ -293,10 +298,9 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let thresholds = self.shared.defaults.load();
-        let result = self
-            .shared
-            .acquire(key, &thresholds)
-            .map(|ticket| OwnedPermit::new(&self.shared, ticket));
+        let result = self.shared.acquire(key, &thresholds, false, |ticket| {
+            OwnedPermit::new(&self.shared, ticket)
+        });
         (result, thresholds.limits())
     }
 
@@ -344,7 +348,18 @@ where
                 }
             })
         })?;
+        // The two stores are ordered so that no decision enforces a limit in shadow before
+        // or after: into shadow, the flag first, so that a decision reading the new
+        // thresholds (whose seqlock read acquires what was written before them) reads it
+        // too; out of shadow, the flag last, so that the new limits are in shadow at first.
+        let shadow = limits.is_shadow();
+        if shadow {
+            self.shared.shadow.store(true, Ordering::Release);
+        }
         self.shared.defaults.store(thresholds);
+        if !shadow {
+            self.shared.shadow.store(false, Ordering::Release);
+        }
         Ok(())
     }
 
@@ -359,7 +374,8 @@ where
     /// assert_eq!(limiter.limits(), Limits::new().max_inflight(8));
     /// ```
     pub fn limits(&self) -> Limits {
-        self.shared.defaults.load().limits()
+        let limits = self.shared.defaults.load().limits();
+        limits.shadow(self.shared.shadow.load(Ordering::Relaxed))
     }
 
     /// The interval that rate limits count requests per, if the limiter counts a rate.
@@ -567,5 +583,35 @@ where
             }
         }
         Ok(Thresholds::new(limits, self.promotion))
+    }
+
+    /// A plan's `limits` as they are judged: in shadow if they say so or the whole limiter
+    /// is (so that their thresholds have the shadow's tags in the over-limit cache).
+    pub(super) fn plan(&self, limits: Limits) -> Limits {
+        limits.shadow(limits.is_shadow() || self.shadow.load(Ordering::Relaxed))
+    }
+
+    /// Whether a decision is in shadow: its plan's limits are (`plan_shadow`), or the whole
+    /// limiter is. Read only when a request is refused.
+    #[inline]
+    pub(super) fn in_shadow(&self, plan_shadow: bool) -> bool {
+        // Relaxed: see `Limiter::set_limits` for the order of the stores this reads.
+        plan_shadow || self.shadow.load(Ordering::Relaxed)
+    }
+
+    /// A request refused before anything was counted (limits the limiter cannot judge, or
+    /// of 0): in shadow, an admission that says so.
+    #[cold]
+    pub(super) fn refused_uncounted<P>(
+        &self,
+        plan_shadow: bool,
+        rejected: Rejected,
+        permit: impl FnOnce(Ticket) -> P,
+    ) -> Result<P, Rejected> {
+        if self.in_shadow(plan_shadow) {
+            permit::shadow_admission(rejected, permit)
+        } else {
+            Err(rejected)
+        }
     }
 }

@@ -59,6 +59,11 @@ pub(crate) fn limit_mix(limit: isize) -> u64 {
     remix(limit as u64, LIMIT_SEED)
 }
 
+/// What a decision in shadow mixes into its tags besides its limit's: a shadow decision puts
+/// no deadline in the cache, and must not meet one an enforcing decision under the same limit
+/// put there (it would be refused for real).
+pub(crate) const SHADOW_MIX: u64 = 0x7368_6164_6f77_2121;
+
 /// Slots per key the exact stage can hold: over-limit keys are a subset of the keys near
 /// their limits, and spare slots keep two flooding keys from taking turns in one.
 pub(crate) const SLOTS_PER_EXACT_KEY: usize = 4;

@@ -8,7 +8,7 @@ use super::decision;
 use super::exact::{spread, Entry, Place};
 use super::limits::Thresholds;
 use super::overlimit::OverLimit;
-use super::permit::Ticket;
+use super::permit::{self, Held, Ticket};
 use super::sketches::{Reread, Sketched};
 use super::{Rejected, Shared};
 
@@ -39,27 +39,42 @@ where
     /// The whole decision for one request against `t`: the over-limit cache, then the
     /// sketches, then (for hot or promoted keys) the exact stage.
     #[inline]
-    pub(super) fn acquire<Q>(&self, key: &Q, t: &Thresholds) -> Result<Ticket, Rejected>
+    pub(super) fn acquire<Q, P>(
+        &self,
+        key: &Q,
+        t: &Thresholds,
+        plan_shadow: bool,
+        permit: impl FnOnce(Ticket) -> P,
+    ) -> Result<P, Rejected>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.acquire_hashed(key, self.sketches.hash(key), t)
+        self.acquire_hashed(key, self.sketches.hash(key), t, plan_shadow, permit)
     }
 
-    /// [`acquire`](Self::acquire) for a key whose hash is known.
-    pub(super) fn acquire_hashed<Q>(
+    /// [`acquire`](Self::acquire) for a key whose hash is known. In shadow (`plan_shadow`, or
+    /// the whole limiter), a refusal is an admission that says so, counted as the refusal it
+    /// stands for.
+    ///
+    /// Shadow is looked at only where a refusal is made, never on an admission's way nor on
+    /// the over-limit cache's (a flood's): a decision in shadow puts no deadline in the cache,
+    /// so its refusals are always decided anew, and the cache's refusals are never shadow. It
+    /// is not a field of the thresholds, which every request copies.
+    pub(super) fn acquire_hashed<Q, P>(
         &self,
         key: &Q,
         hash: u64,
         t: &Thresholds,
-    ) -> Result<Ticket, Rejected>
+        plan_shadow: bool,
+        permit: impl FnOnce(Ticket) -> P,
+    ) -> Result<P, Rejected>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         if let Some(rejected) = t.refuses_all() {
-            return Err(rejected);
+            return self.refused_uncounted(plan_shadow, rejected, permit);
         }
         // One remix for the over-limit cache and the filter.
         let spread = spread(hash);
@@ -93,12 +108,18 @@ where
             self.decide_hot(key, &sketched, t, hot)
         };
         match decision {
-            Ok(tracked) => Ok(Ticket { hash, tracked }),
+            Ok(generation) => Ok(permit(Ticket {
+                hash,
+                held: Held::of(generation),
+            })),
             Err(Refusal {
                 rejected,
                 over_until,
             }) => {
                 self.sketches.release(hash);
+                if self.in_shadow(plan_shadow) {
+                    return permit::shadow_admission(rejected, permit);
+                }
                 if let (Some(deadline), Some(window), Some(rate)) =
                     (over_until, sketched.window, t.rate)
                 {
@@ -211,7 +232,8 @@ impl<K> Shared<K> {
     /// Gives back what an admitted request took, and wakes a waiter of its key if any.
     #[inline]
     pub(super) fn release(&self, ticket: &Ticket) {
-        // A limiter that counts no requests in flight has nothing to give back: no call.
+        // A limiter that counts no requests in flight has nothing to give back: no call; nor
+        // has a request admitted in shadow, counted as refused.
         if self.sketches.inflight.is_some() {
             self.release_inflight(ticket);
         }
@@ -219,18 +241,20 @@ impl<K> Shared<K> {
 
     /// [`release`](Self::release) for a limiter that counts requests in flight.
     fn release_inflight(&self, ticket: &Ticket) {
-        match ticket.tracked {
-            Some(generation) => self.exact.release(
-                ticket.hash,
+        let hash = ticket.hash;
+        match ticket.held {
+            Held::Exact(generation) => self.exact.release(
+                hash,
                 generation,
-                || self.sketches.release(ticket.hash),
+                || self.sketches.release(hash),
                 |entry| self.is_cool(entry),
                 || self.sketches.now(),
             ),
-            None => self.sketches.release(ticket.hash),
+            Held::Sketch => self.sketches.release(hash),
+            Held::Shadow(_) => return,
         }
         // After the count is given back: the release's half of the wake-up handshake.
-        self.waiters.released(ticket.hash);
+        self.waiters.released(hash);
     }
 
     /// Whether a promoted entry has cooled down, by the sketches now and its last thresholds.

@@ -2,10 +2,10 @@
 
 use std::borrow::Borrow;
 use std::hash::Hash;
-use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Acquire, Limiter, Limits, OwnedPermit, Permit, Rejected};
+use super::permit::Ticket;
+use super::{Acquire, Limiter, Limits, OwnedPermit, Permit, Rejected, Shared};
 
 /// A [`Limiter`] judging requests against given [`Limits`] instead of its defaults (a
 /// customer's plan, say), from [`Limiter::with_limits`]: the same three admissions, one way
@@ -74,9 +74,8 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let shared = &self.limiter.shared;
-        let ticket = shared.acquire(key, &shared.thresholds(&self.limits)?)?;
-        Ok(Permit { shared, ticket })
+        let shared = &*self.limiter.shared;
+        self.decide(shared, key, |ticket| Permit { shared, ticket })
     }
 
     /// As [`Limiter::try_acquire_owned`], against these limits.
@@ -90,11 +89,27 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let shared = &self.limiter.shared;
-        let ticket = shared.acquire(key, &shared.thresholds(&self.limits)?)?;
-        Ok(OwnedPermit {
-            shared: Arc::clone(shared),
-            ticket,
-        })
+        self.decide(shared, key, |ticket| OwnedPermit::new(shared, ticket))
+    }
+
+    /// The decision for one request against these limits, an admission's ticket made into
+    /// the caller's `permit`.
+    fn decide<Q, P>(
+        &self,
+        shared: &Shared<K>,
+        key: &Q,
+        permit: impl FnOnce(Ticket) -> P,
+    ) -> Result<P, Rejected>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let limits = shared.plan(self.limits);
+        let shadow = limits.is_shadow();
+        match shared.thresholds(&limits) {
+            Ok(t) => shared.acquire(key, &t, shadow, permit),
+            Err(rejected) => shared.refused_uncounted(shadow, rejected, permit),
+        }
     }
 }
 

@@ -145,16 +145,24 @@ where
     {
         // What no waiting can help is answered at once, uncounted, queued or not: limits of
         // a kind the limiter does not count, and limits of 0.
+        // In shadow, such a refusal is an admission that says so, as any other.
+        let limits = limits.map(|l| shared.plan(l));
+        let plan_shadow = limits.is_some_and(|l| l.is_shadow());
+        let permit = |ticket| OwnedPermit::new(shared, ticket);
+        let uncounted = |rejected| {
+            let answer = shared.refused_uncounted(plan_shadow, rejected, permit);
+            Self::ready(shared, answer)
+        };
         let thresholds = match limits {
             Some(limits) => shared.thresholds(&limits),
             None => Ok(shared.defaults.load()),
         };
         let thresholds = match thresholds {
             Ok(t) => match t.refuses_all() {
-                Some(rejected) => return Self::ready(shared, Err(rejected)),
+                Some(rejected) => return uncounted(rejected),
                 None => t,
             },
-            Err(rejected) => return Self::ready(shared, Err(rejected)),
+            Err(rejected) => return uncounted(rejected),
         };
         let hash = shared.sketches.hash(key);
         let max_wait = crate::clock::saturating_nanos(max_wait);
@@ -164,9 +172,9 @@ where
         let queued = max_wait > 0 && shared.waiters.any_parked(hash);
         let mut first = None;
         if !queued {
-            match shared.acquire_hashed(key, hash, &thresholds) {
-                Ok(ticket) => return Self::ready(shared, Ok(OwnedPermit::new(shared, ticket))),
+            match shared.acquire_hashed(key, hash, &thresholds, plan_shadow, permit) {
                 Err(rejected) => first = Some(rejected),
+                answer => return Self::ready(shared, answer),
             }
         }
         // Its deadline is `max_wait` from now, rounded up to the tick, never early: from the
@@ -308,12 +316,17 @@ fn attempt<K>(shared: &Arc<Shared<K>>, wait: &Wait<K>) -> Result<OwnedPermit<K>,
 where
     K: Hash + Eq + Clone,
 {
-    let thresholds = match &wait.limits {
-        Some(limits) => shared.thresholds(limits)?,
-        None => shared.defaults.load(),
+    let limits = wait.limits.map(|l| shared.plan(l));
+    let plan_shadow = limits.is_some_and(|l| l.is_shadow());
+    let thresholds = match &limits {
+        Some(limits) => shared.thresholds(limits),
+        None => Ok(shared.defaults.load()),
     };
-    let ticket = shared.acquire_hashed(&wait.key, wait.hash, &thresholds)?;
-    Ok(OwnedPermit::new(shared, ticket))
+    let permit = |ticket| OwnedPermit::new(shared, ticket);
+    match thresholds {
+        Ok(t) => shared.acquire_hashed(&wait.key, wait.hash, &t, plan_shadow, permit),
+        Err(rejected) => shared.refused_uncounted(plan_shadow, rejected, permit),
+    }
 }
 
 impl<K> Future for Acquire<K>
