@@ -22,7 +22,7 @@ use bytes::Bytes;
 use common::layer::{list, origin_form, parse_list, single, Bare, Item};
 use floodgate::clock::ManualClock;
 use floodgate::layer::{
-    HostKey, KeyExtractor, LimitLayer, LimitService, RefusalResponse, RejectedKey,
+    HostKey, KeyExtractor, LimitLayer, LimitService, RefusalResponse, RejectedKey, ShadowRejected,
 };
 use floodgate::{Limiter, Limits, Reason, Rejected};
 use http::header::{HeaderMap, HeaderValue, HOST, RETRY_AFTER};
@@ -1434,4 +1434,57 @@ struct NoopWake;
 
 impl std::task::Wake for NoopWake {
     fn wake(self: Arc<Self>) {}
+}
+
+/// Over loopback: a limit in shadow serves what it would refuse, the inner service is called
+/// for every request, and an outer layer sees the refusal each would have had
+/// (`ShadowRejected` in the response's extensions), here as a header.
+#[tokio::test]
+async fn a_limit_in_shadow_serves_every_request_and_says_which_it_would_refuse() {
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder()
+        .max_rate(3, Duration::from_secs(1))
+        .shadow(true)
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let would_refuse = |mut response: Response<_>| {
+        let reason = response
+            .extensions()
+            .get::<ShadowRejected>()
+            .map(|shadow| format!("{:?}", shadow.0.reason));
+        if let Some(reason) = reason {
+            let value = HeaderValue::from_str(&reason).unwrap();
+            response.headers_mut().insert("x-would-refuse", value);
+        }
+        response
+    };
+    let origins = Arc::new(Origins::default());
+    let service = tower::ServiceBuilder::new()
+        .map_response(would_refuse)
+        .layer(LimitLayer::new(limiter.clone()))
+        .service(handler(&origins));
+    let addr = serve(service).await;
+    let client = client();
+
+    let mut marked = Vec::new();
+    for _ in 0..5 {
+        let (status, headers) = fetch(&client, request(addr, "trial.example")).await;
+        assert_eq!(status, StatusCode::OK, "in shadow: served");
+        assert!(no_fields(&headers), "nor told of the limits");
+        marked.push(
+            headers
+                .get("x-would-refuse")
+                .map(|v| v.to_str().unwrap().to_owned()),
+        );
+    }
+    let rate = Some("Rate".to_owned());
+    assert_eq!(marked, [None, None, None, rate.clone(), rate]);
+    assert_eq!(calls(&origins, "trial.example"), 5);
+
+    // Enforcing from now on: the same traffic is refused.
+    limiter.set_limits(Limits::new().max_rate(3)).unwrap();
+    let (status, _) = fetch(&client, request(addr, "trial.example")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(calls(&origins, "trial.example"), 5);
 }
