@@ -548,14 +548,6 @@ impl<K> LimiterBuilder<K> {
             }
         });
         self.fleet.start(&shared, &fleet);
-        {
-            let b = &*shared as *const Shared<K> as usize;
-            let f = |a: usize| (a - b, a % 64, a % 67);
-            eprintln!("PROBE shared%64={} size={} defaults={:?} sketches={:?} promotion={:?} over_limit={:?} exact={:?} fleet={:?} time={:?}",
-                b % 64, std::mem::size_of::<Shared<K>>(),
-                f(&shared.defaults as *const _ as usize), f(&shared.sketches as *const _ as usize), f(&shared.promotion as *const _ as usize),
-                f(&shared.over_limit as *const _ as usize), f(&shared.exact as *const _ as usize), f(&shared.fleet as *const _ as usize), f(&shared.time as *const _ as usize));
-        }
         Ok(Limiter { shared })
     }
 }
