@@ -20,6 +20,18 @@ impl KeyHasher {
         KeyHasher(ahash::RandomState::new())
     }
 
+    /// A hasher under fixed keys from `seed`: for tests that run two limiters on the same
+    /// traffic and need the same collisions in both.
+    #[cfg(feature = "fault-injection")]
+    pub(crate) fn with_seed(seed: u64) -> Self {
+        KeyHasher(ahash::RandomState::with_seeds(
+            seed,
+            !seed,
+            seed ^ 1,
+            seed ^ 2,
+        ))
+    }
+
     /// The keyed 64-bit hash of `key`, through `Hash::hash` on a fresh hasher.
     ///
     /// Not `RandomState::hash_one`: on a nightly compiler ahash specialises `hash_one` by

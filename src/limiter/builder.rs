@@ -14,6 +14,7 @@ use super::fleet::FleetSetup;
 use super::limits::{HighestRatePromotion, Thresholds};
 use super::overlimit::{OverLimit, SLOTS_PER_EXACT_KEY};
 use super::sketches::Sketches;
+use super::tally::Tally;
 use super::wait::Waiters;
 use super::{Limiter, Limits, Shared, Sweeper};
 use crossbeam_utils::atomic::AtomicCell;
@@ -24,6 +25,9 @@ use crossbeam_utils::atomic::AtomicCell;
 /// (see `exact`'s module docs). 4 rows cost 1.1–1.5× as much per request in
 /// `benches/limiter.rs`'s simulated groups.
 pub(crate) const DEFAULT_ROWS: usize = 2;
+/// The `limiter` label of a limiter's metrics unless [`LimiterBuilder::name`] gives one.
+const DEFAULT_NAME: &str = "default";
+
 /// The peak request rate (requests per second, all keys together, one process) that a
 /// limiter is sized for unless told otherwise: see [`LimiterBuilder::peak_rate`].
 pub(crate) const DEFAULT_PEAK_RATE: u64 = 1_000_000;
@@ -88,6 +92,8 @@ pub struct LimiterBuilder<K> {
     max_rate: Option<(u32, Duration)>,
     promotion: f64,
     shadow: bool,
+    /// The `limiter` label of its metrics.
+    name: String,
     /// `None`: sized from the peak rate.
     exact_capacity: Option<usize>,
     rows: usize,
@@ -97,6 +103,9 @@ pub struct LimiterBuilder<K> {
     max_waiters: usize,
     max_waiters_per_key: usize,
     clock: Option<ManualClock>,
+    /// Fixed hash keys (tests only, feature `fault-injection`); random otherwise.
+    #[cfg(feature = "fault-injection")]
+    hash_seed: Option<u64>,
     /// The fleet to hold the rate limit with (feature `redis`; none without).
     fleet: FleetSetup<K>,
     key: std::marker::PhantomData<fn() -> K>,
@@ -107,6 +116,7 @@ impl<K> Clone for LimiterBuilder<K> {
         LimiterBuilder {
             clock: self.clock.clone(),
             fleet: self.fleet.clone(),
+            name: self.name.clone(),
             ..*self
         }
     }
@@ -133,6 +143,7 @@ impl<K> LimiterBuilder<K> {
             max_rate: None,
             promotion: DEFAULT_PROMOTION,
             shadow: false,
+            name: DEFAULT_NAME.to_owned(),
             exact_capacity: None,
             rows: DEFAULT_ROWS,
             columns: None,
@@ -140,6 +151,8 @@ impl<K> LimiterBuilder<K> {
             max_waiters: DEFAULT_MAX_WAITERS,
             max_waiters_per_key: DEFAULT_MAX_WAITERS_PER_KEY,
             clock: None,
+            #[cfg(feature = "fault-injection")]
+            hash_seed: None,
             fleet: FleetSetup::none(),
             key: std::marker::PhantomData,
         }
@@ -296,6 +309,27 @@ impl<K> LimiterBuilder<K> {
         self
     }
 
+    /// The limiter's name in its metrics (the `limiter` label; default `"default"`), to tell
+    /// several limiters of one process apart. Metrics are published with the `metrics`
+    /// feature only; see [`Limiter`]'s "Metrics".
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let per_origin: floodgate::Limiter<String> = floodgate::Limiter::builder()
+    ///     .name("per-origin")
+    ///     .max_rate(100, Duration::from_secs(1))
+    ///     .build()
+    ///     .unwrap();
+    /// # drop(per_origin);
+    /// ```
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
     /// The most requests per second this process sends through the limiter, all keys
     /// together (default a million): the one knob the sketches are
     /// sized by, unless [`sketch`](Self::sketch) gives their size.
@@ -373,6 +407,17 @@ impl<K> LimiterBuilder<K> {
     /// ```
     pub fn max_waiters_per_key(mut self, waiters: usize) -> Self {
         self.max_waiters_per_key = waiters;
+        self
+    }
+
+    /// Hashes keys under fixed keys from `seed` instead of random ones, so that two limiters
+    /// built alike count the same keys in the same counters: for tests that compare two
+    /// limiters on the same traffic. Never for production (the random keys are what keeps an
+    /// attacker from choosing colliding keys); not part of the stable API.
+    #[cfg(feature = "fault-injection")]
+    #[doc(hidden)]
+    pub fn hash_seed(mut self, seed: u64) -> Self {
+        self.hash_seed = Some(seed);
         self
     }
 
@@ -464,6 +509,11 @@ impl<K> LimiterBuilder<K> {
         // The sketches are sized for the default limits' thresholds.
         let defaults = Thresholds::new(&limits, self.promotion);
         // One hasher for every table of the limiter, its Rate's included.
+        #[cfg(feature = "fault-injection")]
+        let hasher = self
+            .hash_seed
+            .map_or_else(KeyHasher::new, KeyHasher::with_seed);
+        #[cfg(not(feature = "fault-injection"))]
         let hasher = KeyHasher::new();
         let inflight = match defaults.inflight {
             Some(t) => {
@@ -538,6 +588,7 @@ impl<K> LimiterBuilder<K> {
                 promotion: self.promotion,
                 shadow: AtomicBool::new(self.shadow),
                 highest_rate_promotion: HighestRatePromotion::new(&defaults),
+                tally: Tally::new(&self.name),
                 exact: ExactStage::new(capacity),
                 over_limit: OverLimit::new(capacity * SLOTS_PER_EXACT_KEY),
                 waiters: Waiters::new(self.max_waiters, self.max_waiters_per_key, time.coarse()),

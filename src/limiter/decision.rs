@@ -117,19 +117,27 @@ pub(crate) fn promoted(s: &Sketched, now: &Recount, proven: Option<isize>) -> Co
 /// exact stage's lock, in the request's windows, so that they include every request the
 /// entry admitted before this one (each counted itself in the sketches before taking the
 /// lock); the estimates read before the lock may miss one admitted in between, and a bound
-/// on them would be one short. `Ok(true)` when the permit's in-flight slot is counted here.
+/// on them would be one short. `Ok` with whether the permit's in-flight slot is counted here,
+/// and, when `near` (a ratio of the limits) is given, whether the key's counts with this
+/// request reach that ratio of a limit.
 pub(crate) fn exact(
     counts: &mut Counts,
     s: &Sketched,
     now: &Recount,
     t: &Thresholds,
-) -> Result<bool, Rejected> {
+    near: Option<f64>,
+) -> Result<Admitted, Rejected> {
+    let near_at = |limit: isize| near.map(|ratio| ratio * limit as f64);
+    let mut admitted = Admitted::default();
     let mut tracked = false;
     if let (Some(estimate), Some(_)) = (now.inflight, s.inflight) {
         counts.inflight.rebase(estimate - 1);
         let bound = estimate.min(counts.inflight.bound() + 1);
-        if let Some(t) = t.inflight.filter(|t| bound > t.limit) {
-            return Err(Rejected::inflight(bound, t.limit));
+        if let Some(t) = t.inflight {
+            if bound > t.limit {
+                return Err(Rejected::inflight(bound, t.limit));
+            }
+            admitted.near |= near_at(t.limit).is_some_and(|at| bound as f64 >= at);
         }
         // Tracked whatever the limit, so that the release finds it counted here.
         tracked = true;
@@ -140,13 +148,23 @@ pub(crate) fn exact(
         view.lower_to(&counts.rate, 1);
         if let Some(t) = t.rate {
             judge_rate(counts, &view, &t)?;
+            admitted.near |= near_at(t.limit).is_some_and(|at| view.reaches(at));
         }
         counts.rate.count_one();
     }
     if tracked {
         counts.inflight.tracked += 1;
     }
-    Ok(tracked)
+    admitted.tracked = tracked;
+    Ok(admitted)
+}
+
+/// A request the exact stage admits: whether its in-flight slot is counted there, and
+/// whether its key is near a limit (see [`exact`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Admitted {
+    pub(crate) tracked: bool,
+    pub(crate) near: bool,
 }
 
 /// The rate judgement of [`exact`]: this node's counts (`view`, this request included), and
@@ -362,11 +380,12 @@ mod tests {
         let mut counts = promoted(&sketched(1, 0, 5), &recount(1, 0, 5), None);
         for n in 5..=10 {
             let s = sketched(1, 0, 40 + n);
-            assert_eq!(exact(&mut counts, &s, &recount(1, 0, 40 + n), &t), Ok(true));
+            let admitted = exact(&mut counts, &s, &recount(1, 0, 40 + n), &t, None);
+            assert_eq!(admitted.map(|a| a.tracked), Ok(true));
         }
         assert_eq!(counts.rate.bound(7), Some(10));
         let s = sketched(1, 0, 51);
-        let rejected = exact(&mut counts, &s, &recount(1, 0, 51), &t).unwrap_err();
+        let rejected = exact(&mut counts, &s, &recount(1, 0, 51), &t, None).unwrap_err();
         assert_eq!((rejected.reason, rejected.estimate), (Reason::Rate, 11));
         assert_eq!(counts.rate.bound(7), Some(10), "a refusal is not counted");
     }

@@ -57,6 +57,7 @@ mod path;
 mod permit;
 mod report;
 mod sketches;
+mod tally;
 mod wait;
 mod with_limits;
 
@@ -91,6 +92,29 @@ const SATURATED_AT: f64 = 0.5;
 /// Per-key limits on requests in flight and request rate, for a proxy's origins.
 ///
 /// Cloning is cheap and clones share one set of counts.
+///
+/// # Metrics
+///
+/// With the `metrics` feature, a limiter publishes through the
+/// [`metrics`](https://docs.rs/metrics) facade to whatever recorder the application installed
+/// (a Prometheus exporter, say; `examples/metrics.rs` serves one), each with the label
+/// `limiter` = its [`name`](LimiterBuilder::name):
+///
+/// | metric | kind | what |
+/// |---|---|---|
+/// | `floodgate_requests_total` | counter | requests decided; labels `decision` = `admitted`, `refused` or `shadow_refused` (admitted in shadow), and `reason` = `none` (admitted), `inflight`, `rate`, `inflight_not_counted`, `rate_not_counted` or `limit_too_large` |
+/// | `floodgate_near_limit_total` | counter | admitted requests of promoted keys whose count reached 80% of a limit (with the default promotion at half the limit, every key that gets there is promoted) |
+/// | `floodgate_exact_keys`, `floodgate_exact_capacity` | gauges | keys the exact stage holds, and can hold |
+/// | `floodgate_waiting` | gauge | requests waiting for a permit |
+/// | `floodgate_saturation` | gauge | label `kind` = `rate` or `inflight`: a sketch's noise against its promotion threshold; at 0.5 ([`LimiterStats::saturated`]) keys far under their limits start to look hot: size for a higher peak rate |
+/// | `floodgate_fleet_connected`, `floodgate_fleet_nodes`, `floodgate_fleet_last_sync_age_seconds` | gauges | in a fleet: whether Redis answers, the nodes it counts, the time since the last sync |
+///
+/// The request path counts each decision in counters of its thread's own (a load and a store
+/// on a line no other thread writes, no locked instruction; threads past 128 at once share
+/// one, with a locked add). The limiter's clock sums them and publishes the totals once a
+/// sweep (a rate window, at most a second), registering them anew each time, so a recorder
+/// installed after the limiter was built gets them too. Without the feature nothing is
+/// counted.
 ///
 /// # Examples
 ///
@@ -136,6 +160,8 @@ struct Shared<K> {
     shadow: AtomicBool,
     /// The highest rate promotion threshold any decision was judged against so far.
     highest_rate_promotion: HighestRatePromotion,
+    /// The decisions counted for the operator's metrics (feature `metrics`; nothing without).
+    tally: tally::Tally,
     exact: ExactStage<K>,
     over_limit: OverLimit,
     /// Requests waiting for a permit ([`Limiter::acquire`]).
@@ -149,6 +175,50 @@ struct Shared<K> {
     /// Keeps the sweep alive for as long as the limiter: the clock holds only a weak
     /// reference to it.
     _sweeper: Arc<Sweeper<K>>,
+}
+
+impl<K> Shared<K> {
+    /// See [`Limiter::stats`].
+    fn stats(&self) -> LimiterStats {
+        let s = self;
+        let defaults = s.defaults.load();
+        let rate_noise = s.sketches.rate.as_ref().map(crate::Rate::noise);
+        let rate_promote_at = defaults.rate.map(|t| t.promote_at);
+        let inflight_noise = s.sketches.inflight.as_ref().map(|c| c.mean_count());
+        let inflight_promote_at = defaults.inflight.map(|t| t.promote_at as f64);
+        let over = |noise: Option<f64>, at: Option<f64>| match (noise, at) {
+            (Some(noise), Some(at)) => noise >= SATURATED_AT * at,
+            _ => false,
+        };
+        LimiterStats {
+            promoted: s.exact.len(),
+            exact_capacity: s.exact.capacity(),
+            promotions: s.exact.promotions(),
+            replaced: s.exact.replaced(),
+            exact_full: s.exact.decided_alone(),
+            rate_noise,
+            rate_promote_at,
+            inflight_noise,
+            inflight_promote_at,
+            saturated: over(rate_noise, rate_promote_at)
+                || over(inflight_noise, inflight_promote_at),
+            waiting: s.waiters.len(),
+        }
+    }
+
+    /// What the metrics' gauges show now (feature `metrics`).
+    fn gauges(&self) -> tally::Gauges {
+        let stats = self.stats();
+        let saturation = |noise: Option<f64>, at: Option<f64>| Some(noise? / at?);
+        tally::Gauges {
+            exact_keys: stats.promoted,
+            exact_capacity: stats.exact_capacity,
+            waiting: stats.waiting,
+            rate_saturation: saturation(stats.rate_noise, stats.rate_promote_at),
+            inflight_saturation: saturation(stats.inflight_noise, stats.inflight_promote_at),
+            fleet: self.fleet.gauges(),
+        }
+    }
 }
 
 /// The limiter's periodic work on its clock's thread: the exact stage's sweep, clearing the
@@ -172,6 +242,9 @@ impl<K: Send + Sync> Tick for Sweeper<K> {
         if now >= next_sweep {
             shared.sweep_exact();
             shared.over_limit.forget_expired(now);
+            if tally::Tally::ON {
+                shared.tally.publish(&shared.gauges());
+            }
             next_sweep = now.saturating_add(self.period);
             self.next_sweep.store(next_sweep, Ordering::Relaxed);
         }
@@ -470,30 +543,7 @@ where
     /// assert_eq!((stats.promoted, stats.promotions, stats.exact_full), (1, 1, 0));
     /// ```
     pub fn stats(&self) -> LimiterStats {
-        let s = &*self.shared;
-        let defaults = s.defaults.load();
-        let rate_noise = s.sketches.rate.as_ref().map(crate::Rate::noise);
-        let rate_promote_at = defaults.rate.map(|t| t.promote_at);
-        let inflight_noise = s.sketches.inflight.as_ref().map(|c| c.mean_count());
-        let inflight_promote_at = defaults.inflight.map(|t| t.promote_at as f64);
-        let over = |noise: Option<f64>, at: Option<f64>| match (noise, at) {
-            (Some(noise), Some(at)) => noise >= SATURATED_AT * at,
-            _ => false,
-        };
-        LimiterStats {
-            promoted: s.exact.len(),
-            exact_capacity: s.exact.capacity(),
-            promotions: s.exact.promotions(),
-            replaced: s.exact.replaced(),
-            exact_full: s.exact.decided_alone(),
-            rate_noise,
-            rate_promote_at,
-            inflight_noise,
-            inflight_promote_at,
-            saturated: over(rate_noise, rate_promote_at)
-                || over(inflight_noise, inflight_promote_at),
-            waiting: s.waiters.len(),
-        }
+        self.shared.stats()
     }
 
     /// Locks of the exact stage taken so far: lets the tests check that a path takes none.
@@ -608,7 +658,9 @@ where
         rejected: Rejected,
         permit: impl FnOnce(Ticket) -> P,
     ) -> Result<P, Rejected> {
-        if self.in_shadow(plan_shadow) {
+        let shadow = self.in_shadow(plan_shadow);
+        self.tally.refused(&rejected, shadow);
+        if shadow {
             permit::shadow_admission(rejected, permit)
         } else {
             Err(rejected)

@@ -10,6 +10,7 @@ use super::limits::Thresholds;
 use super::overlimit::OverLimit;
 use super::permit::{self, Held, Ticket};
 use super::sketches::{Reread, Sketched};
+use super::tally::{Tally, NEAR_LIMIT};
 use super::{Rejected, Shared};
 
 /// A request the exact stage refused, and for a rate rejection on exact counts, until when
@@ -79,6 +80,7 @@ where
         // One remix for the over-limit cache and the filter.
         let spread = spread(hash);
         if let Some(rejected) = self.over_limit_now(spread, t) {
+            self.tally.refused(&rejected, false);
             return Err(rejected);
         }
         // In a fleet, after the cache: a flooded key's refusal costs nothing more. A share
@@ -92,6 +94,7 @@ where
                 let tag = |t: &Thresholds| t.rate.map(|rate| rate.tag_mix);
                 if tag(fleet) != tag(t) {
                     if let Some(rejected) = self.over_limit_now(spread, fleet) {
+                        self.tally.refused(&rejected, false);
                         return Err(rejected);
                     }
                 }
@@ -108,16 +111,21 @@ where
             self.decide_hot(key, &sketched, t, hot)
         };
         match decision {
-            Ok(generation) => Ok(permit(Ticket {
-                hash,
-                held: Held::of(generation),
-            })),
+            Ok(generation) => {
+                self.tally.admitted();
+                Ok(permit(Ticket {
+                    hash,
+                    held: Held::of(generation),
+                }))
+            }
             Err(Refusal {
                 rejected,
                 over_until,
             }) => {
                 self.sketches.release(hash);
-                if self.in_shadow(plan_shadow) {
+                let shadow = self.in_shadow(plan_shadow);
+                self.tally.refused(&rejected, shadow);
+                if shadow {
                     return permit::shadow_admission(rejected, permit);
                 }
                 if let (Some(deadline), Some(window), Some(rate)) =
@@ -211,8 +219,14 @@ where
             return alone(s, t); // unreachable: a held place has its entry
         };
         let now = self.sketches.recount(s);
-        match decision::exact(&mut entry.counts, s, &now, t) {
-            Ok(tracked) => Ok(tracked.then_some(entry.generation)),
+        let near = Tally::ON.then_some(NEAR_LIMIT);
+        match decision::exact(&mut entry.counts, s, &now, t, near) {
+            Ok(admitted) => {
+                if admitted.near {
+                    self.tally.near();
+                }
+                Ok(admitted.tracked.then_some(entry.generation))
+            }
             Err(rejected) => {
                 entry.rejected += 1;
                 let over_until = decision::held_until(&rejected, s, t);

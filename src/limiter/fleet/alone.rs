@@ -21,6 +21,11 @@ impl Fleet {
     pub(crate) fn is_joined(&self) -> bool {
         false
     }
+
+    /// The fleet's gauges for the metrics: none.
+    pub(crate) fn gauges(&self) -> Option<crate::limiter::tally::FleetGauges> {
+        None
+    }
 }
 
 /// A builder's fleet: none.

@@ -33,6 +33,16 @@ impl Fleet {
     pub(crate) fn is_joined(&self) -> bool {
         self.0.is_some()
     }
+
+    /// The fleet's gauges for the metrics; `None` without a fleet.
+    pub(crate) fn gauges(&self) -> Option<crate::limiter::tally::FleetGauges> {
+        let status = self.0.as_ref()?.status();
+        Some(crate::limiter::tally::FleetGauges {
+            connected: status.connected,
+            nodes: status.nodes,
+            last_sync_age: status.last_sync_age.map(|age| age.as_secs_f64()),
+        })
+    }
 }
 
 /// What `LimiterBuilder::fleet` was given, and how to start the sync of its key type.

@@ -1,0 +1,213 @@
+//! With the `metrics` feature: the decisions counted per thread, and published with the
+//! gauges through the `metrics` facade by the limiter's clock.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crossbeam_utils::CachePadded;
+use metrics::{counter, describe_counter, describe_gauge, gauge, Unit};
+
+use super::slot::{self, SHARED, SLOTS};
+use super::Gauges;
+use crate::limiter::{Reason, Rejected};
+
+/// Counters of one thread: admitted, near the limit, then refused and refused in shadow by
+/// reason.
+const ADMITTED: usize = 0;
+const NEAR: usize = 1;
+const REFUSED: usize = 2;
+const SHADOW: usize = REFUSED + REASONS.len();
+const KINDS: usize = SHADOW + REASONS.len();
+
+type Counts = [AtomicU64; KINDS];
+
+/// The counters of every thread's slot, and the limiter's label.
+pub(crate) struct Tally {
+    slots: Box<[CachePadded<Counts>]>,
+    name: String,
+}
+
+impl std::fmt::Debug for Tally {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tally")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Tally {
+    /// Whether anything is counted: near-limit admissions are worked out only if so.
+    pub(crate) const ON: bool = true;
+
+    /// Counters for the limiter labelled `name`, and the metrics' descriptions.
+    pub(crate) fn new(name: &str) -> Self {
+        describe();
+        let slots = (0..=SLOTS)
+            .map(|_| CachePadded::new(std::array::from_fn(|_| AtomicU64::new(0))))
+            .collect();
+        Tally {
+            slots,
+            name: name.to_owned(),
+        }
+    }
+
+    /// Counts one in this thread's slot.
+    #[inline]
+    fn count(&self, kind: usize) {
+        let slot = slot::current();
+        let counter = &self.slots[slot][kind];
+        if slot == SHARED {
+            counter.fetch_add(1, Ordering::Relaxed);
+        } else {
+            // Only this thread writes its slot (see `slot`): a plain load and store lose
+            // nothing, and cost no locked instruction. Relaxed: the clock only sums totals.
+            counter.store(
+                counter.load(Ordering::Relaxed).wrapping_add(1),
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// An admitted request.
+    #[inline]
+    pub(crate) fn admitted(&self) {
+        self.count(ADMITTED);
+    }
+
+    /// An admitted request whose key's count reached [`super::NEAR_LIMIT`] of a limit.
+    pub(crate) fn near(&self) {
+        self.count(NEAR);
+    }
+
+    /// A refused request, or in `shadow` one admitted that its limits refuse.
+    #[inline]
+    pub(crate) fn refused(&self, rejected: &Rejected, shadow: bool) {
+        let base = if shadow { SHADOW } else { REFUSED };
+        self.count(base + reason_index(rejected.reason));
+    }
+
+    /// The total of one kind over every slot.
+    fn total(&self, kind: usize) -> u64 {
+        let sum = self.slots.iter().map(|s| s[kind].load(Ordering::Relaxed));
+        sum.fold(0, u64::wrapping_add)
+    }
+
+    /// Publishes the totals and `gauges` to the installed recorder (none: nothing happens).
+    /// Registered anew each time, so a recorder installed after the limiter was built still
+    /// gets them; off the request path (the clock's thread, once a sweep).
+    pub(crate) fn publish(&self, gauges: &Gauges) {
+        let name = self.name.clone();
+        let requests = |decision: &'static str, reason: &'static str, value: u64| {
+            counter!(
+                "floodgate_requests_total",
+                "limiter" => name.clone(),
+                "decision" => decision,
+                "reason" => reason,
+            )
+            .absolute(value);
+        };
+        requests("admitted", "none", self.total(ADMITTED));
+        for (i, (_, reason)) in REASONS.iter().enumerate() {
+            // The two reasons every limiter can have are published from 0, so that a rate
+            // over them exists before the first refusal; the misconfiguration ones once seen.
+            let always = i < 2;
+            for (decision, base) in [("refused", REFUSED), ("shadow_refused", SHADOW)] {
+                let value = self.total(base + i);
+                if always || value > 0 {
+                    requests(decision, reason, value);
+                }
+            }
+        }
+        counter!("floodgate_near_limit_total", "limiter" => name.clone())
+            .absolute(self.total(NEAR));
+        let set = |metric: &'static str, value: f64| {
+            gauge!(metric, "limiter" => name.clone()).set(value);
+        };
+        set("floodgate_exact_keys", gauges.exact_keys as f64);
+        set("floodgate_exact_capacity", gauges.exact_capacity as f64);
+        set("floodgate_waiting", gauges.waiting as f64);
+        for (kind, saturation) in [
+            ("rate", gauges.rate_saturation),
+            ("inflight", gauges.inflight_saturation),
+        ] {
+            if let Some(value) = saturation {
+                gauge!("floodgate_saturation", "limiter" => name.clone(), "kind" => kind)
+                    .set(value);
+            }
+        }
+        if let Some(fleet) = gauges.fleet {
+            set(
+                "floodgate_fleet_connected",
+                f64::from(u8::from(fleet.connected)),
+            );
+            set("floodgate_fleet_nodes", fleet.nodes as f64);
+            if let Some(age) = fleet.last_sync_age {
+                set("floodgate_fleet_last_sync_age_seconds", age);
+            }
+        }
+    }
+}
+
+/// The counters' index of a refusal's reason, and its label.
+const REASONS: [(Reason, &str); 5] = [
+    (Reason::Inflight, "inflight"),
+    (Reason::Rate, "rate"),
+    (Reason::InflightNotCounted, "inflight_not_counted"),
+    (Reason::RateNotCounted, "rate_not_counted"),
+    (Reason::LimitTooLarge, "limit_too_large"),
+];
+
+/// The index of `reason` in [`REASONS`].
+#[inline]
+fn reason_index(reason: Reason) -> usize {
+    match reason {
+        Reason::Inflight => 0,
+        Reason::Rate => 1,
+        Reason::InflightNotCounted => 2,
+        Reason::RateNotCounted => 3,
+        Reason::LimitTooLarge => 4,
+    }
+}
+
+/// The metrics' descriptions, for exporters that show them (Prometheus's `# HELP`).
+fn describe() {
+    describe_counter!(
+        "floodgate_requests_total",
+        "Requests decided, by decision (admitted, refused, shadow_refused) and reason"
+    );
+    describe_counter!(
+        "floodgate_near_limit_total",
+        "Admitted requests of promoted keys whose count reached 80% of a limit"
+    );
+    describe_gauge!("floodgate_exact_keys", "Keys the exact stage holds");
+    describe_gauge!("floodgate_exact_capacity", "Keys the exact stage can hold");
+    describe_gauge!("floodgate_waiting", "Requests waiting for a permit");
+    describe_gauge!(
+        "floodgate_saturation",
+        "A sketch's noise against its promotion threshold: keys stop being told apart at 0.5"
+    );
+    describe_gauge!(
+        "floodgate_fleet_connected",
+        "1 while the fleet's Redis answers, 0 while it does not"
+    );
+    describe_gauge!("floodgate_fleet_nodes", "Nodes the fleet counts");
+    describe_gauge!(
+        "floodgate_fleet_last_sync_age_seconds",
+        Unit::Seconds,
+        "Time since the last sync with Redis"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_reason_has_its_own_index_and_label() {
+        for (i, (reason, _)) in REASONS.iter().enumerate() {
+            assert_eq!(reason_index(*reason), i);
+        }
+        let mut labels: Vec<_> = REASONS.iter().map(|(_, l)| l).collect();
+        labels.dedup();
+        assert_eq!(labels.len(), REASONS.len());
+    }
+}

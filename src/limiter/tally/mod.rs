@@ -1,0 +1,49 @@
+//! What a limiter counts of its own decisions for the operator's metrics (feature `metrics`):
+//! requests admitted, refused and refused in shadow by reason, and admissions near their
+//! limits; with the gauges its clock reads, published through the `metrics` facade.
+//!
+//! The request path only counts: each thread adds to counters of its own (one store, no
+//! locked instruction, no line shared with another core), and the limiter's clock sums them
+//! and publishes the totals once a sweep. Without the feature, [`Tally`] is of size zero and
+//! counts nothing, so the request path has no `cfg` and no code for it.
+
+#[cfg(feature = "metrics")]
+mod counted;
+#[cfg(not(feature = "metrics"))]
+mod off;
+#[cfg(feature = "metrics")]
+mod slot;
+
+#[cfg(feature = "metrics")]
+pub(crate) use counted::Tally;
+#[cfg(not(feature = "metrics"))]
+pub(crate) use off::Tally;
+
+/// The ratio of its limit at which an admission counts as near it (envoy's near-limit ratio).
+pub(crate) const NEAR_LIMIT: f64 = 0.8;
+
+/// What the clock reads besides the decisions, for the gauges (read only where metrics are
+/// published).
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Gauges {
+    /// Keys the exact stage holds now, and how many it can.
+    pub(crate) exact_keys: usize,
+    pub(crate) exact_capacity: usize,
+    /// Requests waiting for a permit.
+    pub(crate) waiting: usize,
+    /// A sketch's noise against its promotion threshold (saturated at 0.5), per kind counted.
+    pub(crate) rate_saturation: Option<f64>,
+    pub(crate) inflight_saturation: Option<f64>,
+    /// In a fleet: whether Redis answers, the nodes it counts, the age of the last sync.
+    pub(crate) fleet: Option<FleetGauges>,
+}
+
+/// A fleet's gauges.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct FleetGauges {
+    pub(crate) connected: bool,
+    pub(crate) nodes: usize,
+    pub(crate) last_sync_age: Option<f64>,
+}
