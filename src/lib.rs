@@ -108,8 +108,9 @@ pub use rate::Rate;
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
-/// The migration guides' examples, run as doctests.
+/// The migration guides' and the operating guide's examples, run as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../docs/migrating-from-governor.md")]
 #[doc = include_str!("../docs/migrating-from-pingora-limits.md")]
+#[doc = include_str!("../docs/operating.md")]
 pub struct GuideDoctests;

@@ -31,44 +31,56 @@ fn pool() -> std::sync::MutexGuard<'static, Pool> {
     POOL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// A thread's slot number, given back when the thread exits.
-struct Owned(Cell<Option<usize>>);
+/// This thread's slot number; [`UNTAKEN`] until its first count. No destructor, so reading it
+/// is one thread-local load, with no check of whether the thread is being torn down.
+const UNTAKEN: usize = usize::MAX;
 
-impl Owned {
-    fn get(&self) -> usize {
-        if let Some(slot) = self.0.get() {
-            return slot;
-        }
-        let slot = {
-            let mut pool = pool();
-            match pool.free.pop() {
-                Some(slot) => slot,
-                None if pool.next < SLOTS => {
-                    pool.next += 1;
-                    pool.next - 1
-                }
-                None => SHARED,
-            }
-        };
-        self.0.set(Some(slot));
-        slot
-    }
+thread_local! {
+    static SLOT: Cell<usize> = const { Cell::new(UNTAKEN) };
+    /// Gives the thread's slot back when the thread exits: registered at its first count.
+    static GIVE_BACK: GiveBack = const { GiveBack };
 }
 
-impl Drop for Owned {
+/// Gives the thread's slot back to the pool when the thread exits, and moves the thread's
+/// counts from then on (other thread-locals' destructors may still count) to [`SHARED`].
+struct GiveBack;
+
+impl Drop for GiveBack {
     fn drop(&mut self) {
-        if let Some(slot) = self.0.get().filter(|&s| s < SLOTS) {
+        let slot = SLOT.with(|s| s.replace(SHARED));
+        if slot < SLOTS {
             pool().free.push(slot);
         }
     }
 }
 
-thread_local! {
-    static OWNED: Owned = const { Owned(Cell::new(None)) };
-}
-
-/// This thread's slot: its own, or [`SHARED`] (also while the thread is exiting).
+/// This thread's slot: its own, or [`SHARED`].
 #[inline]
 pub(super) fn current() -> usize {
-    OWNED.try_with(Owned::get).unwrap_or(SHARED)
+    let slot = SLOT.with(Cell::get);
+    if slot != UNTAKEN {
+        return slot;
+    }
+    take()
+}
+
+/// The first count of a thread: takes the lowest free slot, or [`SHARED`] when all are taken.
+#[cold]
+fn take() -> usize {
+    let slot = {
+        let mut pool = pool();
+        match pool.free.pop() {
+            Some(slot) => slot,
+            None if pool.next < SLOTS => {
+                pool.next += 1;
+                pool.next - 1
+            }
+            None => SHARED,
+        }
+    };
+    SLOT.with(|s| s.set(slot));
+    // Registers the give-back; if the thread is already being torn down, the slot stays taken
+    // (one slot lost to the pool, never shared by two threads).
+    let _ = GIVE_BACK.try_with(|_| ());
+    slot
 }
