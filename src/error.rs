@@ -129,6 +129,9 @@ pub enum ConfigError {
     },
     /// A limit or threshold outside what is allowed; the message names it.
     InvalidLimit(&'static str),
+    /// A client address prefix longer than the address
+    /// (`floodgate::fields::client::ClientAddr`); the message names the family.
+    InvalidClientPrefix(&'static str),
     /// A fleet configuration (`floodgate::fleet::FleetConfig`, feature `redis`) that cannot
     /// work: a sync interval shorter than one tick, a timeout under a millisecond, an empty
     /// prefix or one with braces, a URL that is not a Redis URL (or a TLS one), a Unix socket
@@ -231,6 +234,7 @@ impl fmt::Display for ConfigError {
                  built), got {asked}"
             ),
             ConfigError::InvalidLimit(what) => f.write_str(what),
+            ConfigError::InvalidClientPrefix(what) => f.write_str(what),
             ConfigError::Fleet(what) => f.write_str(what),
         }
     }

@@ -21,8 +21,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use common::layer::{list, origin_form, parse_list, single, Bare, Item};
 use floodgate::clock::ManualClock;
+use floodgate::fields::client::ClientAddr;
 use floodgate::layer::{
-    HostKey, KeyExtractor, LimitLayer, LimitService, RefusalResponse, RejectedKey, ShadowRejected,
+    ClientKey, HostKey, KeyExtractor, LimitLayer, LimitService, RefusalResponse, RejectedKey,
+    ShadowRejected,
 };
 use floodgate::{Limiter, Limits, Reason, Rejected};
 use http::header::{HeaderMap, HeaderValue, HOST, RETRY_AFTER};
@@ -1487,4 +1489,96 @@ async fn a_limit_in_shadow_serves_every_request_and_says_which_it_would_refuse()
     let (status, _) = fetch(&client, request(addr, "trial.example")).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(calls(&origins, "trial.example"), 5);
+}
+
+/// Serves `service` on 127.0.0.1 with each connection's peer address in its requests'
+/// extensions, as a server does for [`ClientKey`].
+async fn serve_with_peer<S, B>(service: S) -> SocketAddr
+where
+    S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, peer)) = listener.accept().await {
+            let service = tower::ServiceBuilder::new()
+                .map_request(move |mut req: Request<Incoming>| {
+                    req.extensions_mut().insert(peer);
+                    req
+                })
+                .service(service.clone());
+            let service = TowerToHyperService::new(service);
+            tokio::spawn(async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+/// Over loopback, behind a trusted proxy (the loopback client plays it): each client the
+/// proxy forwards for has a limit of its own, whatever it claims left of the proxy's entry,
+/// and the clients of one IPv6 /64 share one.
+#[tokio::test]
+async fn client_keys_limit_each_forwarded_client_and_each_ipv6_network() {
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder()
+        .max_rate(2, Duration::from_secs(1))
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let addrs = ClientAddr::new().trust("127.0.0.0/8".parse().unwrap());
+    let layer = LimitLayer::new(limiter).key_fn(ClientKey::new(addrs));
+    let origins = Arc::new(Origins::default());
+    let addr = serve_with_peer(layer.layer(handler(&origins))).await;
+    let client = client();
+    let send = |forwarded: &str| {
+        let mut req = request(addr, "origin.example");
+        req.headers_mut()
+            .insert("x-forwarded-for", forwarded.parse().unwrap());
+        fetch(&client, req)
+    };
+    let mut statuses = Vec::new();
+    // One client forging a different address left of what the proxy saw, each time.
+    for forged in ["1.1.1.1", "2.2.2.2", "3.3.3.3"] {
+        statuses.push(send(&format!("{forged}, 192.0.2.7")).await.0);
+    }
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::SERVICE_UNAVAILABLE
+        ],
+        "the forged entries are not read"
+    );
+    // Another client: a limit of its own.
+    assert_eq!(send("192.0.2.8").await.0, StatusCode::OK);
+    // Three addresses of one /64: one limit.
+    let mut statuses = Vec::new();
+    for host in ["1", "2", "3"] {
+        statuses.push(send(&format!("2001:db8:1:2::{host}")).await.0);
+    }
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::SERVICE_UNAVAILABLE
+        ]
+    );
+    assert_eq!(
+        send("2001:db8:1:3::1").await.0,
+        StatusCode::OK,
+        "another /64"
+    );
 }

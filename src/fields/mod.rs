@@ -1,5 +1,6 @@
 //! What an HTTP front end says about a decision, as plain values: the key of a request's
-//! host, `Retry-After`, and the `RateLimit-Policy` and `RateLimit` fields.
+//! host or of its client's address, `Retry-After`, and the `RateLimit-Policy` and `RateLimit`
+//! fields.
 //!
 //! The tower layer (`floodgate::layer`, feature `tower`) builds its keys and responses
 //! from these. They need no feature and no HTTP crate: a proxy built on something else
@@ -31,6 +32,7 @@
 //! assert_eq!(policies.refused(&refused).unwrap(), format!("\"rate\";r=0;t={retry_after}"));
 //! ```
 
+pub mod client;
 pub mod host;
 pub mod ratelimit;
 pub mod retry;

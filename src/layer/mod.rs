@@ -16,6 +16,7 @@
 //! `refusal.rs`, and the waiting mode's [`WaitFuture`](future::WaitFuture) in `wait.rs`.
 
 mod body;
+mod client_key;
 mod headers;
 mod key;
 // `layer::layer` on purpose: tower's folder shape, with `LimitLayer` in `layer.rs`.
@@ -30,6 +31,7 @@ mod settings;
 mod wait;
 
 pub use body::LimitBody;
+pub use client_key::ClientKey;
 pub use key::{HostKey, KeyExtractor};
 pub use layer::LimitLayer;
 pub use limits::{LimiterDefaults, LimitsExtractor};
