@@ -108,7 +108,7 @@ fn a_cooled_down_key_is_demoted_by_the_sweep_without_a_request_of_its_own() {
     // Two windows later its sliding count is 0; no request for it ever comes again.
     clock.advance(3 * INTERVAL);
     assert_eq!(limiter.stats().promoted, 0, "still promoted");
-    assert!(limiter.heavy_hitters().is_empty());
+    assert!(limiter.heavy_hitters().iter().all(|h| h.left_ago.is_some()));
 }
 
 #[test]

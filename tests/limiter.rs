@@ -90,6 +90,13 @@ proptest! {
 
 /// A limiter whose sketch has one counter per row: every key shares the same counters, so
 /// the sketch's estimate for any key is the total of all keys.
+/// The keys the exact stage holds now (not those that left it, which `heavy_hitters` lists
+/// for a while too).
+fn held(limiter: &Limiter<String>) -> Vec<floodgate::HeavyHitter<String>> {
+    let hitters = limiter.heavy_hitters().into_iter();
+    hitters.filter(|h| h.left_ago.is_none()).collect()
+}
+
 fn one_counter(clock: &ManualClock) -> floodgate::LimiterBuilder<String> {
     Limiter::builder().sketch(1, 1).clock(clock)
 }
@@ -700,14 +707,10 @@ fn a_cooled_key_is_demoted_and_promoted_afresh() {
         0,
         "demoted once nothing is in flight"
     );
-    assert!(limiter.heavy_hitters().is_empty());
+    assert!(held(&limiter).is_empty());
     let permits = flood(&limiter, "origin");
     assert_eq!(limiter.stats().promotions, 2, "promoted again");
-    assert_eq!(
-        limiter.heavy_hitters()[0].rejected,
-        2,
-        "counts start afresh"
-    );
+    assert_eq!(held(&limiter)[0].rejected, 2, "counts start afresh");
     drop(permits);
 }
 
@@ -725,11 +728,7 @@ fn a_cooled_key_is_demoted_whatever_order_its_permits_drop_in() {
         "{:?}",
         limiter.heavy_hitters()
     );
-    assert_eq!(
-        limiter.heavy_hitters()[0].rejected,
-        2,
-        "counts start afresh"
-    );
+    assert_eq!(held(&limiter)[0].rejected, 2, "counts start afresh");
 }
 
 #[test]
@@ -751,10 +750,10 @@ fn a_rate_limited_key_that_cooled_down_is_demoted() {
     // limit): the key is cold by any measure.
     clock.advance(Duration::from_secs(10));
     let _ = limiter.try_acquire("origin").unwrap();
-    let hitters = limiter.heavy_hitters();
+    let hitters = held(&limiter);
     assert!(
         hitters.is_empty(),
-        "idle for 10 windows, still listed: {hitters:?}"
+        "idle for 10 windows, still held: {hitters:?}"
     );
     clock.advance(Duration::from_secs(2));
     assert_eq!(flood_rate(), 10);
@@ -1222,4 +1221,39 @@ fn the_sketch_size_follows_the_peak_rate_in_half_the_flat_memory_unless_given() 
     let err = rate().peak_rate(0).build().unwrap_err();
     assert!(matches!(err, ConfigError::InvalidLimit(_)));
     assert!(err.to_string().contains("peak rate"), "{err}");
+}
+
+/// A flood that ends between two scrapes is still in the second: a key that left the exact
+/// stage stays in `heavy_hitters` (with when it left and the refusals it had) for the
+/// retention, then goes.
+#[test]
+fn a_flooded_key_stays_in_heavy_hitters_for_the_retention_after_it_leaves_the_stage() {
+    let clock = ManualClock::new();
+    let limiter: Limiter<String> = Limiter::builder()
+        .max_rate(10, Duration::from_secs(1))
+        .heavy_hitters_retention(Duration::from_secs(30))
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let refused = (0..50)
+        .filter(|_| limiter.try_acquire("flood").is_err())
+        .count();
+    assert_eq!(refused, 40);
+    let held = limiter.heavy_hitters();
+    assert_eq!(held.len(), 1);
+    assert_eq!((held[0].key.as_str(), held[0].left_ago), ("flood", None));
+    assert!(held[0].rejected > 0);
+
+    // The flood is over: the sweep demotes the key once its windows have passed.
+    clock.advance(Duration::from_secs(5));
+    assert_eq!(limiter.stats().promoted, 0, "demoted");
+    let after = limiter.heavy_hitters();
+    assert_eq!(after.len(), 1, "still listed");
+    assert_eq!(after[0].key, "flood");
+    assert_eq!(after[0].rejected, held[0].rejected);
+    let ago = after[0].left_ago.expect("left the stage");
+    assert!(ago <= Duration::from_secs(5), "{ago:?}");
+
+    clock.advance(Duration::from_secs(30));
+    assert!(limiter.heavy_hitters().is_empty(), "past the retention");
 }

@@ -25,6 +25,11 @@ use crossbeam_utils::atomic::AtomicCell;
 /// (see `exact`'s module docs). 4 rows cost 1.1–1.5× as much per request in
 /// `benches/limiter.rs`'s simulated groups.
 pub(crate) const DEFAULT_ROWS: usize = 2;
+/// How long [`Limiter::heavy_hitters`] lists a key after it left the exact stage, unless
+/// [`LimiterBuilder::heavy_hitters_retention`] says otherwise: longer than the scrape
+/// intervals in use (15 to 60 s).
+const DEFAULT_RETENTION: Duration = Duration::from_secs(60);
+
 /// The `limiter` label of a limiter's metrics unless [`LimiterBuilder::name`] gives one.
 const DEFAULT_NAME: &str = "default";
 
@@ -94,6 +99,8 @@ pub struct LimiterBuilder<K> {
     shadow: bool,
     /// The `limiter` label of its metrics.
     name: String,
+    /// How long `heavy_hitters` lists a key that left the exact stage.
+    retention: Duration,
     /// `None`: sized from the peak rate.
     exact_capacity: Option<usize>,
     rows: usize,
@@ -144,6 +151,7 @@ impl<K> LimiterBuilder<K> {
             promotion: DEFAULT_PROMOTION,
             shadow: false,
             name: DEFAULT_NAME.to_owned(),
+            retention: DEFAULT_RETENTION,
             exact_capacity: None,
             rows: DEFAULT_ROWS,
             columns: None,
@@ -327,6 +335,28 @@ impl<K> LimiterBuilder<K> {
     /// ```
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();
+        self
+    }
+
+    /// How long [`Limiter::heavy_hitters`] keeps listing a key after the exact stage stopped
+    /// counting it (default a minute): a flood that ended between two scrapes of a report is
+    /// still in the second. A key also leaves the list when another key takes its place in
+    /// the stage, so the list stays within the stage's capacity.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let limiter: floodgate::Limiter<String> = floodgate::Limiter::builder()
+    ///     .max_inflight(8)
+    ///     .heavy_hitters_retention(Duration::from_secs(300))
+    ///     .build()
+    ///     .unwrap();
+    /// # drop(limiter);
+    /// ```
+    pub fn heavy_hitters_retention(mut self, retention: Duration) -> Self {
+        self.retention = retention;
         self
     }
 
@@ -589,6 +619,7 @@ impl<K> LimiterBuilder<K> {
                 shadow: AtomicBool::new(self.shadow),
                 highest_rate_promotion: HighestRatePromotion::new(&defaults),
                 tally: Tally::new(&self.name),
+                retention: crate::clock::saturating_nanos(self.retention),
                 exact: ExactStage::new(capacity),
                 over_limit: OverLimit::new(capacity * SLOTS_PER_EXACT_KEY),
                 waiters: Waiters::new(self.max_waiters, self.max_waiters_per_key, time.coarse()),

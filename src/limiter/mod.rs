@@ -162,6 +162,8 @@ struct Shared<K> {
     highest_rate_promotion: HighestRatePromotion,
     /// The decisions counted for the operator's metrics (feature `metrics`; nothing without).
     tally: tally::Tally,
+    /// How long `heavy_hitters` lists a key after it left the exact stage (nanoseconds).
+    retention: u64,
     exact: ExactStage<K>,
     over_limit: OverLimit,
     /// Requests waiting for a permit ([`Limiter::acquire`]).
@@ -496,7 +498,16 @@ where
     }
 
     /// The keys the exact stage is counting now — the origins near or over their limits —
-    /// with their counts, most rejected first.
+    /// and those it stopped counting within the retention
+    /// ([`LimiterBuilder::heavy_hitters_retention`], a minute by default, so that a scrape
+    /// every 15 or 30 s still sees a flood that ended), with their counts now, most rejected
+    /// first.
+    ///
+    /// A key that left the stage is listed until the retention has passed or its place in
+    /// the stage is taken by another key, with `left_ago` set. Its `rejected` counts the
+    /// refusals the exact stage decided while it held the key; a flooded key's repeats
+    /// answered from the over-limit cache are counted only in the metrics
+    /// (`floodgate_requests_total`, feature `metrics`).
     ///
     /// # Examples
     ///
@@ -517,16 +528,46 @@ where
     {
         let s = &*self.shared;
         let mut hitters = Vec::new();
+        let mut held = std::collections::HashSet::new();
         s.exact.for_each(|entry| {
             let now = s.sketches.reread(entry.hash);
             let estimate = decision::estimate(&now, Some(&entry.counts));
+            held.insert(entry.hash);
             hitters.push(HeavyHitter {
                 key: entry.key.clone(),
                 inflight: estimate.inflight,
                 rate: estimate.rate,
                 rejected: entry.rejected,
+                left_ago: None,
             });
         });
+        // A key that left twice (from two places of its set) is listed once, as it last
+        // left; one promoted again since, once, as held.
+        let now = s.now();
+        let mut left = std::collections::HashMap::new();
+        s.exact.for_each_departed(|departed| {
+            let ago = now.saturating_sub(departed.at);
+            if ago > s.retention || held.contains(&departed.hash) {
+                return;
+            }
+            let latest = left
+                .entry(departed.hash)
+                .or_insert((ago, departed.rejected, None));
+            if latest.2.is_none() || ago < latest.0 {
+                *latest = (ago, departed.rejected, Some(departed.key.clone()));
+            }
+        });
+        for (hash, (ago, rejected, key)) in left {
+            let Some(key) = key else { continue };
+            let estimate = decision::estimate(&s.sketches.reread(hash), None);
+            hitters.push(HeavyHitter {
+                key,
+                inflight: estimate.inflight,
+                rate: estimate.rate,
+                rejected,
+                left_ago: Some(Duration::from_nanos(ago)),
+            });
+        }
         hitters.sort_by_key(|h| std::cmp::Reverse(h.rejected));
         hitters
     }

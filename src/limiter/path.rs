@@ -173,7 +173,7 @@ where
         K: Borrow<Q>,
         Q: Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let at = s.window.map_or(0, |w| w.at);
+        let at = s.window.map_or_else(|| self.time.coarse(), |w| w.at);
         let mut held = match self.exact.place(key, s.hash, at) {
             Place::Twin => return alone(s, t),
             Place::Held(held) => {
@@ -262,7 +262,7 @@ impl<K> Shared<K> {
                 generation,
                 || self.sketches.release(hash),
                 |entry| self.is_cool(entry),
-                || self.sketches.now(),
+                || self.now(),
             ),
             Held::Sketch => self.sketches.release(hash),
             Held::Shadow(_) => return,
@@ -277,9 +277,17 @@ impl<K> Shared<K> {
         decision::is_cool(&entry.counts, &now, false, &entry.thresholds)
     }
 
+    /// The time now: on the rate windows' clock, or without a rate the limiter's coarse time
+    /// (for when keys left the exact stage, which the reports show).
+    pub(super) fn now(&self) -> u64 {
+        match &self.sketches.rate {
+            Some(rate) => rate.now_at(),
+            None => self.time.coarse(),
+        }
+    }
+
     /// The exact stage's sweep (the clock's periodic work).
     pub(super) fn sweep_exact(&self) {
-        self.exact
-            .sweep(|entry| self.is_cool(entry), || self.sketches.now());
+        self.exact.sweep(|entry| self.is_cool(entry), || self.now());
     }
 }

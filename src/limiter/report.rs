@@ -193,10 +193,15 @@ pub struct HeavyHitter<K> {
     pub inflight: Option<isize>,
     /// Its sliding-window count per interval (if a rate limit is configured).
     pub rate: Option<f64>,
-    /// Requests the exact stage rejected since the key was promoted. A key rejected for its
-    /// rate is then rejected by the over-limit cache until its `retry_after` has passed, and
-    /// those rejections are not counted anywhere (that is what keeps a flood cheap).
+    /// Requests the exact stage rejected while it held the key. A key rejected for its rate
+    /// is then rejected by the over-limit cache until its `retry_after` has passed, and those
+    /// rejections are not counted per key (that is what keeps a flood cheap); the metrics'
+    /// `floodgate_requests_total` counts them all.
     pub rejected: u64,
+    /// `None` while the exact stage holds the key; how long ago it left, for a key it
+    /// stopped counting within the retention
+    /// ([`LimiterBuilder::heavy_hitters_retention`](super::LimiterBuilder::heavy_hitters_retention)).
+    pub left_ago: Option<Duration>,
 }
 
 /// A key's counts as the limiter judges them; see [`Limiter::estimate`](super::Limiter::estimate).

@@ -96,11 +96,6 @@ impl Sketches {
         self.inflight.as_ref().map(|sketch| sketch.get(hash))
     }
 
-    /// The time now on the rate windows' clock (0 without a rate: nothing is judged by it).
-    pub(crate) fn now(&self) -> u64 {
-        self.rate.as_ref().map_or(0, Rate::now_at)
-    }
-
     /// Bytes of the sketches.
     pub(crate) fn memory_bytes(&self) -> usize {
         self.inflight.as_ref().map_or(0, Blocked::memory_bytes)

@@ -639,10 +639,14 @@ impl<'a> Run<'a> {
         assert!(stats.promoted <= stats.exact_capacity, "{stats:?}");
         assert!(stats.promotions >= stats.promoted as u64, "{stats:?}");
         let hitters = limiter.heavy_hitters();
+        let held = hitters.iter().filter(|h| h.left_ago.is_none()).count();
         assert_eq!(
-            hitters.len(),
-            stats.promoted,
+            held, stats.promoted,
             "heavy_hitters lists every promoted key"
+        );
+        assert!(
+            hitters.len() <= 2 * stats.exact_capacity,
+            "the keys that left are at most one per place"
         );
         let mut seen = HashSet::new();
         let all_inflight: isize = model.in_flight.iter().sum();

@@ -81,7 +81,7 @@ use crate::sync::{lock, AtomicU32, AtomicU64, Mutex, MutexGuard, Ordering};
 use super::fleet::FleetView;
 use super::limits::Thresholds;
 use set::Set;
-pub(crate) use set::{Entry, Hits, WAYS};
+pub(crate) use set::{Departed, Entry, Hits, WAYS};
 
 /// Filter cells per entry: with every entry in use, about 1 in 8 requests for an unpromoted
 /// key that is already near its threshold takes a lock needlessly.
@@ -253,7 +253,7 @@ impl<K> ExactStage<K> {
         if u64::from(knocks) <= evidence {
             return None;
         }
-        if let Some(old) = set.vacate(way) {
+        if let Some(old) = set.vacate(way, now) {
             set.lost(now);
             self.unflag(old);
         }
@@ -286,8 +286,9 @@ impl<K> ExactStage<K> {
         }
         entry.counts.inflight.tracked -= 1;
         if cool(entry) {
-            set.vacate(way);
-            set.lost(now());
+            let at = now();
+            set.vacate(way, at);
+            set.lost(at);
             self.unflag(hash);
         }
     }
@@ -301,9 +302,10 @@ impl<K> ExactStage<K> {
             let mut set = lock(set);
             for way in 0..WAYS {
                 if set.get(way).is_some_and(&mut cool) {
-                    if let Some(hash) = set.vacate(way) {
-                        // Read under the lock, after every admission the entry counted.
-                        set.lost(now());
+                    // Read under the lock, after every admission the entry counted.
+                    let at = now();
+                    if let Some(hash) = set.vacate(way, at) {
+                        set.lost(at);
                         self.unflag(hash);
                     }
                 }
@@ -332,6 +334,14 @@ impl<K> ExactStage<K> {
             .filter(|e| e.key.borrow() == key)
             .map(|e| &e.counts);
         f(counts)
+    }
+
+    /// Calls `f` on what is left of every key that left the stage and whose place has not
+    /// been taken since, one set locked at a time, for reports.
+    pub(crate) fn for_each_departed(&self, mut f: impl FnMut(&Departed<K>)) {
+        for set in self.sets.iter() {
+            lock(set).departed().for_each(&mut f);
+        }
     }
 
     /// Calls `f` on every entry, one set locked at a time, for reports.
@@ -429,7 +439,7 @@ impl<K> Held<'_, K> {
 
     /// Takes the key out of the stage (it has cooled down).
     pub(crate) fn demote(mut self) {
-        if let Some(hash) = self.set.vacate(self.way) {
+        if let Some(hash) = self.set.vacate(self.way, self.at) {
             self.set.lost(self.at);
             self.stage.unflag(hash);
         }

@@ -92,11 +92,23 @@ impl Knock {
 /// is never recorded as earlier than a window an admission it undoes was counted in.
 const LOST_MARGIN: u64 = 2 * crate::clock::TICK_NANOS;
 
-/// A place: its entry, and the key buffer of the last entry it held, reused by the next.
+/// A place: its entry, and what is left of the last entry it held (for the reports, until
+/// the next entry reuses its key's buffer).
 #[derive(Debug)]
 struct Way<K> {
     entry: Option<Entry<K>>,
-    spare: Option<K>,
+    departed: Option<Departed<K>>,
+}
+
+/// A key that left the stage: what `heavy_hitters` still reports of it for a while.
+#[derive(Debug)]
+pub(crate) struct Departed<K> {
+    pub(crate) key: K,
+    pub(crate) hash: u64,
+    /// Requests the stage refused while it held the key.
+    pub(crate) rejected: u64,
+    /// When it left (nanoseconds on the limiter's clock).
+    pub(crate) at: u64,
 }
 
 /// One set of the exact stage.
@@ -117,7 +129,7 @@ impl<K> Set<K> {
             ways: (0..WAYS)
                 .map(|_| Way {
                     entry: None,
-                    spare: None,
+                    departed: None,
                 })
                 .collect(),
             door: [Knock::default(); DOOR],
@@ -233,8 +245,10 @@ impl<K> Set<K> {
         let Some(place) = self.ways.get_mut(way) else {
             return;
         };
-        let key = match place.spare.take() {
-            Some(mut buffer) => {
+        let key = match place.departed.take() {
+            Some(Departed {
+                key: mut buffer, ..
+            }) => {
                 key.clone_into(&mut buffer);
                 buffer
             }
@@ -252,11 +266,22 @@ impl<K> Set<K> {
         });
     }
 
-    /// Removes the entry of `way`, keeping its key's buffer for the next; returns its hash.
-    pub(crate) fn vacate(&mut self, way: usize) -> Option<u64> {
+    /// Removes the entry of `way` at time `at`, keeping its key (the buffer the next entry
+    /// reuses) and its refusals for the reports; returns its hash.
+    pub(crate) fn vacate(&mut self, way: usize, at: u64) -> Option<u64> {
         let place = self.ways.get_mut(way)?;
         let entry = place.entry.take()?;
-        place.spare = Some(entry.key);
+        place.departed = Some(Departed {
+            key: entry.key,
+            hash: entry.hash,
+            rejected: entry.rejected,
+            at,
+        });
         Some(entry.hash)
+    }
+
+    /// What is left of the keys that left this set's ways and whose buffers are not reused.
+    pub(crate) fn departed(&self) -> impl Iterator<Item = &Departed<K>> {
+        self.ways.iter().filter_map(|w| w.departed.as_ref())
     }
 }
