@@ -1456,7 +1456,13 @@ async fn a_limit_in_shadow_serves_every_request_and_says_which_it_would_refuse()
             .get::<ShadowRejected>()
             .map(|shadow| format!("{:?}", shadow.0.reason));
         if let Some(reason) = reason {
-            let value = HeaderValue::from_str(&reason).unwrap();
+            let key = response
+                .extensions()
+                .get::<RejectedKey>()
+                .unwrap()
+                .0
+                .clone();
+            let value = HeaderValue::from_str(&format!("{reason} {key}")).unwrap();
             response.headers_mut().insert("x-would-refuse", value);
         }
         response
@@ -1480,7 +1486,7 @@ async fn a_limit_in_shadow_serves_every_request_and_says_which_it_would_refuse()
                 .map(|v| v.to_str().unwrap().to_owned()),
         );
     }
-    let rate = Some("Rate".to_owned());
+    let rate = Some("Rate trial.example".to_owned());
     assert_eq!(marked, [None, None, None, rate.clone(), rate]);
     assert_eq!(calls(&origins, "trial.example"), 5);
 

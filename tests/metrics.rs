@@ -207,3 +207,72 @@ fn no_decision_is_lost_across_threads_that_come_and_go() {
         Some(expected as f64)
     );
 }
+
+/// Two limiters under one name (or one rebuilt under its name) add to one series: what each
+/// counted, not the larger of their totals.
+#[test]
+fn limiters_sharing_a_name_publish_the_sum_of_their_counts() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        let clock = ManualClock::new();
+        let build = || -> Limiter<String> {
+            Limiter::builder()
+                .name("twin")
+                .max_inflight(100)
+                .clock(&clock)
+                .build()
+                .unwrap()
+        };
+        let (a, b) = (build(), build());
+        for i in 0..3 {
+            drop(a.try_acquire(&format!("a{i}")).unwrap());
+            drop(b.try_acquire(&format!("b{i}")).unwrap());
+        }
+        drop(b.try_acquire("b").unwrap());
+        clock.advance(Duration::from_secs(2));
+        assert_eq!(
+            requests(&snapshotter, "twin", "admitted", "none"),
+            Some(7.0)
+        );
+    });
+}
+
+/// A request that waits for a permit is one request: counted once, by its answer, however
+/// many attempts it made.
+#[tokio::test(flavor = "current_thread")]
+async fn a_waiting_request_is_counted_once_by_its_answer() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let clock = ManualClock::new();
+    let limiter: Limiter<String> = Limiter::builder()
+        .name("waits")
+        .max_inflight(1)
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let held = limiter.try_acquire_owned("k").unwrap();
+    let waiting = limiter.acquire("k", Duration::from_secs(5));
+    let mut waiting = std::pin::pin!(waiting);
+    assert!(
+        futures_poll(waiting.as_mut()).is_pending(),
+        "its first try was refused"
+    );
+    drop(held);
+    let permit = waiting.await.expect("admitted once the permit came back");
+    drop(permit);
+    metrics::with_local_recorder(&recorder, || clock.advance(Duration::from_secs(2)));
+    let s = &snapshotter;
+    assert_eq!(requests(s, "waits", "admitted", "none"), Some(2.0));
+    assert_eq!(requests(s, "waits", "refused", "inflight"), Some(0.0));
+}
+
+/// Polls a future once, with a waker that does nothing.
+fn futures_poll<F: std::future::Future>(f: std::pin::Pin<&mut F>) -> std::task::Poll<F::Output> {
+    struct Noop;
+    impl std::task::Wake for Noop {
+        fn wake(self: std::sync::Arc<Self>) {}
+    }
+    let waker = std::task::Waker::from(std::sync::Arc::new(Noop));
+    f.poll(&mut std::task::Context::from_waker(&waker))
+}

@@ -103,6 +103,16 @@ impl ClientAddr {
     /// Trusts the proxies in `network` (an address is a /32 or /128 network) to say who they
     /// forward for.
     pub fn trust(mut self, network: IpNet) -> Self {
+        // Addresses are compared as IPv4 when they map one; so are IPv4-mapped networks.
+        let network = match network {
+            IpNet::V6(v6) if v6.prefix_len() >= 96 => match v6.addr().to_ipv4_mapped() {
+                Some(v4) => {
+                    ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96).map_or(network, IpNet::V4)
+                }
+                None => network,
+            },
+            other => other,
+        };
         self.trusted.push(network.trunc());
         self
     }
@@ -309,6 +319,10 @@ mod tests {
     fn mapped_ipv4_is_ipv4() {
         let keys = ClientAddr::new();
         assert_eq!(keys.key(Some(ip("::ffff:192.0.2.1")), []), "192.0.2.1/32");
+        // A trusted network written mapped trusts the IPv4 peers it maps.
+        let keys = ClientAddr::new().trust("::ffff:10.0.0.0/104".parse().unwrap());
+        let lines: [&[u8]; 1] = [b"192.0.2.5"];
+        assert_eq!(keys.key(Some(ip("10.1.2.3")), lines), "192.0.2.5/32");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use http::Response;
 use pin_project_lite::pin_project;
 
 use super::headers::Admitted;
-use super::refusal::{refuse, Refusal};
+use super::refusal::{refuse, Refusal, RejectedKey};
 use super::settings::ResponseSettings;
 use super::LimitBody;
 #[cfg(doc)]
@@ -41,6 +41,8 @@ pin_project! {
             // What the RateLimit fields of the response say, when admitted responses carry
             // them.
             admitted: Option<Admitted>,
+            // The key of a request admitted in shadow, for its response's extensions.
+            shadow_key: Option<String>,
         },
         Rejected {
             // `None` once the refusal has been handed out.
@@ -51,7 +53,8 @@ pin_project! {
 
 /// In the extensions of a response admitted in shadow ([`Limits::shadow`](crate::Limits::shadow),
 /// [`LimiterBuilder::shadow`](crate::LimiterBuilder::shadow)): the refusal the request would
-/// have had. The client sees nothing of it.
+/// have had, beside its key ([`RejectedKey`], as on a refusal). The client sees nothing of
+/// either.
 ///
 /// # Examples
 ///
@@ -84,11 +87,13 @@ impl<Fut> State<Fut> {
         future: Fut,
         permit: OwnedPermit<String>,
         admitted: Option<Admitted>,
+        shadow_key: Option<String>,
     ) -> Self {
         State::Admitted {
             future,
             permit: Some(permit),
             admitted,
+            shadow_key,
         }
     }
 
@@ -123,6 +128,7 @@ where
                 future,
                 permit,
                 admitted,
+                shadow_key,
             } => {
                 let result = ready!(future.poll(cx));
                 // On an error the permit drops here: there is no body to hold it.
@@ -132,10 +138,14 @@ where
                     if let Some(admitted) = admitted {
                         admitted.append_to(response.headers_mut());
                     }
-                    // Admitted in shadow: the refusal it stands for, for an outer layer.
+                    // Admitted in shadow: the refusal it stands for and its key, for an outer
+                    // layer.
                     if let Some(rejected) = permit.as_ref().and_then(|p| p.shadow_rejection()) {
                         let shadow = ShadowRejected(rejected.clone());
                         response.extensions_mut().insert(shadow);
+                        if let Some(key) = shadow_key.take() {
+                            response.extensions_mut().insert(RejectedKey(key));
+                        }
                     }
                     response.map(|body| LimitBody::new(body, permit))
                 }))

@@ -356,8 +356,11 @@ where
         let state = match result {
             Ok(permit) => {
                 let admitted = self.fields.admitted(&self.limiter, &key, policies);
+                // Admitted in shadow: its key goes with its would-be refusal (a copy, only
+                // for these).
+                let shadow_key = permit.shadow_rejection().map(|_| key.clone().into_owned());
                 drop(key); // it may borrow the request
-                State::admitted(self.inner.call(req), permit, admitted)
+                State::admitted(self.inner.call(req), permit, admitted, shadow_key)
             }
             Err(rejected) => State::refused(rejected, key.into_owned(), policies, &self.fields),
         };

@@ -103,7 +103,8 @@ where
                     let state: State<S::Future> = match decided {
                         Ok(permit) => {
                             let admitted = w.fields.admitted(&w.limiter, &w.key, w.policies);
-                            State::admitted(w.inner.call(w.request), permit, admitted)
+                            let shadow_key = permit.shadow_rejection().map(|_| w.key);
+                            State::admitted(w.inner.call(w.request), permit, admitted, shadow_key)
                         }
                         Err(rejected) => State::refused(rejected, w.key, w.policies, &w.fields),
                     };

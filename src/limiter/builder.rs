@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::clock::{ManualClock, Tick, TimeSource};
 use crate::error::ConfigError;
 use crate::estimator::{Blocked, KeyHasher};
-use crate::sync::AtomicBool;
+use crate::sync::{AtomicBool, Mutex};
 use crate::Rate;
 
 use super::exact::ExactStage;
@@ -290,9 +290,11 @@ impl<K> LimiterBuilder<K> {
     /// permit gives nothing back), and it weighs on its key's rate as a refused request does
     /// (the sketches keep refused requests; the exact counts do not). So the next decisions
     /// are the ones an enforcing limiter would make on the same traffic, and a key's count of
-    /// shadow refusals over time is the count of refusals enforcing would have answered. (An
-    /// enforcing limiter answers a flood's repeated refusals from its over-limit cache; in
-    /// shadow each is decided anew, at the cost of the whole decision.)
+    /// shadow refusals over time is the count of refusals enforcing would have answered, but
+    /// for the sketches' noise: an enforcing limiter answers a flood's repeated refusals from
+    /// its over-limit cache, which the sketches do not count, while in shadow each is decided
+    /// anew (at the cost of the whole decision) and counted, so a key that collides with a
+    /// flooded one may see a little more in shadow, never less.
     ///
     /// The defaults' [`Limits::shadow`] is this switch at run time: `set_limits` with limits
     /// in shadow or not turns enforcement off or on, and while it is off, every plan is in
@@ -617,6 +619,7 @@ impl<K> LimiterBuilder<K> {
                 defaults: AtomicCell::new(defaults),
                 promotion: self.promotion,
                 shadow: AtomicBool::new(self.shadow),
+                setting: Mutex::new(()),
                 highest_rate_promotion: HighestRatePromotion::new(&defaults),
                 tally: Tally::new(&self.name),
                 retention: crate::clock::saturating_nanos(self.retention),

@@ -70,7 +70,7 @@ use crossbeam_utils::atomic::AtomicCell;
 
 use crate::clock::{Registration, Tick, TimeSource, TICK_NANOS};
 use crate::error::ConfigError;
-use crate::sync::{AtomicBool, AtomicU64, Ordering};
+use crate::sync::{lock, AtomicBool, AtomicU64, Mutex, Ordering};
 use exact::ExactStage;
 use limits::{HighestRatePromotion, Thresholds};
 use overlimit::OverLimit;
@@ -158,6 +158,9 @@ struct Shared<K> {
     /// that the thresholds every request copies stay as small as they were; read only when a
     /// request is refused.
     shadow: AtomicBool,
+    /// Serialises `set_limits`: its two stores (the flag and the thresholds) must not
+    /// interleave with another's, or the last thresholds could be left with the other's flag.
+    setting: Mutex<()>,
     /// The highest rate promotion threshold any decision was judged against so far.
     highest_rate_promotion: HighestRatePromotion,
     /// The decisions counted for the operator's metrics (feature `metrics`; nothing without).
@@ -428,6 +431,7 @@ where
         // thresholds (whose seqlock read acquires what was written before them) reads it
         // too; out of shadow, the flag last, so that the new limits are in shadow at first.
         let shadow = limits.is_shadow();
+        let _setting = lock(&self.shared.setting);
         if shadow {
             self.shared.shadow.store(true, Ordering::Release);
         }
@@ -682,6 +686,17 @@ where
         limits.shadow(limits.is_shadow() || self.shadow.load(Ordering::Relaxed))
     }
 
+    /// Counts a waiting request's answer in the metrics (its attempts were not counted).
+    pub(super) fn count_answer(&self, answer: &Result<OwnedPermit<K>, Rejected>) {
+        match answer {
+            Ok(permit) => match permit.shadow_rejection() {
+                Some(rejected) => self.tally.refused(rejected, true),
+                None => self.tally.admitted(),
+            },
+            Err(rejected) => self.tally.refused(rejected, false),
+        }
+    }
+
     /// Whether a decision is in shadow: its plan's limits are (`plan_shadow`), or the whole
     /// limiter is. Read only when a request is refused.
     #[inline]
@@ -696,11 +711,14 @@ where
     pub(super) fn refused_uncounted<P>(
         &self,
         plan_shadow: bool,
+        counted: bool,
         rejected: Rejected,
         permit: impl FnOnce(Ticket) -> P,
     ) -> Result<P, Rejected> {
         let shadow = self.in_shadow(plan_shadow);
-        self.tally.refused(&rejected, shadow);
+        if counted {
+            self.tally.refused(&rejected, shadow);
+        }
         if shadow {
             permit::shadow_admission(rejected, permit)
         } else {

@@ -51,12 +51,13 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.acquire_hashed(key, self.sketches.hash(key), t, plan_shadow, permit)
+        self.acquire_hashed(key, self.sketches.hash(key), t, plan_shadow, true, permit)
     }
 
     /// [`acquire`](Self::acquire) for a key whose hash is known. In shadow (`plan_shadow`, or
     /// the whole limiter), a refusal is an admission that says so, counted as the refusal it
-    /// stands for.
+    /// stands for. `counted`: whether the metrics count this decision (a waiting request's
+    /// attempts are not: its answer is, once).
     ///
     /// Shadow is looked at only where a refusal is made, never on an admission's way nor on
     /// the over-limit cache's (a flood's): a decision in shadow puts no deadline in the cache,
@@ -68,6 +69,7 @@ where
         hash: u64,
         t: &Thresholds,
         plan_shadow: bool,
+        counted: bool,
         permit: impl FnOnce(Ticket) -> P,
     ) -> Result<P, Rejected>
     where
@@ -75,12 +77,14 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         if let Some(rejected) = t.refuses_all() {
-            return self.refused_uncounted(plan_shadow, rejected, permit);
+            return self.refused_uncounted(plan_shadow, counted, rejected, permit);
         }
         // One remix for the over-limit cache and the filter.
         let spread = spread(hash);
         if let Some(rejected) = self.over_limit_now(spread, t) {
-            self.tally.refused(&rejected, false);
+            if counted {
+                self.tally.refused(&rejected, false);
+            }
             return Err(rejected);
         }
         // In a fleet, after the cache: a flooded key's refusal costs nothing more. A share
@@ -94,7 +98,9 @@ where
                 let tag = |t: &Thresholds| t.rate.map(|rate| rate.tag_mix);
                 if tag(fleet) != tag(t) {
                     if let Some(rejected) = self.over_limit_now(spread, fleet) {
-                        self.tally.refused(&rejected, false);
+                        if counted {
+                            self.tally.refused(&rejected, false);
+                        }
                         return Err(rejected);
                     }
                 }
@@ -112,7 +118,9 @@ where
         };
         match decision {
             Ok(generation) => {
-                self.tally.admitted();
+                if counted {
+                    self.tally.admitted();
+                }
                 Ok(permit(Ticket {
                     hash,
                     held: Held::of(generation),
@@ -124,7 +132,9 @@ where
             }) => {
                 self.sketches.release(hash);
                 let shadow = self.in_shadow(plan_shadow);
-                self.tally.refused(&rejected, shadow);
+                if counted {
+                    self.tally.refused(&rejected, shadow);
+                }
                 if shadow {
                     return permit::shadow_admission(rejected, permit);
                 }

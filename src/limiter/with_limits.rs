@@ -108,7 +108,7 @@ where
         let shadow = limits.is_shadow();
         match shared.thresholds(&limits) {
             Ok(t) => shared.acquire(key, &t, shadow, permit),
-            Err(rejected) => shared.refused_uncounted(shadow, rejected, permit),
+            Err(rejected) => shared.refused_uncounted(shadow, true, rejected, permit),
         }
     }
 }

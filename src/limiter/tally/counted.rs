@@ -2,6 +2,7 @@
 //! gauges through the `metrics` facade by the limiter's clock.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use crossbeam_utils::CachePadded;
 use metrics::{counter, describe_counter, describe_gauge, gauge, Unit};
@@ -20,9 +21,15 @@ const KINDS: usize = SHADOW + REASONS.len();
 
 type Counts = [AtomicU64; KINDS];
 
-/// The counters of every thread's slot, and the limiter's label.
+/// The counters of every thread's slot, the totals published so far, and the limiter's
+/// label.
 pub(crate) struct Tally {
     slots: Box<[CachePadded<Counts>]>,
+    /// What `publish` has added to the recorder's counters, per kind: it adds the difference
+    /// (not `absolute`, which recorders keep as a maximum, so that a limiter rebuilt under
+    /// the same name, or two sharing one, would publish the larger total instead of the sum).
+    /// Only the limiter's clock publishes; the lock is never contended.
+    published: Mutex<[u64; KINDS]>,
     name: String,
 }
 
@@ -46,6 +53,7 @@ impl Tally {
             .collect();
         Tally {
             slots,
+            published: Mutex::new([0; KINDS]),
             name: name.to_owned(),
         }
     }
@@ -96,6 +104,14 @@ impl Tally {
     /// gets them; off the request path (the clock's thread, once a sweep).
     pub(crate) fn publish(&self, gauges: &Gauges) {
         let name = self.name.clone();
+        let mut published = self.published.lock().unwrap_or_else(|p| p.into_inner());
+        // What kind `kind` counted since the last publication (totals only grow).
+        let mut delta = |kind: usize| {
+            let total = self.total(kind);
+            let new = total.wrapping_sub(published[kind]);
+            published[kind] = total;
+            new
+        };
         let requests = |decision: &'static str, reason: &'static str, value: u64| {
             counter!(
                 "floodgate_requests_total",
@@ -103,22 +119,22 @@ impl Tally {
                 "decision" => decision,
                 "reason" => reason,
             )
-            .absolute(value);
+            .increment(value);
         };
-        requests("admitted", "none", self.total(ADMITTED));
+        requests("admitted", "none", delta(ADMITTED));
         for (i, (_, reason)) in REASONS.iter().enumerate() {
             // The two reasons every limiter can have are published from 0, so that a rate
             // over them exists before the first refusal; the misconfiguration ones once seen.
             let always = i < 2;
             for (decision, base) in [("refused", REFUSED), ("shadow_refused", SHADOW)] {
-                let value = self.total(base + i);
-                if always || value > 0 {
+                let value = delta(base + i);
+                if always || value > 0 || self.total(base + i) > 0 {
                     requests(decision, reason, value);
                 }
             }
         }
-        counter!("floodgate_near_limit_total", "limiter" => name.clone())
-            .absolute(self.total(NEAR));
+        counter!("floodgate_near_limit_total", "limiter" => name.clone()).increment(delta(NEAR));
+        drop(published);
         let set = |metric: &'static str, value: f64| {
             gauge!(metric, "limiter" => name.clone()).set(value);
         };

@@ -1,7 +1,7 @@
 //! Each thread's own slot in every limiter's counters, so that counting is a plain load and
 //! store on a line no other thread writes.
 //!
-//! A thread takes the lowest free slot number at its first count and gives it back when it
+//! A thread takes a free slot number at its first count and gives it back when it
 //! exits; the next thread to take that number goes on adding to the same counters (the pool's
 //! lock orders the exiting thread's last store before the new owner's first load, so nothing
 //! is lost). Past [`SLOTS`] threads at once, the rest share [`SHARED`], counted with a locked
@@ -47,7 +47,7 @@ struct GiveBack;
 
 impl Drop for GiveBack {
     fn drop(&mut self) {
-        let slot = SLOT.with(|s| s.replace(SHARED));
+        let slot = SLOT.try_with(|s| s.replace(SHARED)).unwrap_or(SHARED);
         if slot < SLOTS {
             pool().free.push(slot);
         }
@@ -57,14 +57,15 @@ impl Drop for GiveBack {
 /// This thread's slot: its own, or [`SHARED`].
 #[inline]
 pub(super) fn current() -> usize {
-    let slot = SLOT.with(Cell::get);
-    if slot != UNTAKEN {
-        return slot;
+    // `try_with`: where thread-locals are not native, one may be gone in a late destructor.
+    match SLOT.try_with(Cell::get) {
+        Ok(UNTAKEN) => take(),
+        Ok(slot) => slot,
+        Err(_) => SHARED,
     }
-    take()
 }
 
-/// The first count of a thread: takes the lowest free slot, or [`SHARED`] when all are taken.
+/// The first count of a thread: takes a free slot, or [`SHARED`] when all are taken.
 #[cold]
 fn take() -> usize {
     let slot = {
@@ -78,7 +79,9 @@ fn take() -> usize {
             None => SHARED,
         }
     };
-    SLOT.with(|s| s.set(slot));
+    if SLOT.try_with(|s| s.set(slot)).is_err() {
+        return SHARED; // being torn down: the slot stays taken, never shared
+    }
     // Registers the give-back; if the thread is already being torn down, the slot stays taken
     // (one slot lost to the pool, never shared by two threads).
     let _ = GIVE_BACK.try_with(|_| ());

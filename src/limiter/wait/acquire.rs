@@ -150,7 +150,7 @@ where
         let plan_shadow = limits.is_some_and(|l| l.is_shadow());
         let permit = |ticket| OwnedPermit::new(shared, ticket);
         let uncounted = |rejected| {
-            let answer = shared.refused_uncounted(plan_shadow, rejected, permit);
+            let answer = shared.refused_uncounted(plan_shadow, false, rejected, permit);
             Self::ready(shared, answer)
         };
         let thresholds = match limits {
@@ -172,7 +172,7 @@ where
         let queued = max_wait > 0 && shared.waiters.any_parked(hash);
         let mut first = None;
         if !queued {
-            match shared.acquire_hashed(key, hash, &thresholds, plan_shadow, permit) {
+            match shared.acquire_hashed(key, hash, &thresholds, plan_shadow, false, permit) {
                 Err(rejected) => first = Some(rejected),
                 answer => return Self::ready(shared, answer),
             }
@@ -324,8 +324,8 @@ where
     };
     let permit = |ticket| OwnedPermit::new(shared, ticket);
     match thresholds {
-        Ok(t) => shared.acquire_hashed(&wait.key, wait.hash, &t, plan_shadow, permit),
-        Err(rejected) => shared.refused_uncounted(plan_shadow, rejected, permit),
+        Ok(t) => shared.acquire_hashed(&wait.key, wait.hash, &t, plan_shadow, false, permit),
+        Err(rejected) => shared.refused_uncounted(plan_shadow, false, rejected, permit),
     }
 }
 
@@ -337,6 +337,22 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
+        let answer = this.answer(cx);
+        // The metrics count the request once, by its answer (its attempts are not counted).
+        if let Poll::Ready(result) = &answer {
+            this.shared.count_answer(result);
+        }
+        answer
+    }
+}
+
+impl<K> Acquire<K>
+where
+    K: Hash + Eq + Clone + Send + Sync,
+{
+    /// The answer, once there is one (see [`Future::poll`]).
+    fn answer(&mut self, cx: &mut Context<'_>) -> Poll<Result<OwnedPermit<K>, Rejected>> {
+        let this = self;
         match &this.step {
             Step::Ready(_) => match std::mem::replace(&mut this.step, Step::Done) {
                 Step::Ready(result) => Poll::Ready(result),
