@@ -111,10 +111,11 @@ const SATURATED_AT: f64 = 0.5;
 ///
 /// The request path counts each decision in counters of its thread's own (a load and a store
 /// on a line no other thread writes, no locked instruction; threads past 128 at once share
-/// one, with a locked add). The limiter's clock sums them and publishes the totals once a
-/// sweep (a rate window, at most a second), registering them anew each time, so a recorder
-/// installed after the limiter was built gets them too. Without the feature nothing is
-/// counted.
+/// one, with a locked add). The limiter's clock sums them once a sweep (a rate window, at
+/// most a second) and adds what was counted since its last publication to the recorder's
+/// counters, so limiters that share a name add up. Install the recorder before the traffic:
+/// what is published before it is installed goes to no recorder. Without the feature nothing
+/// is counted.
 ///
 /// # Examples
 ///

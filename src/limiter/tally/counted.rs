@@ -100,8 +100,8 @@ impl Tally {
     }
 
     /// Publishes the totals and `gauges` to the installed recorder (none: nothing happens).
-    /// Registered anew each time, so a recorder installed after the limiter was built still
-    /// gets them; off the request path (the clock's thread, once a sweep).
+    /// Registered anew each time, so a recorder installed after the limiter was built gets
+    /// what is counted from then on; off the request path (the clock's thread, once a sweep).
     pub(crate) fn publish(&self, gauges: &Gauges) {
         let name = self.name.clone();
         let mut published = self.published.lock().unwrap_or_else(|p| p.into_inner());
