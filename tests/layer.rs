@@ -148,7 +148,9 @@ fn calls(origins: &Origins, host: &str) -> usize {
 // ---------------------------------------------------------------------------------------------
 // Server and clients over loopback.
 
-/// Serves `service` on 127.0.0.1 (an ephemeral port) until the test's runtime ends.
+/// Serves `service` on 127.0.0.1 (an ephemeral port) until the test's runtime ends, with
+/// each connection's peer address in its requests' extensions (as a server does for
+/// [`ClientKey`]).
 async fn serve<S, B>(service: S) -> SocketAddr
 where
     S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
@@ -163,8 +165,14 @@ where
     let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let service = TowerToHyperService::new(service.clone());
+        while let Ok((stream, peer)) = listener.accept().await {
+            let service = tower::ServiceBuilder::new()
+                .map_request(move |mut req: Request<Incoming>| {
+                    req.extensions_mut().insert(peer);
+                    req
+                })
+                .service(service.clone());
+            let service = TowerToHyperService::new(service);
             tokio::spawn(async move {
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), service)
@@ -1497,40 +1505,6 @@ async fn a_limit_in_shadow_serves_every_request_and_says_which_it_would_refuse()
     assert_eq!(calls(&origins, "trial.example"), 5);
 }
 
-/// Serves `service` on 127.0.0.1 with each connection's peer address in its requests'
-/// extensions, as a server does for [`ClientKey`].
-async fn serve_with_peer<S, B>(service: S) -> SocketAddr
-where
-    S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    B: Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((stream, peer)) = listener.accept().await {
-            let service = tower::ServiceBuilder::new()
-                .map_request(move |mut req: Request<Incoming>| {
-                    req.extensions_mut().insert(peer);
-                    req
-                })
-                .service(service.clone());
-            let service = TowerToHyperService::new(service);
-            tokio::spawn(async move {
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    addr
-}
-
 /// Over loopback, behind a trusted proxy (the loopback client plays it): each client the
 /// proxy forwards for has a limit of its own, whatever it claims left of the proxy's entry,
 /// and the clients of one IPv6 /64 share one.
@@ -1545,7 +1519,7 @@ async fn client_keys_limit_each_forwarded_client_and_each_ipv6_network() {
     let addrs = ClientAddr::new().trust("127.0.0.0/8".parse().unwrap());
     let layer = LimitLayer::new(limiter).key_fn(ClientKey::new(addrs));
     let origins = Arc::new(Origins::default());
-    let addr = serve_with_peer(layer.layer(handler(&origins))).await;
+    let addr = serve(layer.layer(handler(&origins))).await;
     let client = client();
     let send = |forwarded: &str| {
         let mut req = request(addr, "origin.example");
