@@ -102,7 +102,7 @@ const SATURATED_AT: f64 = 0.5;
 ///
 /// | metric | kind | what |
 /// |---|---|---|
-/// | `floodgate_requests_total` | counter | requests decided; labels `decision` = `admitted`, `refused` or `shadow_refused` (admitted in shadow), and `reason` = `none` (admitted), `inflight`, `rate`, `inflight_not_counted`, `rate_not_counted` or `limit_too_large` |
+/// | `floodgate_requests_total` | counter | requests decided; labels `decision` = `admitted`, `refused` or `shadow_refused` (admitted in shadow), and `reason` = `none` (admitted), `inflight`, `rate`, `inflight_not_counted`, `rate_not_counted`, `limit_too_large` or `cost_over_limit` |
 /// | `floodgate_near_limit_total` | counter | admitted requests of promoted keys whose count reached 80% of a limit (with the default promotion at half the limit, every key that gets there is promoted) |
 /// | `floodgate_exact_keys`, `floodgate_exact_capacity` | gauges | keys the exact stage holds, and can hold |
 /// | `floodgate_waiting` | gauge | requests waiting for a permit |
@@ -308,7 +308,7 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let shared = &*self.shared;
-        shared.acquire(key, &shared.defaults.load(), false, |ticket| Permit {
+        shared.acquire(key, 1, &shared.defaults.load(), false, |ticket| Permit {
             shared,
             ticket,
         })
@@ -337,7 +337,7 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let shared = &self.shared;
-        shared.acquire(key, &shared.defaults.load(), false, |ticket| {
+        shared.acquire(key, 1, &shared.defaults.load(), false, |ticket| {
             OwnedPermit::new(shared, ticket)
         })
     }
@@ -360,7 +360,34 @@ where
     pub fn with_limits(&self, limits: Limits) -> WithLimits<'_, K> {
         WithLimits {
             limiter: self,
-            limits,
+            limits: Some(limits),
+            cost: 1,
+        }
+    }
+
+    /// The same admissions for a request that counts `cost` units (its bytes, its tokens)
+    /// against the limiter's defaults, as they are at each admission. See
+    /// [`WithLimits::cost`], which says what a cost counts and what a refusal leaves.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use floodgate::{Limiter, Reason};
+    ///
+    /// // Up to 10 units in flight per key: 4 + 6 fit, 1 more does not.
+    /// let limiter: Limiter<String> = Limiter::builder().max_inflight(10).build().unwrap();
+    /// let four = limiter.with_cost(4).try_acquire("origin").unwrap();
+    /// let six = limiter.with_cost(6).try_acquire("origin").unwrap();
+    /// assert_eq!(limiter.try_acquire("origin").unwrap_err().reason, Reason::Inflight);
+    /// drop(six); // its 6 units come back together
+    /// assert_eq!(limiter.estimate("origin").inflight, Some(4));
+    /// # drop(four);
+    /// ```
+    pub fn with_cost(&self, cost: u32) -> WithLimits<'_, K> {
+        WithLimits {
+            limiter: self,
+            limits: None,
+            cost,
         }
     }
 
@@ -377,7 +404,7 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let thresholds = self.shared.defaults.load();
-        let result = self.shared.acquire(key, &thresholds, false, |ticket| {
+        let result = self.shared.acquire(key, 1, &thresholds, false, |ticket| {
             OwnedPermit::new(&self.shared, ticket)
         });
         (result, thresholds.limits())

@@ -4,7 +4,7 @@
 use std::borrow::Borrow;
 use std::hash::Hash;
 
-use super::decision;
+use super::decision::{self, Refusal};
 use super::exact::{spread, Entry, Place};
 use super::limits::Thresholds;
 use super::overlimit::OverLimit;
@@ -13,36 +13,17 @@ use super::sketches::{Reread, Sketched};
 use super::tally::{Tally, NEAR_LIMIT};
 use super::{Rejected, Shared};
 
-/// A request the exact stage refused, and for a rate rejection on exact counts, until when
-/// (nanoseconds on the limiter's clock) the key stays over its limit if nothing else is
-/// admitted. Not for a rejection on the sketch's counts alone: those also count the key's
-/// rejected requests, so a promotion before then may admit it sooner.
-struct Refusal {
-    rejected: Rejected,
-    over_until: Option<u64>,
-}
-
-/// The sketch's decision alone, for a key the exact stage cannot count.
-fn alone(s: &Sketched, t: &Thresholds) -> Result<Option<u64>, Refusal> {
-    match decision::alone(s, t) {
-        Ok(()) => Ok(None),
-        Err(rejected) => Err(Refusal {
-            rejected,
-            over_until: None,
-        }),
-    }
-}
-
 impl<K> Shared<K>
 where
     K: Hash + Eq,
 {
-    /// The whole decision for one request against `t`: the over-limit cache, then the
-    /// sketches, then (for hot or promoted keys) the exact stage.
+    /// The whole decision for one request of `cost` units against `t`: the over-limit cache,
+    /// then the sketches, then (for hot or promoted keys) the exact stage.
     #[inline]
     pub(super) fn acquire<Q, P>(
         &self,
         key: &Q,
+        cost: u32,
         t: &Thresholds,
         plan_shadow: bool,
         permit: impl FnOnce(Ticket) -> P,
@@ -51,7 +32,8 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.acquire_hashed(key, self.sketches.hash(key), t, plan_shadow, true, permit)
+        let hash = self.sketches.hash(key);
+        self.acquire_hashed(key, hash, cost, t, plan_shadow, true, permit)
     }
 
     /// [`acquire`](Self::acquire) for a key whose hash is known. In shadow (`plan_shadow`, or
@@ -63,10 +45,12 @@ where
     /// the over-limit cache's (a flood's): a decision in shadow puts no deadline in the cache,
     /// so its refusals are always decided anew, and the cache's refusals are never shadow. It
     /// is not a field of the thresholds, which every request copies.
+    #[allow(clippy::too_many_arguments)] // the request's parts, each read on its path
     pub(super) fn acquire_hashed<Q, P>(
         &self,
         key: &Q,
         hash: u64,
+        cost: u32,
         t: &Thresholds,
         plan_shadow: bool,
         counted: bool,
@@ -76,7 +60,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if let Some(rejected) = t.refuses_all() {
+        if let Some(rejected) = t.refuses(cost) {
             return self.refused_uncounted(plan_shadow, counted, rejected, permit);
         }
         // One remix for the over-limit cache and the filter.
@@ -108,7 +92,7 @@ where
             }
             None => t,
         };
-        let sketched = self.sketches.observe(hash);
+        let sketched = self.sketches.observe(hash, cost);
         let hot = decision::is_hot(&sketched, t);
         // The request's half of the promotion handshake: after the sketch increments.
         let decision = if !hot && !self.exact.flagged(spread) {
@@ -123,14 +107,14 @@ where
                 }
                 Ok(permit(Ticket {
                     hash,
-                    held: Held::of(generation),
+                    held: Held::of(generation, cost),
                 }))
             }
             Err(Refusal {
                 rejected,
                 over_until,
             }) => {
-                self.sketches.release(hash);
+                self.sketches.release(hash, cost);
                 let shadow = self.in_shadow(plan_shadow);
                 if counted {
                     self.tally.refused(&rejected, shadow);
@@ -185,7 +169,7 @@ where
     {
         let at = s.window.map_or_else(|| self.time.coarse(), |w| w.at);
         let mut held = match self.exact.place(key, s.hash, at) {
-            Place::Twin => return alone(s, t),
+            Place::Twin => return decision::alone(s, t).map(|()| None),
             Place::Held(held) => {
                 // A request the sketch admits alone, for a key that has cooled down apart
                 // from it: demote the key.
@@ -195,7 +179,7 @@ where
                             inflight: self.sketches.inflight_now(s.hash),
                             window: s.window,
                         };
-                        decision::is_cool(&e.counts, &own, true, t)
+                        decision::is_cool(&e.counts, &own, s.cost, t)
                     });
                 if cool {
                     held.demote();
@@ -221,12 +205,12 @@ where
                 });
                 match promoted {
                     Some(held) => held,
-                    None => return alone(s, t),
+                    None => return decision::alone(s, t).map(|()| None),
                 }
             }
         };
         let Some(entry) = held.decided_under(t) else {
-            return alone(s, t); // unreachable: a held place has its entry
+            return decision::alone(s, t).map(|()| None); // unreachable: a held place has its entry
         };
         let now = self.sketches.recount(s);
         let near = Tally::ON.then_some(NEAR_LIMIT);
@@ -237,14 +221,10 @@ where
                 }
                 Ok(admitted.tracked.then_some(entry.generation))
             }
-            Err(rejected) => {
+            Err(refusal) => {
                 entry.rejected += 1;
-                let over_until = decision::held_until(&rejected, s, t);
-                entry.over_until = over_until.unwrap_or(0);
-                Err(Refusal {
-                    rejected,
-                    over_until,
-                })
+                entry.over_until = refusal.over_until.unwrap_or(0);
+                Err(refusal)
             }
         }
     }
@@ -267,14 +247,15 @@ impl<K> Shared<K> {
     fn release_inflight(&self, ticket: &Ticket) {
         let hash = ticket.hash;
         match ticket.held {
-            Held::Exact(generation) => self.exact.release(
+            Held::Exact { generation, cost } => self.exact.release(
                 hash,
                 generation,
-                || self.sketches.release(hash),
+                cost,
+                || self.sketches.release(hash, cost),
                 |entry| self.is_cool(entry),
                 || self.now(),
             ),
-            Held::Sketch => self.sketches.release(hash),
+            Held::Sketch { cost } => self.sketches.release(hash, cost),
             Held::Shadow(_) => return,
         }
         // After the count is given back: the release's half of the wake-up handshake.
@@ -284,7 +265,7 @@ impl<K> Shared<K> {
     /// Whether a promoted entry has cooled down, by the sketches now and its last thresholds.
     fn is_cool(&self, entry: &Entry<K>) -> bool {
         let now = self.sketches.reread(entry.hash);
-        decision::is_cool(&entry.counts, &now, false, &entry.thresholds)
+        decision::is_cool(&entry.counts, &now, 0, &entry.thresholds)
     }
 
     /// The time now: on the rate windows' clock, or without a rate the limiter's coarse time

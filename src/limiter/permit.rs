@@ -10,12 +10,13 @@ pub(super) struct Ticket {
     pub(super) held: Held,
 }
 
-/// Where an admitted request's in-flight slot is counted.
+/// Where an admitted request's in-flight units are counted, and how many (its cost: in the
+/// variants, where it takes the room the tag leaves, so that a ticket stays 24 bytes).
 pub(super) enum Held {
     /// In the sketch.
-    Sketch,
+    Sketch { cost: u32 },
     /// In the exact stage, by the entry of this generation.
-    Exact(u64),
+    Exact { generation: u64, cost: u32 },
     /// Nowhere: a request its limits refuse, admitted in shadow, counted as the refusal it
     /// stands for. Boxed, so that a ticket stays as small as an admission's.
     Shadow(Box<Rejected>),
@@ -39,12 +40,13 @@ pub(super) fn shadow_admission<P>(
 }
 
 impl Held {
-    /// An admission's: in the exact stage by entry `generation`, or in the sketch.
+    /// An admission's `cost` units: in the exact stage by entry `generation`, or in the
+    /// sketch.
     #[inline]
-    pub(super) fn of(generation: Option<u64>) -> Self {
+    pub(super) fn of(generation: Option<u64>, cost: u32) -> Self {
         match generation {
-            Some(generation) => Held::Exact(generation),
-            None => Held::Sketch,
+            Some(generation) => Held::Exact { generation, cost },
+            None => Held::Sketch { cost },
         }
     }
 }
@@ -70,14 +72,15 @@ impl Ticket {
 
     /// Whether its slot is counted in the exact stage.
     fn exact(&self) -> bool {
-        matches!(self.held, Held::Exact(_))
+        matches!(self.held, Held::Exact { .. })
     }
 }
 
-/// An admitted request: holds its key's in-flight slot until dropped.
+/// An admitted request: holds its key's in-flight slot (its cost's units, for a request with
+/// a cost) until dropped.
 ///
 /// Dropping it on any thread, during a panic unwind, or with a cancelled future gives the
-/// slot back.
+/// slot back, all its units together.
 #[must_use = "dropping the permit gives the in-flight slot back at once"]
 pub struct Permit<'a, K> {
     pub(super) shared: &'a Shared<K>,
@@ -155,5 +158,14 @@ impl<K> std::fmt::Debug for OwnedPermit<K> {
             .field("exact", &self.ticket.exact())
             .field("shadow_rejection", &self.ticket.shadow_rejection())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(all(test, not(floodgate_loom)))]
+mod tests {
+    /// The cost rides in the room the tag leaves: a permit is no larger for it.
+    #[test]
+    fn a_ticket_with_its_cost_is_three_words() {
+        assert_eq!(std::mem::size_of::<super::Ticket>(), 24);
     }
 }

@@ -1,4 +1,5 @@
-//! [`WithLimits`]: a limiter's admissions judged against a key's own limits.
+//! [`WithLimits`]: a limiter's admissions judged against a key's own limits, or for a
+//! request with a cost.
 
 use std::borrow::Borrow;
 use std::hash::Hash;
@@ -8,8 +9,9 @@ use super::permit::Ticket;
 use super::{Acquire, Limiter, Limits, OwnedPermit, Permit, Rejected, Shared};
 
 /// A [`Limiter`] judging requests against given [`Limits`] instead of its defaults (a
-/// customer's plan, say), from [`Limiter::with_limits`]: the same three admissions, one way
-/// to say "these limits" for each.
+/// customer's plan, say), from [`Limiter::with_limits`], or counting a [`cost`](Self::cost)
+/// of several units per request, from [`Limiter::with_cost`] (or both): the same three
+/// admissions, one way to say "these limits" and "this cost" for each.
 ///
 /// The promotion thresholds follow these limits, so with a sketch that tells keys apart each
 /// key is admitted exactly up to its own limit. The kinds counted (in flight, rate, and the
@@ -48,7 +50,10 @@ use super::{Acquire, Limiter, Limits, OwnedPermit, Permit, Rejected, Shared};
 #[derive(Debug)]
 pub struct WithLimits<'a, K> {
     pub(super) limiter: &'a Limiter<K>,
-    pub(super) limits: Limits,
+    /// `None`: the limiter's defaults at each admission.
+    pub(super) limits: Option<Limits>,
+    /// Units each admission counts.
+    pub(super) cost: u32,
 }
 
 impl<K> Clone for WithLimits<'_, K> {
@@ -63,12 +68,63 @@ impl<'a, K> WithLimits<'a, K>
 where
     K: Hash + Eq,
 {
-    /// As [`Limiter::try_acquire`], against these limits.
+    /// Each request counts `cost` units (its bytes, its tokens, its weight) in every limit it
+    /// meets instead of 1: in flight and per interval.
+    ///
+    /// - A request is admitted only if all its units fit: a request of 6 units where 4 are
+    ///   left is refused whole, and takes none of the 4.
+    /// - A refusal gives its in-flight units back at once, and leaves nothing in the exact
+    ///   counts a key near its limit is judged by: a retry is judged as if it were the first
+    ///   attempt. Like every refused request, it stays counted (all its units) in the rate
+    ///   sketch, which measures offered load; a key that sketch alone decides (when the exact
+    ///   stage has no room for it) can be refused more for it, never admitted more.
+    /// - The permit gives its in-flight units back together when dropped.
+    /// - A cost over one of the limits (or over [`Limits::MAX_LIMIT`]) can never fit: it is
+    ///   refused at once with [`Reason::CostOverLimit`](super::Reason::CostOverLimit),
+    ///   counted nowhere, and no [`acquire`](Self::acquire) waits for it.
+    /// - A cost of 0 counts nothing: it is admitted while the key is not over its limits.
+    /// - A rate rejection's `retry_after` is the time until this cost fits. A key refused for
+    ///   its rate is then refused from the over-limit cache until a request of one unit fits;
+    ///   a larger request refused there is told that time, the least it has to wait.
+    ///
+    /// The promotion threshold compares the key's units with a fraction of its limits, as it
+    /// compares requests: keys whose requests cost more reach the exact stage sooner.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::{clock::ManualClock, Limiter, Limits, Reason};
+    ///
+    /// // 1,000 bytes a second per client.
+    /// let clock = ManualClock::new();
+    /// let limiter: Limiter<String> = Limiter::builder()
+    ///     .max_rate(1_000, Duration::from_secs(1))
+    ///     .clock(&clock)
+    ///     .build()
+    ///     .unwrap();
+    /// drop(limiter.with_cost(700).try_acquire("client").unwrap());
+    /// let rejected = limiter.with_cost(400).try_acquire("client").unwrap_err();
+    /// assert_eq!(rejected.reason, Reason::Rate);
+    /// // The refused 400 took nothing: 300 bytes are still there.
+    /// drop(limiter.with_cost(300).try_acquire("client").unwrap());
+    ///
+    /// // More than the limit can never fit, and is not counted.
+    /// let plan = Limits::new().max_rate(100);
+    /// let rejected = limiter.with_limits(plan).cost(101).try_acquire("other").unwrap_err();
+    /// assert_eq!((rejected.reason, rejected.retry_after), (Reason::CostOverLimit, None));
+    /// ```
+    #[must_use]
+    pub fn cost(self, cost: u32) -> Self {
+        WithLimits { cost, ..self }
+    }
+
+    /// As [`Limiter::try_acquire`], against these limits and for this cost.
     ///
     /// # Errors
     ///
-    /// [`Rejected`] when the request would take the key over one of these limits, or when
-    /// they have a kind the limiter does not count.
+    /// [`Rejected`] when the request would take the key over one of these limits, when they
+    /// have a kind the limiter does not count, or when the cost is over one of them.
     pub fn try_acquire<Q>(&self, key: &Q) -> Result<Permit<'a, K>, Rejected>
     where
         K: Borrow<Q>,
@@ -92,8 +148,8 @@ where
         self.decide(shared, key, |ticket| OwnedPermit::new(shared, ticket))
     }
 
-    /// The decision for one request against these limits, an admission's ticket made into
-    /// the caller's `permit`.
+    /// The decision for one request against these limits and for this cost, an admission's
+    /// ticket made into the caller's `permit`.
     fn decide<Q, P>(
         &self,
         shared: &Shared<K>,
@@ -104,10 +160,13 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let limits = shared.plan(self.limits);
+        let Some(limits) = self.limits else {
+            return shared.acquire(key, self.cost, &shared.defaults.load(), false, permit);
+        };
+        let limits = shared.plan(limits);
         let shadow = limits.is_shadow();
         match shared.thresholds(&limits) {
-            Ok(t) => shared.acquire(key, &t, shadow, permit),
+            Ok(t) => shared.acquire(key, self.cost, &t, shadow, permit),
             Err(rejected) => shared.refused_uncounted(shadow, true, rejected, permit),
         }
     }
@@ -117,7 +176,8 @@ impl<K> WithLimits<'_, K>
 where
     K: Hash + Eq + Send + Sync,
 {
-    /// As [`Limiter::acquire`], against these limits at every attempt.
+    /// As [`Limiter::acquire`], against these limits at every attempt (the defaults of the
+    /// moment, from [`Limiter::with_cost`]) and for this cost.
     ///
     /// # Errors
     ///
@@ -151,6 +211,6 @@ where
         K: Borrow<Q> + Clone,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        Acquire::start(&self.limiter.shared, key, Some(self.limits), max_wait)
+        Acquire::start(&self.limiter.shared, key, self.limits, self.cost, max_wait)
     }
 }

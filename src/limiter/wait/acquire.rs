@@ -79,7 +79,7 @@ where
         K: Borrow<Q> + Clone,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        Acquire::start(&self.shared, key, None, max_wait)
+        Acquire::start(&self.shared, key, None, 1, max_wait)
     }
 }
 
@@ -114,6 +114,8 @@ struct Wait<K> {
     hash: u64,
     /// `None`: the limiter's defaults at each attempt.
     limits: Option<Limits>,
+    /// Units each attempt counts.
+    cost: u32,
     /// The tick after which it gives up.
     deadline: u64,
     /// The rejection of the attempt `acquire` made, if it made one: what a request that
@@ -137,6 +139,7 @@ where
         shared: &Arc<Shared<K>>,
         key: &Q,
         limits: Option<Limits>,
+        cost: u32,
         max_wait: Duration,
     ) -> Self
     where
@@ -144,7 +147,7 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         // What no waiting can help is answered at once, uncounted, queued or not: limits of
-        // a kind the limiter does not count, and limits of 0.
+        // a kind the limiter does not count, limits of 0, a cost over a limit.
         // In shadow, such a refusal is an admission that says so, as any other.
         let limits = limits.map(|l| shared.plan(l));
         let plan_shadow = limits.is_some_and(|l| l.is_shadow());
@@ -158,7 +161,7 @@ where
             None => Ok(shared.defaults.load()),
         };
         let thresholds = match thresholds {
-            Ok(t) => match t.refuses_all() {
+            Ok(t) => match t.refuses(cost) {
                 Some(rejected) => return uncounted(rejected),
                 None => t,
             },
@@ -172,7 +175,7 @@ where
         let queued = max_wait > 0 && shared.waiters.any_parked(hash);
         let mut first = None;
         if !queued {
-            match shared.acquire_hashed(key, hash, &thresholds, plan_shadow, false, permit) {
+            match shared.acquire_hashed(key, hash, cost, &thresholds, plan_shadow, false, permit) {
                 Err(rejected) => first = Some(rejected),
                 answer => return Self::ready(shared, answer),
             }
@@ -190,6 +193,7 @@ where
                 key: key.to_owned(),
                 hash,
                 limits,
+                cost,
                 deadline,
                 first,
             }),
@@ -324,7 +328,10 @@ where
     };
     let permit = |ticket| OwnedPermit::new(shared, ticket);
     match thresholds {
-        Ok(t) => shared.acquire_hashed(&wait.key, wait.hash, &t, plan_shadow, false, permit),
+        Ok(t) => {
+            let (key, hash, cost) = (&wait.key, wait.hash, wait.cost);
+            shared.acquire_hashed(key, hash, cost, &t, plan_shadow, false, permit)
+        }
         Err(rejected) => shared.refused_uncounted(plan_shadow, false, rejected, permit),
     }
 }
