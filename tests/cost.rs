@@ -180,10 +180,17 @@ fn a_waiting_request_with_a_cost_is_admitted_when_its_units_fit() {
     assert_eq!(limiter.estimate("origin").inflight, Some(0));
 }
 
-/// A cost of 0 counts nothing: admitted while the key is at (not over) its limit.
+/// A cost of 0 counts nothing and is admitted at once: at the in-flight limit, and while the
+/// over-limit cache refuses the key's other requests. A limit of 0 still refuses it.
 #[test]
-fn a_cost_of_zero_counts_nothing() {
-    let limiter: Limiter<String> = Limiter::builder().max_inflight(2).build().unwrap();
+fn a_cost_of_zero_counts_nothing_and_is_admitted_but_under_a_limit_of_zero() {
+    let clock = ManualClock::new();
+    let limiter: Limiter<String> = Limiter::builder()
+        .max_inflight(2)
+        .max_rate(3, SECOND)
+        .clock(&clock)
+        .build()
+        .unwrap();
     let held: Vec<_> = (0..2)
         .map(|_| limiter.try_acquire("origin").unwrap())
         .collect();
@@ -192,6 +199,18 @@ fn a_cost_of_zero_counts_nothing() {
     drop(free);
     assert_eq!(limiter.estimate("origin").inflight, Some(2));
     drop(held);
+    drop(limiter.try_acquire("origin").unwrap()); // 3 of 3
+    let refused = limiter.try_acquire("origin").unwrap_err();
+    assert_eq!(refused.reason, Reason::Rate);
+    assert!(limiter.with_cost(0).try_acquire("origin").is_ok());
+    assert_eq!(
+        limiter.estimate("origin").rate,
+        Some(3.0),
+        "nothing counted"
+    );
+    let closed = Limits::new().max_rate(0);
+    let refused = limiter.with_limits(closed).cost(0).try_acquire("origin");
+    assert_eq!(refused.unwrap_err().reason, Reason::Rate);
 }
 
 /// In shadow, a request whose units do not fit is served, says so, and holds none of them.

@@ -145,9 +145,9 @@ pub(crate) fn promoted(s: &Sketched, now: &Recount, proven: Option<isize>) -> Co
 /// exact stage's lock, in the request's windows, so that they include every request the
 /// entry admitted before this one (each counted itself in the sketches before taking the
 /// lock); the estimates read before the lock may miss one admitted in between, and a bound
-/// on them would be short of it. `Ok` with whether the permit's in-flight units are counted
-/// here, and, when `near` (a ratio of the limits) is given, whether the key's counts with
-/// this request reach that ratio of a limit.
+/// on them would be short of it. Admitted, the request is counted here (its in-flight units,
+/// if the limiter counts them, and its rate units); `Ok` says, when `near` (a ratio of the
+/// limits) is given, whether the key's counts with this request reach that ratio of a limit.
 pub(crate) fn exact(
     counts: &mut Counts,
     s: &Sketched,
@@ -190,15 +190,12 @@ pub(crate) fn exact(
     if tracked {
         counts.inflight.tracked = counts.inflight.tracked.saturating_add(cost);
     }
-    admitted.tracked = tracked;
     Ok(admitted)
 }
 
-/// A request the exact stage admits: whether its in-flight slot is counted there, and
-/// whether its key is near a limit (see [`exact`]).
+/// A request the exact stage admits: whether its key is near a limit (see [`exact`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Admitted {
-    pub(crate) tracked: bool,
     pub(crate) near: bool,
 }
 
@@ -443,7 +440,7 @@ mod tests {
         for n in 5..=10 {
             let s = sketched(1, 0, 40 + n);
             let admitted = exact(&mut counts, &s, &recount(1, 0, 40 + n), &t, None);
-            assert_eq!(admitted.map(|a| a.tracked), Ok(true));
+            assert!(admitted.is_ok());
         }
         assert_eq!(counts.rate.bound(7), Some(10));
         let s = sketched(1, 0, 51);
@@ -503,7 +500,7 @@ mod tests {
         };
         let mut counts = promoted(&sketched(1, 0, 1), &recount(1, 0, 1), Some(0));
         let admitted = exact(&mut counts, &costly(3, 3, 3), &recount(3, 0, 3), &t, None);
-        assert_eq!(admitted.map(|a| a.tracked), Ok(true), "3 of 4 and 3 of 10");
+        assert!(admitted.is_ok(), "3 of 4 and 3 of 10");
         assert_eq!(
             (counts.inflight.tracked, counts.rate.bound(7)),
             (3, Some(3))

@@ -8,7 +8,7 @@ use super::decision::{self, Refusal};
 use super::exact::{spread, Entry, Place};
 use super::limits::Thresholds;
 use super::overlimit::OverLimit;
-use super::permit::{self, Held, Ticket};
+use super::permit::{self, Held, Receipt, Ticket};
 use super::sketches::{Reread, Sketched};
 use super::tally::{Tally, NEAR_LIMIT};
 use super::{Rejected, Shared};
@@ -26,7 +26,7 @@ where
         cost: u32,
         t: &Thresholds,
         plan_shadow: bool,
-        permit: impl FnOnce(Ticket) -> P,
+        permit: impl FnOnce(Ticket, Receipt) -> P,
     ) -> Result<P, Rejected>
     where
         K: Borrow<Q>,
@@ -54,7 +54,7 @@ where
         t: &Thresholds,
         plan_shadow: bool,
         counted: bool,
-        permit: impl FnOnce(Ticket) -> P,
+        permit: impl FnOnce(Ticket, Receipt) -> P,
     ) -> Result<P, Rejected>
     where
         K: Borrow<Q>,
@@ -105,10 +105,12 @@ where
                 if counted {
                     self.tally.admitted();
                 }
-                Ok(permit(Ticket {
+                let ticket = Ticket {
                     hash,
                     held: Held::of(generation, cost),
-                }))
+                };
+                let window = sketched.window.map(|w| w.bucket);
+                Ok(permit(ticket, Receipt { window }))
             }
             Err(Refusal {
                 rejected,
@@ -151,7 +153,8 @@ where
     }
 
     /// Decides a request that the sketches could not decide alone: its key is hot, or
-    /// flagged. `Ok(Some(generation))` when its in-flight slot is counted in the exact stage.
+    /// flagged. `Ok(Some(generation))` when the exact stage counted it (its in-flight units, if
+    /// the limiter counts them, and its rate units).
     ///
     /// Never inlined: inlined into `try_acquire`, this path for the few hot keys made every
     /// request's path larger and measurably slower (3-6% on the simulated groups).
@@ -219,7 +222,7 @@ where
                 if admitted.near {
                     self.tally.near();
                 }
-                Ok(admitted.tracked.then_some(entry.generation))
+                Ok(Some(entry.generation))
             }
             Err(refusal) => {
                 entry.rejected += 1;
@@ -237,7 +240,7 @@ impl<K> Shared<K> {
     #[inline]
     pub(super) fn release(&self, ticket: &Ticket) {
         // A limiter that counts no requests in flight has nothing to give back: no call; nor
-        // has a request admitted in shadow, counted as refused.
+        // has a request admitted in shadow, counted as refused, nor one of cost 0.
         if self.sketches.inflight.is_some() {
             self.release_inflight(ticket);
         }
@@ -256,10 +259,26 @@ impl<K> Shared<K> {
                 || self.now(),
             ),
             Held::Sketch { cost } => self.sketches.release(hash, cost),
-            Held::Shadow(_) => return,
+            Held::Shadow(_) | Held::Nothing => return,
         }
         // After the count is given back: the release's half of the wake-up handshake.
         self.waiters.released(hash);
+    }
+
+    /// Takes back the rate units a promoted key's entry counted for an admission (`ticket`,
+    /// counted in `receipt`'s window) that another key then refused: a key is charged only for
+    /// what it admitted. The entry must be the one that counted it (the same generation) and
+    /// its counts must still reach that window. The rate sketch keeps the units, as it keeps
+    /// every refused request's: it measures offered load, and a key its exact counts do not
+    /// decide is below its promotion threshold. The in-flight units come back when the permit
+    /// drops.
+    pub(super) fn refund(&self, ticket: &Ticket, receipt: Receipt) {
+        if let (Held::Exact { generation, cost }, Some(bucket)) = (&ticket.held, receipt.window) {
+            let units = *cost as isize;
+            self.exact.with_entry(ticket.hash, *generation, |entry| {
+                entry.counts.rate.uncount(bucket, units);
+            });
+        }
     }
 
     /// Whether a promoted entry has cooled down, by the sketches now and its last thresholds.

@@ -10,16 +10,28 @@ pub(super) struct Ticket {
     pub(super) held: Held,
 }
 
+/// The rate window an admission was counted in (its bucket; `None` without a rate). Handed to
+/// the permit's constructor beside the ticket, not kept in the permit: only a decision made
+/// with other keys ([`WithLimits::try_acquire_and`](super::WithLimits::try_acquire_and))
+/// needs it, to take the count back at once when another key refuses.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Receipt {
+    pub(super) window: Option<u64>,
+}
+
 /// Where an admitted request's in-flight units are counted, and how many (its cost: in the
 /// variants, where it takes the room the tag leaves, so that a ticket stays 24 bytes).
 pub(super) enum Held {
     /// In the sketch.
     Sketch { cost: u32 },
-    /// In the exact stage, by the entry of this generation.
+    /// In the exact stage, by the entry of this generation (which counted its rate units too,
+    /// if the limiter counts a rate).
     Exact { generation: u64, cost: u32 },
     /// Nowhere: a request its limits refuse, admitted in shadow, counted as the refusal it
     /// stands for. Boxed, so that a ticket stays as small as an admission's.
     Shadow(Box<Rejected>),
+    /// Nowhere: a request of cost 0, which counts nothing.
+    Nothing,
 }
 
 /// The permit `permit` makes for a request its limits refuse, admitted in shadow: a ticket
@@ -34,9 +46,9 @@ pub(super) enum Held {
 #[inline(never)]
 pub(super) fn shadow_admission<P>(
     rejected: Rejected,
-    permit: impl FnOnce(Ticket) -> P,
+    permit: impl FnOnce(Ticket, Receipt) -> P,
 ) -> Result<P, Rejected> {
-    Ok(permit(Ticket::shadowed(rejected)))
+    Ok(permit(Ticket::shadowed(rejected), Receipt::default()))
 }
 
 impl Held {
@@ -59,6 +71,15 @@ impl Ticket {
         Ticket {
             hash: 0,
             held: Held::Shadow(Box::new(rejected)),
+        }
+    }
+
+    /// A request of cost 0: it holds nothing, and gives nothing back.
+    #[cold]
+    pub(super) fn nothing() -> Self {
+        Ticket {
+            hash: 0,
+            held: Held::Nothing,
         }
     }
 
@@ -140,6 +161,13 @@ impl<K> OwnedPermit<K> {
 }
 
 impl<K> OwnedPermit<K> {
+    /// Takes this admission back, counted in `receipt`'s window, because another key refused
+    /// the request (see [`Shared::refund`]): its exact rate units, then its in-flight units.
+    #[cfg(feature = "tower")]
+    pub(crate) fn take_back(self, receipt: Receipt) {
+        self.shared.refund(&self.ticket, receipt);
+    }
+
     /// As [`Permit::shadow_rejection`].
     pub fn shadow_rejection(&self) -> Option<&Rejected> {
         self.ticket.shadow_rejection()

@@ -188,6 +188,21 @@ impl ExactWindows {
         self.windows.current = self.windows.current.saturating_add(cost);
     }
 
+    /// Takes back `cost` units counted in window `bucket` (by [`count`](Self::count) after
+    /// `roll_to(bucket)`), if the counts still reach it; a count the window no longer has is
+    /// left as it is.
+    pub(crate) fn uncount(&mut self, bucket: u64, cost: isize) {
+        let w = &mut self.windows;
+        let counted = if w.at == bucket {
+            &mut w.current
+        } else if w.at.checked_sub(1) == Some(bucket) {
+            &mut w.previous
+        } else {
+            return;
+        };
+        *counted = counted.saturating_sub(cost).max(0);
+    }
+
     /// An upper bound on the requests admitted in window `bucket` (after `roll_to(bucket)`
     /// or `roll_to(bucket + 1)`), or `None` if the window began before counting began (only
     /// the sketch can bound it).

@@ -88,6 +88,12 @@ pub enum LimiterOp {
         inflight: u8,
         rate: u8,
     },
+    /// `try_acquire_and(first, || try_acquire(second))`: one decision for two keys (the same
+    /// one twice, with one key); both permits held when admitted.
+    AcquirePair {
+        first: u8,
+        second: u8,
+    },
     /// A request of `cost % 8` units (0 to 7: some over the in-flight limits of 1–6), under
     /// the defaults (`with_cost`) or the key's plan (`with_limits(plan).cost`); the permit is
     /// held.
@@ -216,6 +222,11 @@ struct Model {
     /// see `Rejected::retry_after`).
     last_limits: Vec<Option<KeyLimits>>,
     mixed: Vec<bool>,
+    /// Whether a request of the key was admitted and then taken back because another key
+    /// refused it (`AcquirePair`): its rate sketch keeps it as offered load, so a promotion
+    /// may start the key's exact counts above what it admitted (by at most what the promotion
+    /// threshold proves). It may then be refused more, never admitted more.
+    refunded: Vec<bool>,
 }
 
 impl Model {
@@ -249,6 +260,20 @@ impl Model {
         map.entry(bucket).or_insert_with(|| vec![0; keys])[key] += units as i128;
         // Windows no sliding count reads any more.
         *map = map.split_off(&bucket.saturating_sub(2));
+    }
+
+    /// Whether `key`'s decisions must be exactly the model's: it is alone in its sketch (see
+    /// [`Settings::lone`]), always decided under one set of limits, and never taken back.
+    fn strict(&self, key: usize) -> bool {
+        self.s.lone() && !self.mixed[key] && !self.refunded[key]
+    }
+
+    /// Notes that `key` is decided under `limits` now, and whether that mixes two.
+    fn decided_under(&mut self, key: usize, limits: KeyLimits) {
+        if self.last_limits[key].is_some_and(|last| last != limits) {
+            self.mixed[key] = true;
+        }
+        self.last_limits[key] = Some(limits);
     }
 
     /// Whether the clock's tick has run since the key's current window began, so that the
@@ -325,6 +350,7 @@ pub fn run(input: &LimiterInput) {
         rejected: vec![0; s.keys],
         last_limits: vec![None; s.keys],
         mixed: vec![false; s.keys],
+        refunded: vec![false; s.keys],
     };
     let mut run = Run {
         limiter: &limiter,
@@ -352,6 +378,9 @@ impl<'a> Run<'a> {
             LimiterOp::AcquireWith { key: k, owned } => {
                 let key = key(k, keys);
                 self.acquire_and_hold(key, owned, Some(self.model.s.plan(key)), 1);
+            }
+            LimiterOp::AcquirePair { first, second } => {
+                self.acquire_pair(key(first, keys), key(second, keys));
             }
             LimiterOp::AcquireCost { key: k, cost, plan } => {
                 let key = key(k, keys);
@@ -437,10 +466,7 @@ impl<'a> Run<'a> {
         let s = model.s;
         let limits = plan.unwrap_or(model.defaults);
         let (max_inflight, max_rate) = (limits.inflight_limit(), limits.rate_limit());
-        if model.last_limits[key].is_some_and(|last| last != limits) {
-            model.mixed[key] = true;
-        }
-        model.last_limits[key] = Some(limits);
+        model.decided_under(key, limits);
         let now = self.time.now;
         let (bucket, _) = model.window(now);
         // The exact counts before this request.
@@ -457,7 +483,8 @@ impl<'a> Run<'a> {
         let rate_fits = max_rate.map_or(true, |l| {
             all_offered + units as f64 <= l as f64 - slack(l as f64)
         });
-        let must_admit = inflight_fits && rate_fits && !never_fits;
+        // A cost of 0 counts nothing, and is admitted at once (the harness's limits are ≥ 1).
+        let must_admit = (inflight_fits && rate_fits && !never_fits) || units == 0;
         // The key's own exact counts leave room for this request.
         let clearly_fits = max_inflight.map_or(true, |l| own_inflight + units <= l as isize)
             && max_rate.map_or(true, |l| {
@@ -503,6 +530,8 @@ impl<'a> Run<'a> {
         }
         Model::record(&mut model.offered, bucket, key, s.keys, units);
         match &result {
+            // A cost of 0 takes nothing: admitted whatever the key holds.
+            Ok(_) if units == 0 => {}
             Ok(_) => {
                 if let Some(limit) = max_inflight {
                     assert!(
@@ -529,7 +558,7 @@ impl<'a> Run<'a> {
                      the limits: {all_inflight} in flight, sliding {all_offered} offered"
                 );
                 assert!(
-                    !(s.lone() && !model.mixed[key] && clearly_fits),
+                    !(model.strict(key) && clearly_fits),
                     "over-rejected the lone key ({rejected}): {own_inflight} in flight, \
                      sliding {own_sliding} admitted"
                 );
@@ -539,6 +568,80 @@ impl<'a> Run<'a> {
             }
         }
         result
+    }
+
+    /// One decision for keys `a` then `b` under the defaults (`try_acquire_and`), checked
+    /// against the model: admitted only if each key fits with both requests (two units of one
+    /// key when `a == b`); refused, `a` is charged nothing the exact counts see; the rejection
+    /// names a limit the key it comes from is over.
+    fn acquire_pair(&mut self, a: usize, b: usize) {
+        if self.permits.len() + 2 > MAX_PERMITS {
+            return;
+        }
+        let limiter = self.limiter;
+        let model = &mut self.model;
+        let s = model.s;
+        let limits = model.defaults;
+        model.decided_under(a, limits);
+        model.decided_under(b, limits);
+        let now = self.time.now;
+        let (bucket, _) = model.window(now);
+        let units = |key: usize| 1 + isize::from(a == b && key == a);
+        let fits = |model: &Model, key: usize| {
+            let inflight = limits
+                .inflight_limit()
+                .map_or(true, |l| model.in_flight[key] + units(key) <= l as isize);
+            let own = model.sliding(&model.admitted, now, Some(key)) + units(key) as f64;
+            let rate = limits
+                .rate_limit()
+                .map_or(true, |l| own <= l as f64 + slack(l as f64));
+            (inflight, rate, own)
+        };
+        let asked = std::cell::Cell::new(false);
+        let (ka, kb) = (a as u64, b as u64);
+        let result = limiter.try_acquire_and(&ka, || {
+            asked.set(true);
+            limiter.try_acquire(&kb)
+        });
+        Model::record(&mut model.offered, bucket, a, s.keys, 1);
+        if asked.get() {
+            Model::record(&mut model.offered, bucket, b, s.keys, 1);
+        }
+        match result {
+            Ok((first, second)) => {
+                for key in [a, b] {
+                    let (inflight, rate, own) = fits(model, key);
+                    assert!(
+                        inflight,
+                        "admitted the pair ({a}, {b}) over key {key}'s in-flight limit"
+                    );
+                    assert!(
+                        rate,
+                        "admitted the pair ({a}, {b}) at key {key}'s sliding count {own}"
+                    );
+                }
+                for key in [a, b] {
+                    model.in_flight[key] += 1;
+                    Model::record(&mut model.admitted, bucket, key, s.keys, 1);
+                }
+                self.permits.push((a, 1, AnyPermit::Borrowed(first)));
+                self.permits.push((b, 1, AnyPermit::Borrowed(second)));
+            }
+            Err(r) => {
+                let by = if asked.get() { b } else { a };
+                model.rejected[by] += 1;
+                if asked.get() {
+                    model.refunded[a] = true;
+                }
+                let limit = match r.reason {
+                    Reason::Inflight => limits.inflight_limit(),
+                    Reason::Rate => limits.rate_limit(),
+                    other => panic!("the pair ({a}, {b}) refused for {other:?}"),
+                };
+                assert_eq!(Some(r.limit), limit, "{r}");
+                assert!(r.estimate > r.limit, "{r}: estimate within the limit");
+            }
+        }
     }
 
     /// A rejection of a request of `units` under `limits` against the model, whose key had
@@ -609,7 +712,7 @@ impl<'a> Run<'a> {
                 );
                 // Tight for a lone key, whose counts are exact: up to one cache unit late
                 // (the cache rounds up), so two units earlier the request does not fit yet.
-                if s.lone() && !model.mixed[key] && retry_nanos >= 2 * CACHE_UNIT && units > 0 {
+                if model.strict(key) && retry_nanos >= 2 * CACHE_UNIT && units > 0 {
                     let t = now + retry_nanos - 2 * CACHE_UNIT;
                     let sooner = model.sliding(&model.admitted, t, Some(key));
                     assert!(
@@ -636,7 +739,7 @@ impl<'a> Run<'a> {
         }
         let again = self.acquire_and_hold(key, false, None, 1);
         // With nothing else admitted meanwhile, a key alone in its sketch is admitted then.
-        if self.model.s.lone() && !self.model.mixed[key] {
+        if self.model.strict(key) {
             assert!(
                 again.is_none(),
                 "rejected again exactly retry_after ({retry:?}) later: {}",

@@ -315,6 +315,16 @@ impl<K> ExactStage<K> {
         }
     }
 
+    /// Calls `f` under its set's lock on the entry of `hash` of generation `generation`, if
+    /// the stage still holds it (not demoted since, nor another promotion of the key).
+    pub(crate) fn with_entry(&self, hash: u64, generation: u64, f: impl FnOnce(&mut Entry<K>)) {
+        let mut set = self.set(hash);
+        let entry = set.find(hash).and_then(|way| set.get_mut(way));
+        if let Some(entry) = entry.filter(|e| e.generation == generation) {
+            f(entry);
+        }
+    }
+
     /// Calls `f` with the key's exact counts, if it is promoted.
     pub(crate) fn with_counts<Q, R>(
         &self,
