@@ -85,6 +85,9 @@
 //! `cargo bench --bench limiter` (the accuracy table first, then the timed groups);
 //! `LIMITER_ACCURACY=only` prints the table and times nothing, `LIMITER_ACCURACY=0` skips it.
 //! `LIMITER_SHADOW=1` builds floodgate's limiters in shadow mode, to time it on.
+//! `LIMITER_COST=n` makes each of floodgate's simulated requests cost n units
+//! (`with_cost(n)`), against a limit and a peak rate n times as large: the same decisions,
+//! timed on the path of a request with a cost.
 //! The counting allocator adds a thread-local update to each allocation, the same for every
 //! limiter (in steady state floodgate allocates nothing, the maps only when they grow).
 
@@ -196,8 +199,14 @@ fn quota() -> Quota {
 fn floodgate_builder() -> floodgate::LimiterBuilder<u64> {
     let shadow = std::env::var("LIMITER_SHADOW").is_ok_and(|v| v == "1");
     floodgate::Limiter::builder()
-        .max_rate(LIMIT, INTERVAL)
+        .max_rate(LIMIT * request_cost(), INTERVAL)
         .shadow(shadow)
+}
+
+/// What each of floodgate's simulated requests costs: `LIMITER_COST`, 1 by default.
+fn request_cost() -> u32 {
+    let cost = std::env::var("LIMITER_COST").ok();
+    cost.and_then(|c| c.parse().ok()).unwrap_or(1).max(1)
 }
 
 /// A limiter on simulated time: the trace's two operations.
@@ -211,18 +220,25 @@ trait Simulated {
 struct SimFloodgate {
     clock: ManualClock,
     limiter: floodgate::Limiter<u64>,
+    /// Units each request counts (see [`request_cost`]).
+    cost: u32,
 }
 
 impl SimFloodgate {
     /// Sized for `rate` requests per second, the rate its trace simulates (as a user would).
     fn new(rate: u64) -> Self {
         let clock = ManualClock::new();
+        let cost = request_cost();
         let limiter = floodgate_builder()
-            .peak_rate(rate)
+            .peak_rate(rate * u64::from(cost))
             .clock(&clock)
             .build()
             .expect("valid limiter");
-        SimFloodgate { clock, limiter }
+        SimFloodgate {
+            clock,
+            limiter,
+            cost,
+        }
     }
 }
 
@@ -235,7 +251,10 @@ impl Simulated for SimFloodgate {
     #[inline]
     fn check(&self, key: u64) -> bool {
         // In shadow, refusals are admitted too: the timing is of the decisions, the same.
-        self.limiter.try_acquire(&key).is_ok()
+        match self.cost {
+            1 => self.limiter.try_acquire(&key).is_ok(),
+            cost => self.limiter.with_cost(cost).try_acquire(&key).is_ok(),
+        }
     }
 }
 

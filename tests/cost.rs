@@ -68,8 +68,8 @@ fn a_permit_gives_all_its_units_back_together_from_either_stage() {
 }
 
 /// A rate of 10 units a second: 7 admitted, a request of 5 refused with the time until 5 fit,
-/// and a request of 3 admitted at once — the refusal held the key in no cache and spent none
-/// of the 3 units left.
+/// and a request of 3 admitted at once — the over-limit cache holds the refusal for requests
+/// of 5 only, and the refusal spent none of the 3 units left.
 #[test]
 fn a_refused_large_request_leaves_the_units_left_to_smaller_ones() {
     let clock = ManualClock::new();
@@ -86,6 +86,39 @@ fn a_refused_large_request_leaves_the_units_left_to_smaller_ones() {
     );
     drop(limiter.with_cost(3).try_acquire("client").unwrap());
     assert!(limiter.try_acquire("client").is_err(), "10 of 10");
+}
+
+/// A flood of requests of one cost is refused from the over-limit cache once refused on exact
+/// counts, without a lock or a count, as a flood of single requests is; a request of another
+/// cost meanwhile is decided the usual way, and admitted if it fits.
+#[test]
+fn a_flood_of_one_cost_is_refused_from_the_over_limit_cache_and_other_costs_are_decided() {
+    let clock = ManualClock::new();
+    let limiter = rate_limiter(&clock, 40);
+    for _ in 0..9 {
+        drop(limiter.with_cost(4).try_acquire("client").unwrap()); // 36 of 40
+    }
+    let first = limiter.with_cost(8).try_acquire("client").unwrap_err();
+    assert_eq!(first.reason, Reason::Rate);
+    let locks = limiter.exact_locks_taken();
+    for _ in 0..100 {
+        let again = limiter.with_cost(8).try_acquire("client").unwrap_err();
+        assert_eq!(again.estimate, 41, "from the cache: limit + 1");
+    }
+    assert_eq!(
+        limiter.exact_locks_taken(),
+        locks,
+        "no lock for the cached refusals"
+    );
+    assert_eq!(
+        limiter.estimate("client").rate,
+        Some(36.0),
+        "nothing counted"
+    );
+    assert!(
+        limiter.with_cost(4).try_acquire("client").is_ok(),
+        "4 more fit"
+    );
 }
 
 /// The retry time of a refused request is the time until its whole cost fits: retried then,

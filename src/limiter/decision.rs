@@ -33,7 +33,6 @@ use super::overlimit::limit_mix;
 use super::sketches::{Recount, Reread, Sketched};
 use super::{Estimate, Rejected};
 use crate::rate::{ExactWindows, WindowView};
-use std::time::Duration;
 
 /// Whether an estimate of the request reached its promotion threshold.
 #[inline]
@@ -44,10 +43,10 @@ pub(crate) fn is_hot(s: &Sketched, t: &Thresholds) -> bool {
 }
 
 /// A request the decision refused, and for a rate rejection on exact counts, until when
-/// (nanoseconds on the limiter's clock) the key stays over its limit for a request of one
-/// unit if nothing else is admitted: what the over-limit cache may hold. Not for a
-/// rejection on the sketch's counts alone: those also count the key's rejected requests, so
-/// a promotion before then may admit it sooner.
+/// (nanoseconds on the limiter's clock) the key stays over its limit for a request of the same
+/// cost if nothing else is admitted: what the over-limit cache may hold. Not for a rejection
+/// on the sketch's counts alone: those also count the key's rejected requests, so a
+/// promotion before then may admit it sooner.
 #[derive(Debug, PartialEq)]
 pub(crate) struct Refusal {
     pub(crate) rejected: Rejected,
@@ -176,10 +175,10 @@ pub(crate) fn exact(
         counts.rate.roll_to(view.bucket);
         view.lower_to(&counts.rate, cost);
         if let Some(rate) = t.rate {
-            if let Err(refused) = judge_rate(counts, &view, &rate, cost) {
-                let over_until = held_until(refused.unit_wait, &view, t);
+            if let Err(rejected) = judge_rate(counts, &view, &rate, cost) {
+                let over_until = held_until(&rejected, &view, t);
                 return Err(Refusal {
-                    rejected: refused.rejected,
+                    rejected,
                     over_until,
                 });
             }
@@ -199,14 +198,6 @@ pub(crate) struct Admitted {
     pub(crate) near: bool,
 }
 
-/// A rate refusal on exact counts: the rejection of the request's cost, and how long until a
-/// request of one unit fits (the over-limit cache holds the key for that long, no longer: a
-/// smaller request than the one refused may fit sooner).
-struct RateRefusal {
-    rejected: Rejected,
-    unit_wait: Duration,
-}
-
 /// The rate judgement of [`exact`]: this node's counts (`view`, this request of `cost` units
 /// included), and in a fleet the fleet's.
 #[inline]
@@ -215,7 +206,7 @@ fn judge_rate(
     view: &WindowView,
     t: &RateThreshold,
     cost: isize,
-) -> Result<(), RateRefusal> {
+) -> Result<(), Rejected> {
     if t.fleet.judges_view() {
         return judge_in_fleet(counts, view, t, cost);
     }
@@ -225,21 +216,13 @@ fn judge_rate(
 /// The rate decision on one node's own counts (`view`, this request of `cost` units
 /// included) against the limit of `t`.
 #[inline]
-fn judge_alone(view: &WindowView, t: &RateThreshold, cost: isize) -> Result<(), RateRefusal> {
+fn judge_alone(view: &WindowView, t: &RateThreshold, cost: isize) -> Result<(), Rejected> {
     if view.fits(t.limit) {
-        return Ok(());
+        Ok(())
+    } else {
+        // The exact stage does not keep a rejected request: a retry finds it gone.
+        Err(Rejected::rate(view, t.limit, view.curr - cost, cost))
     }
-    // The exact stage does not keep a rejected request: a retry finds it gone.
-    let counted = view.curr - cost;
-    let rejected = Rejected::rate(view, t.limit, counted, cost);
-    let unit_wait = match rejected.retry_after {
-        Some(wait) if cost == 1 => wait,
-        _ => view.retry_after(t.limit, counted, 1),
-    };
-    Err(RateRefusal {
-        rejected,
-        unit_wait,
-    })
 }
 
 /// The rate decision of a node in a fleet, under the exact stage's lock: on the fleet's counts
@@ -252,7 +235,7 @@ fn judge_in_fleet(
     view: &WindowView,
     t: &RateThreshold,
     cost: isize,
-) -> Result<(), RateRefusal> {
+) -> Result<(), Rejected> {
     // Windows by the Rate's bucket number, which the sync uses too: no division here.
     let window = view.bucket;
     let own = |b: Option<u64>| {
@@ -303,15 +286,12 @@ pub(crate) fn is_cool(counts: &Counts, now: &Reread, own: isize, t: &Thresholds)
     inflight_cool && rate_cool
 }
 
-/// Until when (nanoseconds on the limiter's clock) the over-limit cache may refuse a key that
-/// the exact stage refused for its rate in `view`: until a request of one unit fits
-/// (`unit_wait` from the request's time), as long as the limit allows (a fleet's renews its
-/// counts sooner). `None` when one unit fits now: only a larger request was refused.
-fn held_until(unit_wait: Duration, view: &WindowView, t: &Thresholds) -> Option<u64> {
-    let wait = crate::clock::saturating_nanos(unit_wait);
-    if wait == 0 {
-        return None;
-    }
+/// Until when (nanoseconds on the limiter's clock) the over-limit cache may refuse requests of
+/// the same cost for a key that the exact stage refused for its rate in `view` with
+/// `rejected`: its `retry_after`, from the request's time, as long as the limit allows (a
+/// fleet's renews its counts sooner). `None` for a refusal with no wait.
+fn held_until(rejected: &Rejected, view: &WindowView, t: &Thresholds) -> Option<u64> {
+    let wait = crate::clock::saturating_nanos(rejected.retry_after?);
     Some(
         view.at
             .saturating_add(t.rate.map_or(wait, |rate| rate.held_for(wait))),
@@ -473,7 +453,7 @@ mod tests {
     }
 
     #[test]
-    fn a_refusal_is_held_until_one_unit_fits_from_the_request() {
+    fn a_refusal_is_held_for_its_retry_after_from_the_request() {
         let t = thresholds();
         let mut counts = promoted(&sketched(1, 0, 1), &recount(1, 0, 1), Some(0));
         counts.rate.count(10);
@@ -488,9 +468,9 @@ mod tests {
         assert_eq!(inflight.over_until, None, "no wait to hold");
     }
 
-    /// A request of 4 units with 1 in flight and 5 counted (of 4 and 10): refused whole,
-    /// nothing of it counted in the exact counts, and not held in the over-limit cache when
-    /// one unit still fits.
+    /// Requests of several units against 4 in flight and 10 per window: admitted only whole;
+    /// refused, nothing of them counted in the exact counts, and held in the over-limit cache
+    /// until their whole cost fits (the cache holds it for that cost only).
     #[test]
     fn a_request_with_a_cost_is_admitted_only_if_all_its_units_fit() {
         let t = thresholds();
@@ -518,8 +498,13 @@ mod tests {
             Some(7),
             "nothing of a refusal is counted"
         );
-        assert_eq!(refusal.over_until, None, "7 of 10: one unit fits now");
-        assert!(refusal.rejected.retry_after.unwrap() > Duration::ZERO);
+        let retry = refusal.rejected.retry_after.unwrap();
+        assert!(
+            retry > std::time::Duration::ZERO,
+            "7 of 10: 4 more do not fit"
+        );
+        let at = view(0, 0).at + crate::clock::saturating_nanos(retry);
+        assert_eq!(refusal.over_until, Some(at));
     }
 
     #[test]

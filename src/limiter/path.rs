@@ -7,7 +7,7 @@ use std::hash::Hash;
 use super::decision::{self, Refusal};
 use super::exact::{spread, Entry, Place};
 use super::limits::Thresholds;
-use super::overlimit::OverLimit;
+use super::overlimit::{cost_mix, OverLimit};
 use super::permit::{self, Held, Receipt, Ticket};
 use super::sketches::{Reread, Sketched};
 use super::tally::{Tally, NEAR_LIMIT};
@@ -65,7 +65,7 @@ where
         }
         // One remix for the over-limit cache and the filter.
         let spread = spread(hash);
-        if let Some(rejected) = self.over_limit_now(spread, t) {
+        if let Some(rejected) = self.over_limit_now(spread, t, cost) {
             if counted {
                 self.tally.refused(&rejected, false);
             }
@@ -81,7 +81,7 @@ where
             Some(fleet) => {
                 let tag = |t: &Thresholds| t.rate.map(|rate| rate.tag_mix);
                 if tag(fleet) != tag(t) {
-                    if let Some(rejected) = self.over_limit_now(spread, fleet) {
+                    if let Some(rejected) = self.over_limit_now(spread, fleet, cost) {
                         if counted {
                             self.tally.refused(&rejected, false);
                         }
@@ -127,8 +127,12 @@ where
                 if let (Some(deadline), Some(window), Some(rate)) =
                     (over_until, sketched.window, t.rate)
                 {
-                    self.over_limit
-                        .insert(spread, rate.tag_mix, window.at, deadline);
+                    self.over_limit.insert(
+                        spread,
+                        rate.tag_mix ^ cost_mix(cost),
+                        window.at,
+                        deadline,
+                    );
                 }
                 Err(rejected)
             }
@@ -138,10 +142,12 @@ where
     /// The rejection of a key still over its rate limit `t.rate` from an earlier rejection
     /// under the same limit.
     #[inline]
-    fn over_limit_now(&self, spread: u64, t: &Thresholds) -> Option<Rejected> {
+    fn over_limit_now(&self, spread: u64, t: &Thresholds, cost: u32) -> Option<Rejected> {
         let (rate, threshold) = (self.sketches.rate.as_ref()?, t.rate?);
         // Most keys hold no deadline: one load says so, before the time is worked out.
-        let word = self.over_limit.held(spread, threshold.tag_mix)?;
+        let word = self
+            .over_limit
+            .held(spread, threshold.tag_mix ^ cost_mix(cost))?;
         let limit = threshold.limit;
         // The time the usual path would decide on; near a window's end that is the exact time,
         // and the request goes the usual way.
@@ -275,7 +281,7 @@ impl<K> Shared<K> {
     pub(super) fn refund(&self, ticket: &Ticket, receipt: Receipt) {
         if let (Held::Exact { generation, cost }, Some(bucket)) = (&ticket.held, receipt.window) {
             let units = *cost as isize;
-            self.exact.with_entry(ticket.hash, *generation, |entry| {
+            self.exact.update(ticket.hash, *generation, |entry| {
                 entry.counts.rate.uncount(bucket, units);
             });
         }

@@ -68,8 +68,8 @@ pub struct Rejected {
     /// nothing else arrives meanwhile; `None` for in-flight rejections (that depends on other
     /// requests finishing), for a rate limit of 0 or a cost over a limit (nothing ever fits)
     /// and for limits the limiter does not count. A key refused for its rate is then refused
-    /// by the over-limit cache, without a look at its counts, until a request of one unit
-    /// fits: a request of a larger cost refused there is told that time, the least it waits.
+    /// by the over-limit cache, without a look at its counts, until then: for requests of
+    /// that cost (other costs are decided the usual way).
     ///
     /// Never early for a key judged under the same limits from one request to the next. A key
     /// whose limits change (a new plan, [`set_limits`](super::Limiter::set_limits)) may be

@@ -84,9 +84,10 @@ where
     ///   counted nowhere, and no [`acquire`](Self::acquire) waits for it.
     /// - A cost of 0 counts nothing and holds nothing: it is admitted at once (but under a
     ///   limit of 0, which refuses every request).
-    /// - A rate rejection's `retry_after` is the time until this cost fits. A key refused for
-    ///   its rate is then refused from the over-limit cache until a request of one unit fits;
-    ///   a larger request refused there is told that time, the least it has to wait.
+    /// - A rate rejection's `retry_after` is the time until this cost fits. Until then the
+    ///   over-limit cache refuses the key's requests of this cost without counting them (a
+    ///   flood of them costs what a flood of single requests does); requests of other costs
+    ///   are decided the usual way (a smaller one may fit sooner).
     ///
     /// The promotion threshold compares the key's units with a fraction of its limits, as it
     /// compares requests: keys whose requests cost more reach the exact stage sooner.

@@ -700,15 +700,13 @@ impl<'a> Run<'a> {
                     "{r}: retry after over 2 intervals"
                 );
                 // Never early: the limiter's counts are at least the exact ones, so by then
-                // the key's own exact count (with nothing admitted meanwhile) has room, for
-                // one unit at least (the over-limit cache holds a key until one unit fits,
-                // and tells a larger request refused there that time).
+                // the key's own exact count (with nothing admitted meanwhile) has room for the
+                // request's units (the over-limit cache holds a deadline for one cost).
                 let later = model.sliding(&model.admitted, now + retry_nanos, Some(key));
                 let l = limit as f64;
-                let unit = units.min(1) as f64;
                 assert!(
-                    model.mixed[key] || later + unit <= l + slack(l),
-                    "{r}: early: {later} + {unit} admitted {retry:?} later"
+                    model.mixed[key] || later + units as f64 <= l + slack(l),
+                    "{r}: early: {later} + {units} admitted {retry:?} later"
                 );
                 // Tight for a lone key, whose counts are exact: up to one cache unit late
                 // (the cache rounds up), so two units earlier the request does not fit yet.

@@ -315,16 +315,6 @@ impl<K> ExactStage<K> {
         }
     }
 
-    /// Calls `f` under its set's lock on the entry of `hash` of generation `generation`, if
-    /// the stage still holds it (not demoted since, nor another promotion of the key).
-    pub(crate) fn with_entry(&self, hash: u64, generation: u64, f: impl FnOnce(&mut Entry<K>)) {
-        let mut set = self.set(hash);
-        let entry = set.find(hash).and_then(|way| set.get_mut(way));
-        if let Some(entry) = entry.filter(|e| e.generation == generation) {
-            f(entry);
-        }
-    }
-
     /// Calls `f` with the key's exact counts, if it is promoted.
     pub(crate) fn with_counts<Q, R>(
         &self,
@@ -364,9 +354,9 @@ impl<K> ExactStage<K> {
         }
     }
 
-    /// Calls `f` on the entry of `hash` if it is still the one of generation `generation`
-    /// (the fleet's sync writing back what it learnt of a key it pushed).
-    #[cfg(feature = "redis")]
+    /// Calls `f` under its set's lock on the entry of `hash` if it is still the one of
+    /// generation `generation` (not demoted since, nor promoted anew): the fleet's sync writing
+    /// back what it learnt of a key it pushed, a refund taking back an admission.
     pub(crate) fn update(&self, hash: u64, generation: u64, f: impl FnOnce(&mut Entry<K>)) {
         let mut set = self.set(hash);
         let Some(way) = set.find(hash) else { return };
