@@ -486,38 +486,31 @@ fn concurrent_sketch_decisions_never_hold_more_than_the_limit_and_balance_afterw
 
 #[test]
 fn concurrent_exact_stage_decisions_never_hold_more_than_the_limit_and_balance_afterwards() {
-    const KEYS: usize = 24;
-    const LIMIT: u32 = 3;
-    // Collisions everywhere with a tiny exact stage; few collisions with a roomy one.
-    for (rows, columns, capacity) in [(2, 8, 1), (4, 1024, 64)] {
-        let limiter: Limiter<u64> = Limiter::builder()
-            .max_inflight(LIMIT)
-            .sketch(rows, columns)
-            .exact_capacity(capacity)
-            .build()
-            .unwrap();
-        hammer(&limiter, KEYS, 3, LIMIT, 3, 60_000, 6, 1);
-        assert!(limiter.stats().promotions > 0);
-        assert_balanced(&limiter, KEYS, LIMIT);
-    }
+    hammer_both_stages(3, 6, 1);
 }
 
 /// Requests of 1 to 4 units against a limit of 6 units in flight, in both stages: no key ever
 /// holds more than 6 units, and every unit comes back.
 #[test]
 fn concurrent_decisions_with_costs_never_hold_more_units_than_the_limit_and_balance_afterwards() {
+    hammer_both_stages(6, 4, 4);
+}
+
+/// [`hammer`] on 24 keys limited to `limit` in flight, each thread holding up to `hold`
+/// permits of 1 to `max_cost` units: with collisions everywhere and a tiny exact stage, and
+/// with few collisions and a roomy one. Every key then gets its limit alone.
+fn hammer_both_stages(limit: u32, hold: usize, max_cost: u32) {
     const KEYS: usize = 24;
-    const LIMIT: u32 = 6;
     for (rows, columns, capacity) in [(2, 8, 1), (4, 1024, 64)] {
         let limiter: Limiter<u64> = Limiter::builder()
-            .max_inflight(LIMIT)
+            .max_inflight(limit)
             .sketch(rows, columns)
             .exact_capacity(capacity)
             .build()
             .unwrap();
-        hammer(&limiter, KEYS, 3, LIMIT, 3, 60_000, 4, 4);
+        hammer(&limiter, KEYS, 3, limit, 3, 60_000, hold, max_cost);
         assert!(limiter.stats().promotions > 0);
-        assert_balanced(&limiter, KEYS, LIMIT);
+        assert_balanced(&limiter, KEYS, limit);
     }
 }
 
