@@ -85,6 +85,10 @@
 //! `cargo bench --bench limiter` (the accuracy table first, then the timed groups);
 //! `LIMITER_ACCURACY=only` prints the table and times nothing, `LIMITER_ACCURACY=0` skips it.
 //! `LIMITER_SHADOW=1` builds floodgate's limiters in shadow mode, to time it on.
+//! `LIMITER_COST=n` makes each of floodgate's simulated requests cost n units
+//! (`with_cost(n)`), against a limit and a peak rate n times as large: the same decisions,
+//! timed on the path of a request with a cost (a type of its own, so that the default
+//! groups' code is not touched by it).
 //! The counting allocator adds a thread-local update to each allocation, the same for every
 //! limiter (in steady state floodgate allocates nothing, the maps only when they grow).
 
@@ -236,6 +240,48 @@ impl Simulated for SimFloodgate {
     fn check(&self, key: u64) -> bool {
         // In shadow, refusals are admitted too: the timing is of the decisions, the same.
         self.limiter.try_acquire(&key).is_ok()
+    }
+}
+
+/// [`SimFloodgate`] whose requests cost `cost` units each, against a limit and a peak rate
+/// `cost` times as large: the same decisions, on the path of a request with a cost.
+struct SimFloodgateCost {
+    sim: SimFloodgate,
+    cost: u32,
+}
+
+impl SimFloodgateCost {
+    fn new(rate: u64, cost: u32) -> Self {
+        let clock = ManualClock::new();
+        let limiter = floodgate_builder()
+            .max_rate(LIMIT * cost, INTERVAL)
+            .peak_rate(rate * u64::from(cost))
+            .clock(&clock)
+            .build()
+            .expect("valid limiter");
+        SimFloodgateCost {
+            sim: SimFloodgate { clock, limiter },
+            cost,
+        }
+    }
+
+    /// `LIMITER_COST`, if it asks for a cost over 1.
+    fn from_env() -> Option<u32> {
+        let cost = std::env::var("LIMITER_COST").ok()?.parse().ok()?;
+        (cost > 1).then_some(cost)
+    }
+}
+
+impl Simulated for SimFloodgateCost {
+    #[inline]
+    fn advance(&self) {
+        self.sim.advance();
+    }
+
+    #[inline]
+    fn check(&self, key: u64) -> bool {
+        let limiter = &self.sim.limiter;
+        limiter.with_cost(self.cost).try_acquire(&key).is_ok()
     }
 }
 
@@ -877,12 +923,20 @@ fn simulated(c: &mut Criterion) {
             let trace = trace(mix, rate);
             let mut g = c.benchmark_group(sim_ids::group(mix.name(), rate_name));
             g.throughput(Throughput::Elements(1));
-            replay(
-                &mut g,
-                sim_ids::FLOODGATE.id,
-                &trace,
-                SimFloodgate::new(rate),
-            );
+            match SimFloodgateCost::from_env() {
+                Some(cost) => replay(
+                    &mut g,
+                    sim_ids::FLOODGATE.id,
+                    &trace,
+                    SimFloodgateCost::new(rate, cost),
+                ),
+                None => replay(
+                    &mut g,
+                    sim_ids::FLOODGATE.id,
+                    &trace,
+                    SimFloodgate::new(rate),
+                ),
+            }
             replay(
                 &mut g,
                 sim_ids::GOVERNOR_KEYED.id,

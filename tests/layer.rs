@@ -1562,3 +1562,67 @@ async fn client_keys_limit_each_forwarded_client_and_each_ipv6_network() {
         "another /64"
     );
 }
+
+/// Over loopback, two stacked layers are one decision: a host (5 a second) in front of its
+/// clients (3 a second each, by their forwarded address). A client's 10 requests are served 3
+/// times, and the host, charged only for those, serves another client twice more. Refusing at
+/// once and waiting alike (the outer layer waits for room, and takes back an admission the
+/// inner layer then refuses).
+#[tokio::test]
+async fn stacked_layers_charge_the_outer_key_only_for_what_the_inner_one_admits() {
+    let clock = ManualClock::new();
+    let per_second = |limit| {
+        Limiter::builder()
+            .max_rate(limit, Duration::from_secs(1))
+            .clock(&clock)
+            .build()
+            .unwrap()
+    };
+    let clients = || {
+        let addrs = ClientAddr::new().trust("127.0.0.0/8".parse().unwrap());
+        LimitLayer::new(per_second(3)).key_fn(ClientKey::new(addrs))
+    };
+    let origins = Arc::new(Origins::default());
+    let at_once = tower::ServiceBuilder::new()
+        .layer(LimitLayer::new(per_second(5)))
+        .layer(clients())
+        .service(handler(&origins));
+    let waiting = tower::ServiceBuilder::new()
+        .layer(LimitLayer::new(per_second(5)).wait(Duration::from_millis(50)))
+        .layer(clients())
+        .service(handler(&origins));
+    for addr in [serve(at_once).await, serve(waiting).await] {
+        let client = client();
+        let send = |from: &str| {
+            let mut req = request(addr, "origin.example");
+            req.headers_mut()
+                .insert("x-forwarded-for", from.parse().unwrap());
+            fetch(&client, req)
+        };
+        let mut served = 0;
+        for _ in 0..10 {
+            let (status, headers) = send("192.0.2.7").await;
+            match status {
+                StatusCode::OK => served += 1,
+                _ => assert_eq!(
+                    headers["ratelimit-policy"], "\"rate\";q=3;w=1",
+                    "the client's refusal, with its own fields alone"
+                ),
+            }
+        }
+        assert_eq!(served, 3, "the client's limit");
+        let mut statuses = Vec::new();
+        for _ in 0..3 {
+            statuses.push(send("192.0.2.8").await.0);
+        }
+        assert_eq!(
+            statuses,
+            [
+                StatusCode::OK,
+                StatusCode::OK,
+                StatusCode::SERVICE_UNAVAILABLE
+            ],
+            "the host's 5: 3 for the first client, 2 for the second"
+        );
+    }
+}

@@ -356,8 +356,9 @@ fn permits_dropped_on_other_threads_in_a_panic_or_owned_give_every_slot_back() {
     }
 }
 
-/// Held permits per key, counted by the test: incremented after an admission, decremented
-/// before the permit drops, so it never exceeds what the limiter really has admitted.
+/// Held units per key (a permit's cost, 1 by default), counted by the test: incremented after
+/// an admission, decremented before the permit drops, so it never exceeds what the limiter
+/// really has admitted.
 struct HeldCounts(Vec<AtomicIsize>);
 
 impl HeldCounts {
@@ -365,19 +366,21 @@ impl HeldCounts {
         HeldCounts((0..keys).map(|_| AtomicIsize::new(0)).collect())
     }
 
-    /// Counts an admission and returns the count held now.
-    fn admitted(&self, key: usize) -> isize {
-        self.0[key].fetch_add(1, Ordering::SeqCst) + 1
+    /// Counts an admission of `units` and returns the units held now.
+    fn admitted(&self, key: usize, units: isize) -> isize {
+        self.0[key].fetch_add(units, Ordering::SeqCst) + units
     }
 
-    fn released(&self, key: usize) {
-        self.0[key].fetch_sub(1, Ordering::SeqCst);
+    fn released(&self, key: usize, units: isize) {
+        self.0[key].fetch_sub(units, Ordering::SeqCst);
     }
 }
 
 /// `threads` threads, each with its own clone of the limiter, acquire random keys (mostly the
 /// `hot` first ones), hold up to `hold` permits and drop random ones, for `ops` operations;
-/// asserts after every admission that no key holds more than `limit`.
+/// asserts after every admission that no key holds more than `limit` units. Each request
+/// costs 1, or with `max_cost` over 1 a random 1 to `max_cost` units (`with_cost`).
+#[allow(clippy::too_many_arguments)] // the scenario's knobs, named at each call
 fn hammer(
     limiter: &Limiter<u64>,
     keys: usize,
@@ -386,6 +389,7 @@ fn hammer(
     threads: u64,
     ops: usize,
     hold: usize,
+    max_cost: u32,
 ) {
     let held = HeldCounts::new(keys);
     let stop = AtomicBool::new(false);
@@ -395,15 +399,15 @@ fn hammer(
             let (held, stop) = (&held, &stop);
             s.spawn(move || {
                 let mut rng = StdRng::seed_from_u64(0x5eed + t);
-                let mut mine: VecDeque<(usize, AnyPermit<'_, u64>)> = VecDeque::new();
+                let mut mine: VecDeque<(usize, isize, AnyPermit<'_, u64>)> = VecDeque::new();
                 for _ in 0..ops {
                     if stop.load(Ordering::Relaxed) {
                         break;
                     }
                     if mine.len() >= hold || (!mine.is_empty() && rng.gen_bool(0.4)) {
                         let i = rng.gen_range(0..mine.len());
-                        let (key, permit) = mine.swap_remove_back(i).unwrap();
-                        held.released(key);
+                        let (key, units, permit) = mine.swap_remove_back(i).unwrap();
+                        held.released(key, units);
                         drop(permit);
                         continue;
                     }
@@ -412,17 +416,25 @@ fn hammer(
                     } else {
                         rng.gen_range(hot..keys)
                     };
-                    if let Ok(permit) = acquire(&limiter, key as u64, rng.gen_bool(0.3)) {
-                        let now = held.admitted(key);
+                    let cost = rng.gen_range(1..=max_cost);
+                    let admitted = match cost {
+                        1 => acquire(&limiter, key as u64, rng.gen_bool(0.3)),
+                        _ => limiter
+                            .with_cost(cost)
+                            .try_acquire(&(key as u64))
+                            .map(AnyPermit::Borrowed),
+                    };
+                    if let Ok(permit) = admitted {
+                        let now = held.admitted(key, cost as isize);
                         if now > limit as isize {
                             stop.store(true, Ordering::Relaxed);
-                            panic!("key {key} has {now} permits held, limit {limit}");
+                            panic!("key {key} has {now} units held, limit {limit}");
                         }
-                        mine.push_back((key, permit));
+                        mine.push_back((key, cost as isize, permit));
                     }
                 }
-                for (key, permit) in mine {
-                    held.released(key);
+                for (key, units, permit) in mine {
+                    held.released(key, units);
                     drop(permit);
                 }
             });
@@ -462,7 +474,7 @@ fn concurrent_sketch_decisions_never_hold_more_than_the_limit_and_balance_afterw
         .collect();
     assert_eq!(limiter.stats().promoted, 16);
     let full = limiter.stats().exact_full;
-    hammer(&limiter, KEYS, 3, LIMIT, 3, 200_000, 6);
+    hammer(&limiter, KEYS, 3, LIMIT, 3, 200_000, 6, 1);
     assert!(
         limiter.stats().exact_full > full + 1_000,
         "{:?}",
@@ -474,19 +486,31 @@ fn concurrent_sketch_decisions_never_hold_more_than_the_limit_and_balance_afterw
 
 #[test]
 fn concurrent_exact_stage_decisions_never_hold_more_than_the_limit_and_balance_afterwards() {
+    hammer_both_stages(3, 6, 1);
+}
+
+/// Requests of 1 to 4 units against a limit of 6 units in flight, in both stages: no key ever
+/// holds more than 6 units, and every unit comes back.
+#[test]
+fn concurrent_decisions_with_costs_never_hold_more_units_than_the_limit_and_balance_afterwards() {
+    hammer_both_stages(6, 4, 4);
+}
+
+/// [`hammer`] on 24 keys limited to `limit` in flight, each thread holding up to `hold`
+/// permits of 1 to `max_cost` units: with collisions everywhere and a tiny exact stage, and
+/// with few collisions and a roomy one. Every key then gets its limit alone.
+fn hammer_both_stages(limit: u32, hold: usize, max_cost: u32) {
     const KEYS: usize = 24;
-    const LIMIT: u32 = 3;
-    // Collisions everywhere with a tiny exact stage; few collisions with a roomy one.
     for (rows, columns, capacity) in [(2, 8, 1), (4, 1024, 64)] {
         let limiter: Limiter<u64> = Limiter::builder()
-            .max_inflight(LIMIT)
+            .max_inflight(limit)
             .sketch(rows, columns)
             .exact_capacity(capacity)
             .build()
             .unwrap();
-        hammer(&limiter, KEYS, 3, LIMIT, 3, 60_000, 6);
+        hammer(&limiter, KEYS, 3, limit, 3, 60_000, hold, max_cost);
         assert!(limiter.stats().promotions > 0);
-        assert_balanced(&limiter, KEYS, LIMIT);
+        assert_balanced(&limiter, KEYS, limit);
     }
 }
 

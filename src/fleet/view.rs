@@ -141,7 +141,7 @@ impl FleetView {
     }
 
     /// The local window view `local` (of window `window`, numbered as in the view; this
-    /// request counted in it) with the fleet's counts in it, and at least its own: to decide
+    /// request's `cost` units counted in it) with the fleet's counts in it, and at least its own: to decide
     /// on (`fits(limit)` is the rule above) and to work out a `retry_after` on. `own_now` and
     /// `own_previous` are this node's counts of the key in this window (this request not
     /// included) and the one before. `None` when the view is older than the window before
@@ -153,8 +153,10 @@ impl FleetView {
         window: u64,
         own_now: u64,
         own_previous: u64,
+        cost: isize,
     ) -> Option<WindowView> {
         let synced = self.window?;
+        let cost = cost.max(0) as u64;
         let (previous, total, mine, since) = if synced == window {
             (
                 self.previous,
@@ -174,14 +176,16 @@ impl FleetView {
         };
         let at_pace = mine.saturating_add(self.others_pace.over(since));
         let k = u64::from(self.refusers);
-        // (k+1)·(m+1) − 1: the share form, with the request's own 1 added below.
-        let at_share = (k + 1).saturating_mul(mine).saturating_add(k);
+        // (k+1)·(m+c) − c: the share form, with the request's own c units added below.
+        let at_share = (k + 1)
+            .saturating_mul(mine)
+            .saturating_add(k.saturating_mul(cost));
         let clamp = |n: u64| isize::try_from(n).unwrap_or(isize::MAX);
         // Never less than the local counts (which a key promoted in this window may have
         // from its sketch alone): judging the fleet's counts judges this node's own too.
         let current = total
             .saturating_add(at_pace.max(at_share))
-            .saturating_add(1);
+            .saturating_add(cost);
         Some(WindowView {
             prev: clamp(previous).max(local.prev),
             curr: clamp(current).max(local.curr),
@@ -250,7 +254,7 @@ mod tests {
         local: WindowView,
         own: (u64, u64),
     ) -> Option<(isize, isize)> {
-        v.judged(&local, window, own.0, own.1)
+        v.judged(&local, window, own.0, own.1, 1)
             .map(|w| (w.prev, w.curr))
     }
 
@@ -287,7 +291,7 @@ mod tests {
         // 4 of ours since the sync: 30 + 3·(4 + 1) = 45, more than the pace's 30 + 4 + 6 + 1.
         assert_eq!(judged(&v, 5, local(200, 200), (14, 30)), Some((90, 45)));
         // With room R = L − P·(1−f) − T, the request fits when 3·(m + 1) ≤ R.
-        let w = v.judged(&local(200, 200), 5, 14, 30).unwrap();
+        let w = v.judged(&local(200, 200), 5, 14, 30, 1).unwrap();
         assert!(w.fits(90 * 8 / 10 + 30 + 15)); // R = 15 = 3·5
         assert!(!w.fits(90 * 8 / 10 + 30 + 14));
     }

@@ -39,6 +39,13 @@ use crate::{Limits, OwnedPermit, Reason, Rejected};
 ///      [`wait`](Self::wait), a request over a limit first waits (up to its `max_wait`) for a
 ///      permit of its key to come back or its window to have room, and is refused only if
 ///      none comes in time.
+///    - **Refused further in:** a response whose extensions carry a [`Rejected`] (the
+///      refusal of an inner `LimitLayer`, keyed otherwise: a client's address inside a
+///      host's layer) takes this layer's admission back, as
+///      [`Limiter::try_acquire_and`] does: its permit is given back at once, and its count
+///      leaves the exact counts that decide the key near its limit. Stacked layers are one
+///      decision: an outer key is charged only for the requests the inner ones admit. The
+///      refusal passes through unchanged (this layer adds none of its fields to it).
 ///    - **Limits the limiter does not count** (an in-flight limit from a `limits_fn` in front
 ///      of a limiter built without `max_inflight`, say: [`Reason::InflightNotCounted`] or
 ///      [`Reason::RateNotCounted`]; or a limit above

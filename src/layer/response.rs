@@ -15,6 +15,7 @@ use super::LimitBody;
 #[cfg(doc)]
 use super::LimitService;
 use crate::fields::ratelimit::Policies;
+use crate::limiter::Receipt;
 use crate::{OwnedPermit, Rejected};
 
 pin_project! {
@@ -37,7 +38,7 @@ pin_project! {
             #[pin]
             future: Fut,
             // `None` once the response (and the permit with it) has been handed out.
-            permit: Option<OwnedPermit<String>>,
+            admission: Option<Admission>,
             // What the RateLimit fields of the response say, when admitted responses carry
             // them.
             admitted: Option<Admitted>,
@@ -80,18 +81,25 @@ pin_project! {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShadowRejected(pub Rejected);
 
+/// An admitted request's permit, and where its admission was counted: what an inner layer's
+/// refusal takes back.
+pub(super) struct Admission {
+    pub(super) permit: OwnedPermit<String>,
+    pub(super) receipt: Receipt,
+}
+
 impl<Fut> State<Fut> {
-    /// An admitted request: the inner service's `future`, the `permit` held until its response
-    /// is handed out, and what the fields of an admitted response say.
+    /// An admitted request: the inner service's `future`, the `admission` held until its
+    /// response is handed out, and what the fields of an admitted response say.
     pub(super) fn admitted(
         future: Fut,
-        permit: OwnedPermit<String>,
+        admission: Admission,
         admitted: Option<Admitted>,
         shadow_key: Option<String>,
     ) -> Self {
         State::Admitted {
             future,
-            permit: Some(permit),
+            admission: Some(admission),
             admitted,
             shadow_key,
         }
@@ -126,15 +134,24 @@ where
         match self.project().state.project() {
             StateProj::Admitted {
                 future,
-                permit,
+                admission,
                 admitted,
                 shadow_key,
             } => {
                 let result = ready!(future.poll(cx));
                 // On an error the permit drops here: there is no body to hold it.
-                let permit = permit.take();
+                let admission = admission.take();
                 let admitted = admitted.take();
                 Poll::Ready(result.map(|mut response| {
+                    // Refused by an inner layer (another key, one decision): this key takes
+                    // its admission back, and its fields stay off the refusal.
+                    if response.extensions().get::<Rejected>().is_some() {
+                        if let Some(Admission { permit, receipt }) = admission {
+                            permit.take_back(receipt);
+                        }
+                        return response.map(|body| LimitBody::new(body, None));
+                    }
+                    let permit = admission.map(|a| a.permit);
                     if let Some(admitted) = admitted {
                         admitted.append_to(response.headers_mut());
                     }

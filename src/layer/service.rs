@@ -9,7 +9,7 @@ use std::time::Duration;
 use http::{Request, Response};
 use tower_service::Service;
 
-use super::response::{ResponseFuture, State};
+use super::response::{Admission, ResponseFuture, State};
 use super::settings::{RefusalResponse, ResponseSettings};
 use super::wait::{WaitFuture, Waiting};
 #[cfg(doc)]
@@ -347,20 +347,23 @@ where
         let key = self.key.key(&req);
         let (result, limits) = match own {
             Some(limits) => (
-                self.limiter.with_limits(limits).try_acquire_owned(&*key),
+                self.limiter
+                    .with_limits(limits)
+                    .try_acquire_owned_receipted(&*key),
                 limits,
             ),
             None => self.limiter.try_acquire_owned_judged(&*key),
         };
         let policies = Policies::of(&self.limiter, Some(limits));
         let state = match result {
-            Ok(permit) => {
+            Ok((permit, receipt)) => {
                 let admitted = self.fields.admitted(&self.limiter, &key, policies);
                 // Admitted in shadow: its key goes with its would-be refusal (a copy, only
                 // for these).
                 let shadow_key = permit.shadow_rejection().map(|_| key.clone().into_owned());
                 drop(key); // it may borrow the request
-                State::admitted(self.inner.call(req), permit, admitted, shadow_key)
+                let admission = Admission { permit, receipt };
+                State::admitted(self.inner.call(req), admission, admitted, shadow_key)
             }
             Err(rejected) => State::refused(rejected, key.into_owned(), policies, &self.fields),
         };

@@ -11,7 +11,7 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::response::ResponseFuture;
-use super::response::State;
+use super::response::{Admission, State};
 use super::settings::ResponseSettings;
 use super::LimitBody;
 #[cfg(doc)]
@@ -96,7 +96,7 @@ where
                         // rather than panic or hang.
                         return Poll::Ready(Ok(super::refusal::refuse(None)));
                     }
-                    let decided = ready!(Pin::new(acquire).poll(cx));
+                    let decided = ready!(Pin::new(&mut *acquire).poll(cx));
                     let Some(mut w) = waiting.take() else {
                         return Poll::Ready(Ok(super::refusal::refuse(None)));
                     };
@@ -104,7 +104,10 @@ where
                         Ok(permit) => {
                             let admitted = w.fields.admitted(&w.limiter, &w.key, w.policies);
                             let shadow_key = permit.shadow_rejection().map(|_| w.key);
-                            State::admitted(w.inner.call(w.request), permit, admitted, shadow_key)
+                            let receipt = acquire.receipt();
+                            let admission = Admission { permit, receipt };
+                            let called = w.inner.call(w.request);
+                            State::admitted(called, admission, admitted, shadow_key)
                         }
                         Err(rejected) => State::refused(rejected, w.key, w.policies, &w.fields),
                     };

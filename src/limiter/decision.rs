@@ -12,7 +12,12 @@
 //!   and the request counted in those;
 //! - [`is_cool`]: whether a promoted key can leave the exact stage;
 //! - [`held_until`]: how long the over-limit cache may refuse a key without asking;
+//! - [`Thresholds::refuses`](super::limits::Thresholds::refuses) (beside the thresholds):
+//!   the requests no count can admit (a limit of 0, a cost over its limit);
 //! - [`estimate`]: a key's counts as the limiter judges them, for reports.
+//!
+//! A request counts its cost, `s.cost` units (1 unless it says otherwise), wherever it is
+//! counted, and is admitted only if all of them fit.
 //!
 //! What they judge comes from the storage as values: [`Sketched`] (what a request's counting
 //! said), [`Recount`] (the request's key read again under the exact stage's lock), [`Reread`]
@@ -37,17 +42,37 @@ pub(crate) fn is_hot(s: &Sketched, t: &Thresholds) -> bool {
     inflight || rate
 }
 
+/// A request the decision refused, and for a rate rejection on exact counts, until when
+/// (nanoseconds on the limiter's clock) the key stays over its limit for a request of the same
+/// cost if nothing else is admitted: what the over-limit cache may hold. Not for a rejection
+/// on the sketch's counts alone: those also count the key's rejected requests, so a
+/// promotion before then may admit it sooner.
+#[derive(Debug, PartialEq)]
+pub(crate) struct Refusal {
+    pub(crate) rejected: Rejected,
+    pub(crate) over_until: Option<u64>,
+}
+
+impl From<Rejected> for Refusal {
+    fn from(rejected: Rejected) -> Self {
+        Refusal {
+            rejected,
+            over_until: None,
+        }
+    }
+}
+
 /// The decision when the exact stage cannot help: the sketch's estimates against the limits.
-pub(crate) fn alone(s: &Sketched, t: &Thresholds) -> Result<(), Rejected> {
+pub(crate) fn alone(s: &Sketched, t: &Thresholds) -> Result<(), Refusal> {
     if let (Some(t), Some(estimate)) = (t.inflight, s.inflight) {
         if estimate > t.limit {
-            return Err(Rejected::inflight(estimate, t.limit));
+            return Err(Rejected::inflight(estimate, t.limit).into());
         }
     }
     if let (Some(t), Some(view)) = (t.rate, s.window) {
         if !view.fits(t.limit) {
             // The sketch keeps this rejected request: a retry finds it counted.
-            return Err(Rejected::rate(&view, t.limit, view.curr));
+            return Err(Rejected::rate(&view, t.limit, view.curr, s.cost).into());
         }
     }
     Ok(())
@@ -92,12 +117,14 @@ pub(crate) fn in_fleet(t: &Thresholds, fleet: &FleetState) -> Thresholds {
 /// (see the `exact` module), asked for after the reads; the counts are lowered to it.
 pub(crate) fn promoted(s: &Sketched, now: &Recount, proven: Option<isize>) -> Counts {
     let inflight = InflightCount {
-        base: now.inflight.map_or(0, |estimate| (estimate - 1).max(0)),
+        base: now
+            .inflight
+            .map_or(0, |estimate| (estimate - s.cost).max(0)),
         tracked: 0,
     };
     let rate = match (now.window, s.window) {
         (Some((prev, curr)), Some(w)) => {
-            let current = curr - 1;
+            let current = curr - s.cost;
             let previous = w.bucket.checked_sub(1).map(|_| prev);
             let mut exact = ExactWindows::new(w.bucket, proven.map_or(current, |p| current.min(p)));
             exact.before = proven.zip(previous).map(|(p, n)| n.min(p));
@@ -117,25 +144,26 @@ pub(crate) fn promoted(s: &Sketched, now: &Recount, proven: Option<isize>) -> Co
 /// exact stage's lock, in the request's windows, so that they include every request the
 /// entry admitted before this one (each counted itself in the sketches before taking the
 /// lock); the estimates read before the lock may miss one admitted in between, and a bound
-/// on them would be one short. `Ok` with whether the permit's in-flight slot is counted here,
-/// and, when `near` (a ratio of the limits) is given, whether the key's counts with this
-/// request reach that ratio of a limit.
+/// on them would be short of it. Admitted, the request is counted here (its in-flight units,
+/// if the limiter counts them, and its rate units); `Ok` says, when `near` (a ratio of the
+/// limits) is given, whether the key's counts with this request reach that ratio of a limit.
 pub(crate) fn exact(
     counts: &mut Counts,
     s: &Sketched,
     now: &Recount,
     t: &Thresholds,
     near: Option<f64>,
-) -> Result<Admitted, Rejected> {
+) -> Result<Admitted, Refusal> {
     let near_at = |limit: isize| near.map(|ratio| ratio * limit as f64);
+    let cost = s.cost;
     let mut admitted = Admitted::default();
     let mut tracked = false;
     if let (Some(estimate), Some(_)) = (now.inflight, s.inflight) {
-        counts.inflight.rebase(estimate - 1);
-        let bound = estimate.min(counts.inflight.bound() + 1);
+        counts.inflight.rebase(estimate - cost);
+        let bound = estimate.min(counts.inflight.bound().saturating_add(cost));
         if let Some(t) = t.inflight {
             if bound > t.limit {
-                return Err(Rejected::inflight(bound, t.limit));
+                return Err(Rejected::inflight(bound, t.limit).into());
             }
             admitted.near |= near_at(t.limit).is_some_and(|at| bound as f64 >= at);
         }
@@ -145,47 +173,55 @@ pub(crate) fn exact(
     if let (Some((prev, curr)), Some(mut view)) = (now.window, s.window) {
         (view.prev, view.curr) = (prev, curr);
         counts.rate.roll_to(view.bucket);
-        view.lower_to(&counts.rate, 1);
-        if let Some(t) = t.rate {
-            judge_rate(counts, &view, &t)?;
-            admitted.near |= near_at(t.limit).is_some_and(|at| view.reaches(at));
+        view.lower_to(&counts.rate, cost);
+        if let Some(rate) = t.rate {
+            if let Err(rejected) = judge_rate(counts, &view, &rate, cost) {
+                let over_until = held_until(&rejected, &view, t);
+                return Err(Refusal {
+                    rejected,
+                    over_until,
+                });
+            }
+            admitted.near |= near_at(rate.limit).is_some_and(|at| view.reaches(at));
         }
-        counts.rate.count_one();
+        counts.rate.count(cost);
     }
     if tracked {
-        counts.inflight.tracked += 1;
+        counts.inflight.tracked = counts.inflight.tracked.saturating_add(cost);
     }
-    admitted.tracked = tracked;
     Ok(admitted)
 }
 
-/// A request the exact stage admits: whether its in-flight slot is counted there, and
-/// whether its key is near a limit (see [`exact`]).
+/// A request the exact stage admits: whether its key is near a limit (see [`exact`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Admitted {
-    pub(crate) tracked: bool,
     pub(crate) near: bool,
 }
 
-/// The rate judgement of [`exact`]: this node's counts (`view`, this request included), and
-/// in a fleet the fleet's.
+/// The rate judgement of [`exact`]: this node's counts (`view`, this request of `cost` units
+/// included), and in a fleet the fleet's.
 #[inline]
-fn judge_rate(counts: &mut Counts, view: &WindowView, t: &RateThreshold) -> Result<(), Rejected> {
+fn judge_rate(
+    counts: &mut Counts,
+    view: &WindowView,
+    t: &RateThreshold,
+    cost: isize,
+) -> Result<(), Rejected> {
     if t.fleet.judges_view() {
-        return judge_in_fleet(counts, view, t);
+        return judge_in_fleet(counts, view, t, cost);
     }
-    judge_alone(view, t)
+    judge_alone(view, t, cost)
 }
 
-/// The rate decision on one node's own counts (`view`, this request included) against the
-/// limit of `t`.
+/// The rate decision on one node's own counts (`view`, this request of `cost` units
+/// included) against the limit of `t`.
 #[inline]
-fn judge_alone(view: &WindowView, t: &RateThreshold) -> Result<(), Rejected> {
+fn judge_alone(view: &WindowView, t: &RateThreshold, cost: isize) -> Result<(), Rejected> {
     if view.fits(t.limit) {
         Ok(())
     } else {
-        // The exact stage does not keep a rejected request: a retry finds one less.
-        Err(Rejected::rate(view, t.limit, view.curr - 1))
+        // The exact stage does not keep a rejected request: a retry finds it gone.
+        Err(Rejected::rate(view, t.limit, view.curr - cost, cost))
     }
 }
 
@@ -198,6 +234,7 @@ fn judge_in_fleet(
     counts: &mut Counts,
     view: &WindowView,
     t: &RateThreshold,
+    cost: isize,
 ) -> Result<(), Rejected> {
     // Windows by the Rate's bucket number, which the sync uses too: no division here.
     let window = view.bucket;
@@ -206,11 +243,11 @@ fn judge_in_fleet(
             .map_or(0, |n| n.max(0) as u64)
     };
     let (now, before) = (own(Some(window)), own(window.checked_sub(1)));
-    let judged = match counts.fleet.judged(view, window, now, before) {
+    let judged = match counts.fleet.judged(view, window, now, before, cost) {
         // At least this node's own counts: judging it judges those too.
-        Some(fleet) => judge_alone(&fleet, t),
-        None => judge_alone(view, t).and_then(|()| match t.fleet.share() {
-            Some(share) => judge_alone(view, &RateThreshold { limit: share, ..*t }),
+        Some(fleet) => judge_alone(&fleet, t, cost),
+        None => judge_alone(view, t, cost).and_then(|()| match t.fleet.share() {
+            Some(share) => judge_alone(view, &RateThreshold { limit: share, ..*t }, cost),
             None => Ok(()),
         }),
     };
@@ -223,12 +260,11 @@ fn judge_in_fleet(
 /// Whether a promoted key has cooled down: nothing tracked in flight, estimates below half
 /// their promotion thresholds, and (for rates) no rejected request in the windows the sketch
 /// would still be read for, so that a demoted key is not judged later on windows that its
-/// rejected requests inflate. `now`: the sketches' estimates, with the request being decided
-/// counted in them if `own` (it is not yet in `counts`, and not held against the key here).
-/// `t` are the key's thresholds (its last request's); a kind it has no limit of is cool once
-/// nothing is tracked.
-pub(crate) fn is_cool(counts: &Counts, now: &Reread, own: bool, t: &Thresholds) -> bool {
-    let own = isize::from(own);
+/// rejected requests inflate. `now`: the sketches' estimates, with `own` units of the request
+/// being decided counted in them (0 without one; they are not yet in `counts`, and not held
+/// against the key here). `t` are the key's thresholds (its last request's); a kind it has no
+/// limit of is cool once nothing is tracked.
+pub(crate) fn is_cool(counts: &Counts, now: &Reread, own: isize, t: &Thresholds) -> bool {
     let inflight_cool = now.inflight.map_or(true, |estimate| {
         counts.inflight.tracked == 0
             && t.inflight
@@ -250,14 +286,16 @@ pub(crate) fn is_cool(counts: &Counts, now: &Reread, own: bool, t: &Thresholds) 
     inflight_cool && rate_cool
 }
 
-/// Until when (nanoseconds on the limiter's clock) the over-limit cache may refuse a key that
-/// the exact stage refused with `rejected`: its `retry_after`, from the request's time, as
-/// long as the limit allows (a fleet's renews its counts sooner). `None` for a refusal with no
-/// wait, or without a rate.
-pub(crate) fn held_until(rejected: &Rejected, s: &Sketched, t: &Thresholds) -> Option<u64> {
-    let (retry, w) = rejected.retry_after.zip(s.window)?;
-    let retry = crate::clock::saturating_nanos(retry);
-    Some(w.at.saturating_add(t.rate.map_or(retry, |rate| rate.held_for(retry))))
+/// Until when (nanoseconds on the limiter's clock) the over-limit cache may refuse requests of
+/// the same cost for a key that the exact stage refused for its rate in `view` with
+/// `rejected`: its `retry_after`, from the request's time, as long as the limit allows (a
+/// fleet's renews its counts sooner). `None` for a refusal with no wait.
+fn held_until(rejected: &Rejected, view: &WindowView, t: &Thresholds) -> Option<u64> {
+    let wait = crate::clock::saturating_nanos(rejected.retry_after?);
+    Some(
+        view.at
+            .saturating_add(t.rate.map_or(wait, |rate| rate.held_for(wait))),
+    )
 }
 
 /// A key's counts as the limiter judges them now, without counting a request: the sketch's
@@ -307,6 +345,7 @@ mod tests {
     fn sketched(inflight: isize, prev: isize, curr: isize) -> Sketched {
         Sketched {
             hash: 1,
+            cost: 1,
             inflight: Some(inflight),
             window: Some(view(prev, curr)),
         }
@@ -344,11 +383,11 @@ mod tests {
         let t = thresholds();
         assert!(alone(&sketched(4, 0, 10), &t).is_ok(), "at the limits");
         assert_eq!(
-            alone(&sketched(5, 0, 1), &t).unwrap_err().reason,
+            alone(&sketched(5, 0, 1), &t).unwrap_err().rejected.reason,
             Reason::Inflight
         );
         assert_eq!(
-            alone(&sketched(1, 0, 11), &t).unwrap_err().reason,
+            alone(&sketched(1, 0, 11), &t).unwrap_err().rejected.reason,
             Reason::Rate
         );
     }
@@ -381,11 +420,12 @@ mod tests {
         for n in 5..=10 {
             let s = sketched(1, 0, 40 + n);
             let admitted = exact(&mut counts, &s, &recount(1, 0, 40 + n), &t, None);
-            assert_eq!(admitted.map(|a| a.tracked), Ok(true));
+            assert!(admitted.is_ok());
         }
         assert_eq!(counts.rate.bound(7), Some(10));
         let s = sketched(1, 0, 51);
-        let rejected = exact(&mut counts, &s, &recount(1, 0, 51), &t, None).unwrap_err();
+        let refusal = exact(&mut counts, &s, &recount(1, 0, 51), &t, None).unwrap_err();
+        let rejected = refusal.rejected;
         assert_eq!((rejected.reason, rejected.estimate), (Reason::Rate, 11));
         assert_eq!(counts.rate.bound(7), Some(10), "a refusal is not counted");
     }
@@ -394,26 +434,20 @@ mod tests {
     fn a_key_is_cool_only_with_nothing_in_flight_below_half_its_threshold_and_no_refusal() {
         let t = thresholds();
         let mut counts = promoted(&sketched(1, 0, 1), &recount(1, 0, 1), None);
-        counts.rate.count_one();
-        assert!(is_cool(&counts, &reread(0, 0, 1), false, &t));
+        counts.rate.count(1);
+        assert!(is_cool(&counts, &reread(0, 0, 1), 0, &t));
         counts.inflight.tracked = 1;
-        assert!(
-            !is_cool(&counts, &reread(1, 0, 1), false, &t),
-            "one in flight"
-        );
+        assert!(!is_cool(&counts, &reread(1, 0, 1), 0, &t), "one in flight");
         counts.inflight.tracked = 0;
         assert!(
-            !is_cool(&counts, &reread(0, 0, 2), false, &t),
+            !is_cool(&counts, &reread(0, 0, 2), 0, &t),
             "the sketch counts a request the exact counts refused"
         );
-        counts.rate.count_one();
-        counts.rate.count_one();
+        counts.rate.count(1);
+        counts.rate.count(1);
+        assert!(!is_cool(&counts, &reread(0, 0, 3), 0, &t), "3: over 5 / 2");
         assert!(
-            !is_cool(&counts, &reread(0, 0, 3), false, &t),
-            "3: over 5 / 2"
-        );
-        assert!(
-            is_cool(&counts, &reread(1, 0, 3), true, &t),
+            is_cool(&counts, &reread(1, 0, 3), 1, &t),
             "the request being decided is not held against it"
         );
     }
@@ -421,14 +455,65 @@ mod tests {
     #[test]
     fn a_refusal_is_held_for_its_retry_after_from_the_request() {
         let t = thresholds();
+        let mut counts = promoted(&sketched(1, 0, 1), &recount(1, 0, 1), Some(0));
+        counts.rate.count(10);
         let s = sketched(1, 0, 11);
-        let rejected = alone(&s, &t).unwrap_err();
-        let retry = rejected.retry_after.unwrap();
+        let refusal = exact(&mut counts, &s, &recount(1, 0, 11), &t, None).unwrap_err();
+        let retry = refusal.rejected.retry_after.unwrap();
         assert_eq!(
-            held_until(&rejected, &s, &t),
+            refusal.over_until,
             Some(view(0, 0).at + crate::clock::saturating_nanos(retry))
         );
         let inflight = alone(&sketched(5, 0, 1), &t).unwrap_err();
-        assert_eq!(held_until(&inflight, &s, &t), None, "no wait to hold");
+        assert_eq!(inflight.over_until, None, "no wait to hold");
+    }
+
+    /// Requests of several units against 4 in flight and 10 per window: admitted only whole;
+    /// refused, nothing of them counted in the exact counts, and held in the over-limit cache
+    /// until their whole cost fits (the cache holds it for that cost only).
+    #[test]
+    fn a_request_with_a_cost_is_admitted_only_if_all_its_units_fit() {
+        let t = thresholds();
+        let costly = |inflight: isize, curr: isize, cost: isize| Sketched {
+            cost,
+            ..sketched(inflight, 0, curr)
+        };
+        let mut counts = promoted(&sketched(1, 0, 1), &recount(1, 0, 1), Some(0));
+        let admitted = exact(&mut counts, &costly(3, 3, 3), &recount(3, 0, 3), &t, None);
+        assert!(admitted.is_ok(), "3 of 4 and 3 of 10");
+        assert_eq!(
+            (counts.inflight.tracked, counts.rate.bound(7)),
+            (3, Some(3))
+        );
+        let refusal = exact(&mut counts, &costly(5, 5, 2), &recount(5, 0, 5), &t, None);
+        let rejected = refusal.unwrap_err().rejected;
+        assert_eq!((rejected.reason, rejected.estimate), (Reason::Inflight, 5));
+        counts.inflight.tracked = 0;
+        counts.rate.count(4);
+        let refusal = exact(&mut counts, &costly(4, 11, 4), &recount(4, 0, 11), &t, None);
+        let refusal = refusal.unwrap_err();
+        assert_eq!(refusal.rejected.reason, Reason::Rate);
+        assert_eq!(
+            counts.rate.bound(7),
+            Some(7),
+            "nothing of a refusal is counted"
+        );
+        let retry = refusal.rejected.retry_after.unwrap();
+        assert!(
+            retry > std::time::Duration::ZERO,
+            "7 of 10: 4 more do not fit"
+        );
+        let at = view(0, 0).at + crate::clock::saturating_nanos(retry);
+        assert_eq!(refusal.over_until, Some(at));
+    }
+
+    #[test]
+    fn a_key_promoted_by_a_request_with_a_cost_starts_from_the_estimates_without_it() {
+        let s = Sketched {
+            cost: 3,
+            ..sketched(5, 0, 9)
+        };
+        let counts = promoted(&s, &recount(5, 0, 9), None);
+        assert_eq!((counts.inflight.base, counts.rate.bound(7)), (2, Some(6)));
     }
 }

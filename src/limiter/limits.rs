@@ -222,16 +222,37 @@ impl Thresholds {
         }
     }
 
-    /// The rejection of every request, when a limit is 0: judged before anything is counted.
+    /// The rejection of a request of `cost` units that no count can admit, judged before
+    /// anything is counted: every request under a limit of 0, and a cost over a limit (or
+    /// over [`Limits::MAX_LIMIT`], which the counters cannot hold). For a request of one
+    /// unit this is one comparison per limit.
     #[inline]
-    pub(crate) fn refuses_all(&self) -> Option<Rejected> {
-        if let Some(t) = self.inflight.filter(|t| t.limit <= 0) {
-            return Some(Rejected::inflight(1, t.limit));
-        }
-        if let Some(t) = self.rate.filter(|t| t.limit <= 0) {
-            return Some(Rejected::never(t.limit));
+    pub(crate) fn refuses(&self, cost: u32) -> Option<Rejected> {
+        let units = cost as isize; // lossless: `u32` fits a 64-bit `isize`
+        let over = |limit: isize| limit < units.max(1);
+        let inflight = self.inflight.is_some_and(|t| over(t.limit));
+        let rate = self.rate.is_some_and(|t| over(t.limit));
+        if inflight || rate || cost > Limits::MAX_LIMIT {
+            return Some(self.refusal(cost));
         }
         None
+    }
+
+    /// [`refuses`](Self::refuses)'s rejection, out of the way of the requests it admits.
+    #[cold]
+    #[inline(never)]
+    fn refusal(&self, cost: u32) -> Rejected {
+        if let Some(t) = self.inflight.filter(|t| t.limit <= 0) {
+            return Rejected::inflight(1, t.limit);
+        }
+        if let Some(t) = self.rate.filter(|t| t.limit <= 0) {
+            return Rejected::never(t.limit);
+        }
+        // The tighter limit the cost is over; `MAX_LIMIT` for one over no limit.
+        let limits = [self.inflight.map(|t| t.limit), self.rate.map(|t| t.limit)];
+        let limit = limits.into_iter().flatten().min();
+        let limit = limit.map_or(Limits::MAX_LIMIT, |l| l.clamp(0, u32::MAX as isize) as u32);
+        Rejected::cost_over_limit(cost, limit.min(Limits::MAX_LIMIT))
     }
 
     /// The limits these thresholds were made from.

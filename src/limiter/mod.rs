@@ -74,6 +74,7 @@ use crate::sync::{lock, AtomicBool, AtomicU64, Mutex, Ordering};
 use exact::ExactStage;
 use limits::{HighestRatePromotion, Thresholds};
 use overlimit::OverLimit;
+pub(crate) use permit::Receipt;
 use permit::Ticket;
 use sketches::Sketches;
 
@@ -102,7 +103,7 @@ const SATURATED_AT: f64 = 0.5;
 ///
 /// | metric | kind | what |
 /// |---|---|---|
-/// | `floodgate_requests_total` | counter | requests decided; labels `decision` = `admitted`, `refused` or `shadow_refused` (admitted in shadow), and `reason` = `none` (admitted), `inflight`, `rate`, `inflight_not_counted`, `rate_not_counted` or `limit_too_large` |
+/// | `floodgate_requests_total` | counter | requests decided; labels `decision` = `admitted`, `refused` or `shadow_refused` (admitted in shadow), and `reason` = `none` (admitted), `inflight`, `rate`, `inflight_not_counted`, `rate_not_counted`, `limit_too_large` or `cost_over_limit` |
 /// | `floodgate_near_limit_total` | counter | admitted requests of promoted keys whose count reached 80% of a limit (with the default promotion at half the limit, every key that gets there is promoted) |
 /// | `floodgate_exact_keys`, `floodgate_exact_capacity` | gauges | keys the exact stage holds, and can hold |
 /// | `floodgate_waiting` | gauge | requests waiting for a permit |
@@ -308,7 +309,7 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let shared = &*self.shared;
-        shared.acquire(key, &shared.defaults.load(), false, |ticket| Permit {
+        shared.acquire(key, 1, &shared.defaults.load(), false, |ticket, _| Permit {
             shared,
             ticket,
         })
@@ -337,7 +338,7 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let shared = &self.shared;
-        shared.acquire(key, &shared.defaults.load(), false, |ticket| {
+        shared.acquire(key, 1, &shared.defaults.load(), false, |ticket, _| {
             OwnedPermit::new(shared, ticket)
         })
     }
@@ -360,26 +361,108 @@ where
     pub fn with_limits(&self, limits: Limits) -> WithLimits<'_, K> {
         WithLimits {
             limiter: self,
-            limits,
+            limits: Some(limits),
+            cost: 1,
         }
     }
 
-    /// [`try_acquire_owned`](Self::try_acquire_owned), and the default limits it was judged
-    /// against (read once: a `set_limits` meanwhile cannot make them disagree), for the
-    /// layer's fields.
+    /// One decision for a request judged against several keys: admits `key` against the
+    /// default limits, then asks `rest`, and takes this admission back if `rest` refuses. See
+    /// [`WithLimits::try_acquire_and`], which says what is taken back and what a refused
+    /// request can cost.
+    ///
+    /// # Errors
+    ///
+    /// This key's [`Rejected`], or `rest`'s.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use floodgate::{Limiter, Reason};
+    ///
+    /// // Per origin and per customer, in one limiter: keys of two kinds.
+    /// let limiter: Limiter<String> = Limiter::builder().max_inflight(2).build().unwrap();
+    /// let _busy = limiter.try_acquire("customer:7").unwrap();
+    /// let _busier = limiter.try_acquire("customer:7").unwrap();
+    /// let refused = limiter.try_acquire_and("origin:a", || limiter.try_acquire("customer:7"));
+    /// assert_eq!(refused.unwrap_err().reason, Reason::Inflight);
+    /// assert_eq!(limiter.estimate("origin:a").inflight, Some(0), "the origin gave it back");
+    /// ```
+    pub fn try_acquire_and<Q, R>(
+        &self,
+        key: &Q,
+        rest: impl FnOnce() -> Result<R, Rejected>,
+    ) -> Result<(Permit<'_, K>, R), Rejected>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.with_cost(1).try_acquire_and(key, rest)
+    }
+
+    /// As [`try_acquire_and`](Self::try_acquire_and), with a permit that owns a reference to
+    /// the limiter.
+    ///
+    /// # Errors
+    ///
+    /// This key's [`Rejected`], or `rest`'s.
+    pub fn try_acquire_owned_and<Q, R>(
+        &self,
+        key: &Q,
+        rest: impl FnOnce() -> Result<R, Rejected>,
+    ) -> Result<(OwnedPermit<K>, R), Rejected>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.with_cost(1).try_acquire_owned_and(key, rest)
+    }
+
+    /// The same admissions for a request that counts `cost` units (its bytes, its tokens)
+    /// against the limiter's defaults, as they are at each admission. See
+    /// [`WithLimits::cost`], which says what a cost counts and what a refusal leaves.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use floodgate::{Limiter, Reason};
+    ///
+    /// // Up to 10 units in flight per key: 4 + 6 fit, 1 more does not.
+    /// let limiter: Limiter<String> = Limiter::builder().max_inflight(10).build().unwrap();
+    /// let four = limiter.with_cost(4).try_acquire("origin").unwrap();
+    /// let six = limiter.with_cost(6).try_acquire("origin").unwrap();
+    /// assert_eq!(limiter.try_acquire("origin").unwrap_err().reason, Reason::Inflight);
+    /// drop(six); // its 6 units come back together
+    /// assert_eq!(limiter.estimate("origin").inflight, Some(4));
+    /// # drop(four);
+    /// ```
+    pub fn with_cost(&self, cost: u32) -> WithLimits<'_, K> {
+        WithLimits {
+            limiter: self,
+            limits: None,
+            cost,
+        }
+    }
+
+    /// [`try_acquire_owned`](Self::try_acquire_owned), where it was counted (for the layer to
+    /// take it back if an inner layer refuses the request), and the default limits it was
+    /// judged against (read once: a `set_limits` meanwhile cannot make them disagree), for
+    /// the layer's fields.
     #[cfg(feature = "tower")]
     pub(crate) fn try_acquire_owned_judged<Q>(
         &self,
         key: &Q,
-    ) -> (Result<OwnedPermit<K>, Rejected>, Limits)
+    ) -> (Result<(OwnedPermit<K>, Receipt), Rejected>, Limits)
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let thresholds = self.shared.defaults.load();
-        let result = self.shared.acquire(key, &thresholds, false, |ticket| {
-            OwnedPermit::new(&self.shared, ticket)
-        });
+        let result = self
+            .shared
+            .acquire(key, 1, &thresholds, false, |ticket, receipt| {
+                (OwnedPermit::new(&self.shared, ticket), receipt)
+            });
         (result, thresholds.limits())
     }
 
@@ -706,6 +789,17 @@ where
         plan_shadow || self.shadow.load(Ordering::Relaxed)
     }
 
+    /// Whether a request of cost 0 under limits `t` is admitted at once, counting nothing: it
+    /// is, unless a limit is 0 (then it is decided, and refused, as any other). Counted in the
+    /// metrics when `counted`.
+    pub(super) fn admits_for_nothing(&self, t: &Thresholds, counted: bool) -> bool {
+        let free = t.refuses(0).is_none();
+        if free && counted {
+            self.tally.admitted();
+        }
+        free
+    }
+
     /// A request refused before anything was counted (limits the limiter cannot judge, or
     /// of 0): in shadow, an admission that says so.
     #[cold]
@@ -714,7 +808,7 @@ where
         plan_shadow: bool,
         counted: bool,
         rejected: Rejected,
-        permit: impl FnOnce(Ticket) -> P,
+        permit: impl FnOnce(Ticket, Receipt) -> P,
     ) -> Result<P, Rejected> {
         let shadow = self.in_shadow(plan_shadow);
         if counted {

@@ -59,6 +59,17 @@ pub(crate) fn limit_mix(limit: isize) -> u64 {
     remix(limit as u64, LIMIT_SEED)
 }
 
+/// What a request's cost mixes into its key's tag besides its limit's: a deadline holds for
+/// requests of the cost it was worked out for (a smaller request may fit sooner, a larger one
+/// later: both miss, and are decided the usual way), and a request of one unit mixes nothing,
+/// so the tags of requests without a cost are what they were. One multiplication, beside the
+/// slot's load rather than before it: Fibonacci hashing, whose top bits (the tag's) differ
+/// from cost to cost.
+#[inline]
+pub(crate) fn cost_mix(cost: u32) -> u64 {
+    u64::from(cost.wrapping_sub(1)).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
 /// What a decision in shadow mixes into its tags besides its limit's: a shadow decision puts
 /// no deadline in the cache, and must not meet one an enforcing decision under the same limit
 /// put there (it would be refused for real).

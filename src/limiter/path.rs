@@ -4,54 +4,36 @@
 use std::borrow::Borrow;
 use std::hash::Hash;
 
-use super::decision;
+use super::decision::{self, Refusal};
 use super::exact::{spread, Entry, Place};
 use super::limits::Thresholds;
-use super::overlimit::OverLimit;
-use super::permit::{self, Held, Ticket};
+use super::overlimit::{cost_mix, OverLimit};
+use super::permit::{self, Held, Receipt, Ticket};
 use super::sketches::{Reread, Sketched};
 use super::tally::{Tally, NEAR_LIMIT};
 use super::{Rejected, Shared};
-
-/// A request the exact stage refused, and for a rate rejection on exact counts, until when
-/// (nanoseconds on the limiter's clock) the key stays over its limit if nothing else is
-/// admitted. Not for a rejection on the sketch's counts alone: those also count the key's
-/// rejected requests, so a promotion before then may admit it sooner.
-struct Refusal {
-    rejected: Rejected,
-    over_until: Option<u64>,
-}
-
-/// The sketch's decision alone, for a key the exact stage cannot count.
-fn alone(s: &Sketched, t: &Thresholds) -> Result<Option<u64>, Refusal> {
-    match decision::alone(s, t) {
-        Ok(()) => Ok(None),
-        Err(rejected) => Err(Refusal {
-            rejected,
-            over_until: None,
-        }),
-    }
-}
 
 impl<K> Shared<K>
 where
     K: Hash + Eq,
 {
-    /// The whole decision for one request against `t`: the over-limit cache, then the
-    /// sketches, then (for hot or promoted keys) the exact stage.
+    /// The whole decision for one request of `cost` units against `t`: the over-limit cache,
+    /// then the sketches, then (for hot or promoted keys) the exact stage.
     #[inline]
     pub(super) fn acquire<Q, P>(
         &self,
         key: &Q,
+        cost: u32,
         t: &Thresholds,
         plan_shadow: bool,
-        permit: impl FnOnce(Ticket) -> P,
+        permit: impl FnOnce(Ticket, Receipt) -> P,
     ) -> Result<P, Rejected>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.acquire_hashed(key, self.sketches.hash(key), t, plan_shadow, true, permit)
+        let hash = self.sketches.hash(key);
+        self.acquire_hashed(key, hash, cost, t, plan_shadow, true, permit)
     }
 
     /// [`acquire`](Self::acquire) for a key whose hash is known. In shadow (`plan_shadow`, or
@@ -63,25 +45,27 @@ where
     /// the over-limit cache's (a flood's): a decision in shadow puts no deadline in the cache,
     /// so its refusals are always decided anew, and the cache's refusals are never shadow. It
     /// is not a field of the thresholds, which every request copies.
+    #[allow(clippy::too_many_arguments)] // the request's parts, each read on its path
     pub(super) fn acquire_hashed<Q, P>(
         &self,
         key: &Q,
         hash: u64,
+        cost: u32,
         t: &Thresholds,
         plan_shadow: bool,
         counted: bool,
-        permit: impl FnOnce(Ticket) -> P,
+        permit: impl FnOnce(Ticket, Receipt) -> P,
     ) -> Result<P, Rejected>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if let Some(rejected) = t.refuses_all() {
+        if let Some(rejected) = t.refuses(cost) {
             return self.refused_uncounted(plan_shadow, counted, rejected, permit);
         }
         // One remix for the over-limit cache and the filter.
         let spread = spread(hash);
-        if let Some(rejected) = self.over_limit_now(spread, t) {
+        if let Some(rejected) = self.over_limit_now(spread, t, cost) {
             if counted {
                 self.tally.refused(&rejected, false);
             }
@@ -97,7 +81,7 @@ where
             Some(fleet) => {
                 let tag = |t: &Thresholds| t.rate.map(|rate| rate.tag_mix);
                 if tag(fleet) != tag(t) {
-                    if let Some(rejected) = self.over_limit_now(spread, fleet) {
+                    if let Some(rejected) = self.over_limit_now(spread, fleet, cost) {
                         if counted {
                             self.tally.refused(&rejected, false);
                         }
@@ -108,7 +92,7 @@ where
             }
             None => t,
         };
-        let sketched = self.sketches.observe(hash);
+        let sketched = self.sketches.observe(hash, cost);
         let hot = decision::is_hot(&sketched, t);
         // The request's half of the promotion handshake: after the sketch increments.
         let decision = if !hot && !self.exact.flagged(spread) {
@@ -121,16 +105,18 @@ where
                 if counted {
                     self.tally.admitted();
                 }
-                Ok(permit(Ticket {
+                let ticket = Ticket {
                     hash,
-                    held: Held::of(generation),
-                }))
+                    held: Held::of(generation, cost),
+                };
+                let window = sketched.window.map(|w| w.bucket);
+                Ok(permit(ticket, Receipt { window }))
             }
             Err(Refusal {
                 rejected,
                 over_until,
             }) => {
-                self.sketches.release(hash);
+                self.sketches.release(hash, cost);
                 let shadow = self.in_shadow(plan_shadow);
                 if counted {
                     self.tally.refused(&rejected, shadow);
@@ -141,8 +127,12 @@ where
                 if let (Some(deadline), Some(window), Some(rate)) =
                     (over_until, sketched.window, t.rate)
                 {
-                    self.over_limit
-                        .insert(spread, rate.tag_mix, window.at, deadline);
+                    self.over_limit.insert(
+                        spread,
+                        rate.tag_mix ^ cost_mix(cost),
+                        window.at,
+                        deadline,
+                    );
                 }
                 Err(rejected)
             }
@@ -152,10 +142,12 @@ where
     /// The rejection of a key still over its rate limit `t.rate` from an earlier rejection
     /// under the same limit.
     #[inline]
-    fn over_limit_now(&self, spread: u64, t: &Thresholds) -> Option<Rejected> {
+    fn over_limit_now(&self, spread: u64, t: &Thresholds, cost: u32) -> Option<Rejected> {
         let (rate, threshold) = (self.sketches.rate.as_ref()?, t.rate?);
         // Most keys hold no deadline: one load says so, before the time is worked out.
-        let word = self.over_limit.held(spread, threshold.tag_mix)?;
+        let word = self
+            .over_limit
+            .held(spread, threshold.tag_mix ^ cost_mix(cost))?;
         let limit = threshold.limit;
         // The time the usual path would decide on; near a window's end that is the exact time,
         // and the request goes the usual way.
@@ -167,7 +159,8 @@ where
     }
 
     /// Decides a request that the sketches could not decide alone: its key is hot, or
-    /// flagged. `Ok(Some(generation))` when its in-flight slot is counted in the exact stage.
+    /// flagged. `Ok(Some(generation))` when the exact stage counted it (its in-flight units, if
+    /// the limiter counts them, and its rate units).
     ///
     /// Never inlined: inlined into `try_acquire`, this path for the few hot keys made every
     /// request's path larger and measurably slower (3-6% on the simulated groups).
@@ -185,7 +178,7 @@ where
     {
         let at = s.window.map_or_else(|| self.time.coarse(), |w| w.at);
         let mut held = match self.exact.place(key, s.hash, at) {
-            Place::Twin => return alone(s, t),
+            Place::Twin => return decision::alone(s, t).map(|()| None),
             Place::Held(held) => {
                 // A request the sketch admits alone, for a key that has cooled down apart
                 // from it: demote the key.
@@ -195,7 +188,7 @@ where
                             inflight: self.sketches.inflight_now(s.hash),
                             window: s.window,
                         };
-                        decision::is_cool(&e.counts, &own, true, t)
+                        decision::is_cool(&e.counts, &own, s.cost, t)
                     });
                 if cool {
                     held.demote();
@@ -221,12 +214,12 @@ where
                 });
                 match promoted {
                     Some(held) => held,
-                    None => return alone(s, t),
+                    None => return decision::alone(s, t).map(|()| None),
                 }
             }
         };
         let Some(entry) = held.decided_under(t) else {
-            return alone(s, t); // unreachable: a held place has its entry
+            return decision::alone(s, t).map(|()| None); // unreachable: a held place has its entry
         };
         let now = self.sketches.recount(s);
         let near = Tally::ON.then_some(NEAR_LIMIT);
@@ -235,16 +228,12 @@ where
                 if admitted.near {
                     self.tally.near();
                 }
-                Ok(admitted.tracked.then_some(entry.generation))
+                Ok(Some(entry.generation))
             }
-            Err(rejected) => {
+            Err(refusal) => {
                 entry.rejected += 1;
-                let over_until = decision::held_until(&rejected, s, t);
-                entry.over_until = over_until.unwrap_or(0);
-                Err(Refusal {
-                    rejected,
-                    over_until,
-                })
+                entry.over_until = refusal.over_until.unwrap_or(0);
+                Err(refusal)
             }
         }
     }
@@ -257,7 +246,7 @@ impl<K> Shared<K> {
     #[inline]
     pub(super) fn release(&self, ticket: &Ticket) {
         // A limiter that counts no requests in flight has nothing to give back: no call; nor
-        // has a request admitted in shadow, counted as refused.
+        // has a request admitted in shadow, counted as refused, nor one of cost 0.
         if self.sketches.inflight.is_some() {
             self.release_inflight(ticket);
         }
@@ -267,24 +256,41 @@ impl<K> Shared<K> {
     fn release_inflight(&self, ticket: &Ticket) {
         let hash = ticket.hash;
         match ticket.held {
-            Held::Exact(generation) => self.exact.release(
+            Held::Exact { generation, cost } => self.exact.release(
                 hash,
                 generation,
-                || self.sketches.release(hash),
+                cost,
+                || self.sketches.release(hash, cost),
                 |entry| self.is_cool(entry),
                 || self.now(),
             ),
-            Held::Sketch => self.sketches.release(hash),
-            Held::Shadow(_) => return,
+            Held::Sketch { cost } => self.sketches.release(hash, cost),
+            Held::Shadow(_) | Held::Nothing => return,
         }
         // After the count is given back: the release's half of the wake-up handshake.
         self.waiters.released(hash);
     }
 
+    /// Takes back the rate units a promoted key's entry counted for an admission (`ticket`,
+    /// counted in `receipt`'s window) that another key then refused: a key is charged only for
+    /// what it admitted. The entry must be the one that counted it (the same generation) and
+    /// its counts must still reach that window. The rate sketch keeps the units, as it keeps
+    /// every refused request's: it measures offered load, and a key its exact counts do not
+    /// decide is below its promotion threshold. The in-flight units come back when the permit
+    /// drops.
+    pub(super) fn refund(&self, ticket: &Ticket, receipt: Receipt) {
+        if let (Held::Exact { generation, cost }, Some(bucket)) = (&ticket.held, receipt.window) {
+            let units = *cost as isize;
+            self.exact.update(ticket.hash, *generation, |entry| {
+                entry.counts.rate.uncount(bucket, units);
+            });
+        }
+    }
+
     /// Whether a promoted entry has cooled down, by the sketches now and its last thresholds.
     fn is_cool(&self, entry: &Entry<K>) -> bool {
         let now = self.sketches.reread(entry.hash);
-        decision::is_cool(&entry.counts, &now, false, &entry.thresholds)
+        decision::is_cool(&entry.counts, &now, 0, &entry.thresholds)
     }
 
     /// The time now: on the rate windows' clock, or without a rate the limiter's coarse time

@@ -10,15 +10,28 @@ pub(super) struct Ticket {
     pub(super) held: Held,
 }
 
-/// Where an admitted request's in-flight slot is counted.
+/// The rate window an admission was counted in (its bucket; `None` without a rate). Handed to
+/// the permit's constructor beside the ticket, not kept in the permit: only a decision made
+/// with other keys ([`WithLimits::try_acquire_and`](super::WithLimits::try_acquire_and))
+/// needs it, to take the count back at once when another key refuses.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Receipt {
+    pub(super) window: Option<u64>,
+}
+
+/// Where an admitted request's in-flight units are counted, and how many (its cost: in the
+/// variants, where it takes the room the tag leaves, so that a ticket stays 24 bytes).
 pub(super) enum Held {
     /// In the sketch.
-    Sketch,
-    /// In the exact stage, by the entry of this generation.
-    Exact(u64),
+    Sketch { cost: u32 },
+    /// In the exact stage, by the entry of this generation (which counted its rate units too,
+    /// if the limiter counts a rate).
+    Exact { generation: u64, cost: u32 },
     /// Nowhere: a request its limits refuse, admitted in shadow, counted as the refusal it
     /// stands for. Boxed, so that a ticket stays as small as an admission's.
     Shadow(Box<Rejected>),
+    /// Nowhere: a request of cost 0, which counts nothing.
+    Nothing,
 }
 
 /// The permit `permit` makes for a request its limits refuse, admitted in shadow: a ticket
@@ -33,18 +46,19 @@ pub(super) enum Held {
 #[inline(never)]
 pub(super) fn shadow_admission<P>(
     rejected: Rejected,
-    permit: impl FnOnce(Ticket) -> P,
+    permit: impl FnOnce(Ticket, Receipt) -> P,
 ) -> Result<P, Rejected> {
-    Ok(permit(Ticket::shadowed(rejected)))
+    Ok(permit(Ticket::shadowed(rejected), Receipt::default()))
 }
 
 impl Held {
-    /// An admission's: in the exact stage by entry `generation`, or in the sketch.
+    /// An admission's `cost` units: in the exact stage by entry `generation`, or in the
+    /// sketch.
     #[inline]
-    pub(super) fn of(generation: Option<u64>) -> Self {
+    pub(super) fn of(generation: Option<u64>, cost: u32) -> Self {
         match generation {
-            Some(generation) => Held::Exact(generation),
-            None => Held::Sketch,
+            Some(generation) => Held::Exact { generation, cost },
+            None => Held::Sketch { cost },
         }
     }
 }
@@ -60,6 +74,15 @@ impl Ticket {
         }
     }
 
+    /// A request of cost 0: it holds nothing, and gives nothing back.
+    #[cold]
+    pub(super) fn nothing() -> Self {
+        Ticket {
+            hash: 0,
+            held: Held::Nothing,
+        }
+    }
+
     /// The refusal a shadow admission stands for.
     fn shadow_rejection(&self) -> Option<&Rejected> {
         match &self.held {
@@ -70,14 +93,15 @@ impl Ticket {
 
     /// Whether its slot is counted in the exact stage.
     fn exact(&self) -> bool {
-        matches!(self.held, Held::Exact(_))
+        matches!(self.held, Held::Exact { .. })
     }
 }
 
-/// An admitted request: holds its key's in-flight slot until dropped.
+/// An admitted request: holds its key's in-flight slot (its cost's units, for a request with
+/// a cost) until dropped.
 ///
 /// Dropping it on any thread, during a panic unwind, or with a cancelled future gives the
-/// slot back.
+/// slot back, all its units together.
 #[must_use = "dropping the permit gives the in-flight slot back at once"]
 pub struct Permit<'a, K> {
     pub(super) shared: &'a Shared<K>,
@@ -137,6 +161,13 @@ impl<K> OwnedPermit<K> {
 }
 
 impl<K> OwnedPermit<K> {
+    /// Takes this admission back, counted in `receipt`'s window, because another key refused
+    /// the request (see [`Shared::refund`]): its exact rate units, then its in-flight units.
+    #[cfg(feature = "tower")]
+    pub(crate) fn take_back(self, receipt: Receipt) {
+        self.shared.refund(&self.ticket, receipt);
+    }
+
     /// As [`Permit::shadow_rejection`].
     pub fn shadow_rejection(&self) -> Option<&Rejected> {
         self.ticket.shadow_rejection()
@@ -155,5 +186,14 @@ impl<K> std::fmt::Debug for OwnedPermit<K> {
             .field("exact", &self.ticket.exact())
             .field("shadow_rejection", &self.ticket.shadow_rejection())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(all(test, not(floodgate_loom)))]
+mod tests {
+    /// The cost rides in the room the tag leaves: a permit is no larger for it.
+    #[test]
+    fn a_ticket_with_its_cost_is_three_words() {
+        assert_eq!(std::mem::size_of::<super::Ticket>(), 24);
     }
 }

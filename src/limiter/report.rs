@@ -24,6 +24,11 @@ pub enum Reason {
     /// limiter's counters cannot reach (they saturate at 2^30): a misconfigured plan, refused
     /// rather than left unlimited.
     LimitTooLarge,
+    /// The request's cost ([`WithLimits::cost`](super::WithLimits::cost)) is more than one of
+    /// its limits (or than [`Limits::MAX_LIMIT`](super::Limits::MAX_LIMIT)): no wait can
+    /// admit it, so it is refused before anything is counted. `estimate` is the cost, `limit`
+    /// the limit it is over.
+    CostOverLimit,
 }
 
 /// A rejected request: which limit, the estimate it was judged by, and when to retry.
@@ -59,10 +64,12 @@ pub struct Rejected {
     pub estimate: u32,
     /// The limit.
     pub limit: u32,
-    /// For rate rejections, how long until the same request would fit, if nothing else
-    /// arrives meanwhile; `None` for in-flight rejections (that depends on other requests
-    /// finishing), for a rate limit of 0 (nothing ever fits) and for limits the limiter does
-    /// not count.
+    /// For rate rejections, how long until the same request (of the same cost) would fit, if
+    /// nothing else arrives meanwhile; `None` for in-flight rejections (that depends on other
+    /// requests finishing), for a rate limit of 0 or a cost over a limit (nothing ever fits)
+    /// and for limits the limiter does not count. A key refused for its rate is then refused
+    /// by the over-limit cache, without a look at its counts, until then: for requests of
+    /// that cost (other costs are decided the usual way).
     ///
     /// Never early for a key judged under the same limits from one request to the next. A key
     /// whose limits change (a new plan, [`set_limits`](super::Limiter::set_limits)) may be
@@ -90,16 +97,27 @@ impl Rejected {
         }
     }
 
-    /// A rate rejection judged on `view`; `counted` is what the current window will count at
-    /// a retry (see [`WindowView::retry_after`]).
+    /// A rate rejection of a request of `cost` units judged on `view`; `counted` is what the
+    /// current window will count at a retry (see [`WindowView::retry_after`]).
     #[inline]
-    pub(crate) fn rate(view: &WindowView, limit: isize, counted: isize) -> Self {
+    pub(crate) fn rate(view: &WindowView, limit: isize, counted: isize, cost: isize) -> Self {
         Rejected {
             reason: Reason::Rate,
             // `as` saturates (a NaN is 0).
             estimate: view.sliding().ceil() as u32,
             limit: reported(limit),
-            retry_after: Some(view.retry_after(limit, counted)),
+            retry_after: Some(view.retry_after(limit, counted, cost)),
+        }
+    }
+
+    /// A request whose cost is over its limit: it never fits.
+    #[cold]
+    pub(crate) fn cost_over_limit(cost: u32, limit: u32) -> Self {
+        Rejected {
+            reason: Reason::CostOverLimit,
+            estimate: cost,
+            limit,
+            retry_after: None,
         }
     }
 
@@ -157,6 +175,13 @@ impl std::fmt::Display for Rejected {
                     "a rate limit of {} was asked of a limiter that counts no rate (build it \
                      with max_rate)",
                     self.limit
+                )
+            }
+            Reason::CostOverLimit => {
+                return write!(
+                    f,
+                    "a request of cost {} can never fit under a limit of {}",
+                    self.estimate, self.limit
                 )
             }
             Reason::LimitTooLarge => {

@@ -40,6 +40,8 @@ pub(crate) struct Recount {
 #[derive(Clone, Copy)]
 pub(crate) struct Sketched {
     pub(crate) hash: u64,
+    /// The request's units, counted in each sketch (1 but for a request with a cost).
+    pub(crate) cost: isize,
     /// In-flight estimate, this request included.
     pub(crate) inflight: Option<isize>,
     /// Rate window, this request included.
@@ -53,22 +55,27 @@ impl Sketches {
         self.hasher.hash(key)
     }
 
-    /// Counts a request in every sketch and returns what they say, this request included.
+    /// Counts a request of `cost` units in every sketch and returns what they say, this
+    /// request included.
     #[inline]
-    pub(crate) fn observe(&self, hash: u64) -> Sketched {
+    pub(crate) fn observe(&self, hash: u64, cost: u32) -> Sketched {
         Sketched {
             hash,
-            inflight: self.inflight.as_ref().map(|sketch| sketch.incr(hash, 1)),
-            window: self.rate.as_ref().map(|rate| rate.observe_hashed(hash)),
+            cost: cost as isize,
+            inflight: self.inflight.as_ref().map(|sketch| sketch.incr(hash, cost)),
+            window: self
+                .rate
+                .as_ref()
+                .map(|rate| rate.observe_hashed(hash, cost)),
         }
     }
 
-    /// Gives back the in-flight count of a request that was rejected or has finished (and
+    /// Gives back the in-flight units of a request that was rejected or has finished (and
     /// was not counted by the exact stage, whose release does this under its lock).
     #[inline]
-    pub(crate) fn release(&self, hash: u64) {
+    pub(crate) fn release(&self, hash: u64, cost: u32) {
         if let Some(sketch) = &self.inflight {
-            sketch.decr(hash, 1);
+            sketch.decr(hash, cost);
         }
     }
 

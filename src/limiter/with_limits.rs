@@ -1,15 +1,17 @@
-//! [`WithLimits`]: a limiter's admissions judged against a key's own limits.
+//! [`WithLimits`]: a limiter's admissions judged against a key's own limits, or for a
+//! request with a cost.
 
 use std::borrow::Borrow;
 use std::hash::Hash;
 use std::time::Duration;
 
-use super::permit::Ticket;
+use super::permit::{Receipt, Ticket};
 use super::{Acquire, Limiter, Limits, OwnedPermit, Permit, Rejected, Shared};
 
 /// A [`Limiter`] judging requests against given [`Limits`] instead of its defaults (a
-/// customer's plan, say), from [`Limiter::with_limits`]: the same three admissions, one way
-/// to say "these limits" for each.
+/// customer's plan, say), from [`Limiter::with_limits`], or counting a [`cost`](Self::cost)
+/// of several units per request, from [`Limiter::with_cost`] (or both): the same three
+/// admissions, one way to say "these limits" and "this cost" for each.
 ///
 /// The promotion thresholds follow these limits, so with a sketch that tells keys apart each
 /// key is admitted exactly up to its own limit. The kinds counted (in flight, rate, and the
@@ -48,7 +50,10 @@ use super::{Acquire, Limiter, Limits, OwnedPermit, Permit, Rejected, Shared};
 #[derive(Debug)]
 pub struct WithLimits<'a, K> {
     pub(super) limiter: &'a Limiter<K>,
-    pub(super) limits: Limits,
+    /// `None`: the limiter's defaults at each admission.
+    pub(super) limits: Option<Limits>,
+    /// Units each admission counts.
+    pub(super) cost: u32,
 }
 
 impl<K> Clone for WithLimits<'_, K> {
@@ -63,19 +68,72 @@ impl<'a, K> WithLimits<'a, K>
 where
     K: Hash + Eq,
 {
-    /// As [`Limiter::try_acquire`], against these limits.
+    /// Each request counts `cost` units (its bytes, its tokens, its weight) in every limit it
+    /// meets instead of 1: in flight and per interval.
+    ///
+    /// - A request is admitted only if all its units fit: a request of 6 units where 4 are
+    ///   left is refused whole, and takes none of the 4.
+    /// - A refusal gives its in-flight units back at once, and leaves nothing in the exact
+    ///   counts a key near its limit is judged by: a retry is judged as if it were the first
+    ///   attempt. Like every refused request, it stays counted (all its units) in the rate
+    ///   sketch, which measures offered load; a key that sketch alone decides (when the exact
+    ///   stage has no room for it) can be refused more for it, never admitted more.
+    /// - The permit gives its in-flight units back together when dropped.
+    /// - A cost over one of the limits (or over [`Limits::MAX_LIMIT`]) can never fit: it is
+    ///   refused at once with [`Reason::CostOverLimit`](super::Reason::CostOverLimit),
+    ///   counted nowhere, and no [`acquire`](Self::acquire) waits for it.
+    /// - A cost of 0 counts nothing and holds nothing: it is admitted at once (but under a
+    ///   limit of 0, which refuses every request).
+    /// - A rate rejection's `retry_after` is the time until this cost fits. Until then the
+    ///   over-limit cache refuses the key's requests of this cost without counting them (a
+    ///   flood of them costs what a flood of single requests does); requests of other costs
+    ///   are decided the usual way (a smaller one may fit sooner).
+    ///
+    /// The promotion threshold compares the key's units with a fraction of its limits, as it
+    /// compares requests: keys whose requests cost more reach the exact stage sooner.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::{clock::ManualClock, Limiter, Limits, Reason};
+    ///
+    /// // 1,000 bytes a second per client.
+    /// let clock = ManualClock::new();
+    /// let limiter: Limiter<String> = Limiter::builder()
+    ///     .max_rate(1_000, Duration::from_secs(1))
+    ///     .clock(&clock)
+    ///     .build()
+    ///     .unwrap();
+    /// drop(limiter.with_cost(700).try_acquire("client").unwrap());
+    /// let rejected = limiter.with_cost(400).try_acquire("client").unwrap_err();
+    /// assert_eq!(rejected.reason, Reason::Rate);
+    /// // The refused 400 took nothing: 300 bytes are still there.
+    /// drop(limiter.with_cost(300).try_acquire("client").unwrap());
+    ///
+    /// // More than the limit can never fit, and is not counted.
+    /// let plan = Limits::new().max_rate(100);
+    /// let rejected = limiter.with_limits(plan).cost(101).try_acquire("other").unwrap_err();
+    /// assert_eq!((rejected.reason, rejected.retry_after), (Reason::CostOverLimit, None));
+    /// ```
+    #[must_use]
+    pub fn cost(self, cost: u32) -> Self {
+        WithLimits { cost, ..self }
+    }
+
+    /// As [`Limiter::try_acquire`], against these limits and for this cost.
     ///
     /// # Errors
     ///
-    /// [`Rejected`] when the request would take the key over one of these limits, or when
-    /// they have a kind the limiter does not count.
+    /// [`Rejected`] when the request would take the key over one of these limits, when they
+    /// have a kind the limiter does not count, or when the cost is over one of them.
     pub fn try_acquire<Q>(&self, key: &Q) -> Result<Permit<'a, K>, Rejected>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let shared = &*self.limiter.shared;
-        self.decide(shared, key, |ticket| Permit { shared, ticket })
+        self.decide(shared, key, |ticket, _| Permit { shared, ticket })
     }
 
     /// As [`Limiter::try_acquire_owned`], against these limits.
@@ -89,27 +147,177 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let shared = &self.limiter.shared;
-        self.decide(shared, key, |ticket| OwnedPermit::new(shared, ticket))
+        self.decide(shared, key, |ticket, _| OwnedPermit::new(shared, ticket))
     }
 
-    /// The decision for one request against these limits, an admission's ticket made into
-    /// the caller's `permit`.
-    fn decide<Q, P>(
+    /// [`try_acquire_owned`](Self::try_acquire_owned), and where it was counted, for the layer
+    /// to take it back if an inner layer refuses the request.
+    #[cfg(feature = "tower")]
+    pub(crate) fn try_acquire_owned_receipted<Q>(
+        &self,
+        key: &Q,
+    ) -> Result<(OwnedPermit<K>, Receipt), Rejected>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let shared = &self.limiter.shared;
+        self.decide(shared, key, |ticket, receipt| {
+            (OwnedPermit::new(shared, ticket), receipt)
+        })
+    }
+
+    /// One decision for a request judged against several keys: admits `key` here, then asks
+    /// `rest` (the other keys' admissions, of this limiter or others), and returns both
+    /// answers if every key admits the request.
+    ///
+    /// If `key` refuses, `rest` is not asked: the other keys are charged nothing. If `rest`
+    /// refuses, its rejection is returned and this key's admission is taken back at once, so
+    /// that a key is charged only for the requests every key admitted:
+    /// - its in-flight units come back (the permit is dropped);
+    /// - its rate units leave the exact counts that decide a key near its limit. Like every
+    ///   refused request, the request stays counted in the rate sketch, which measures
+    ///   offered load: there it weighs only on keys below their promotion threshold, which
+    ///   the sketch admits anyway, and can refuse more, never admit more.
+    ///
+    /// Between this key's admission and `rest`'s refusal (the time `rest` takes to decide, a
+    /// few hundred nanoseconds), a request of the same key decided on another thread sees
+    /// this one counted and may be refused for it: that is all a refused request can cost the
+    /// keys that admitted it.
+    ///
+    /// Several keys nest: `a.try_acquire_and(ka, || b.try_acquire_and(kb, || c.try_acquire(kc)))`.
+    /// Put first the key most likely to refuse: the keys after it are then not asked. With
+    /// the `metrics` feature, each limiter counts the decision it made: an admission taken
+    /// back is still counted as admitted by its limiter, and refused by the one that
+    /// refused it.
+    ///
+    /// # Errors
+    ///
+    /// This key's [`Rejected`], or `rest`'s.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::net::IpAddr;
+    /// use std::time::Duration;
+    /// use floodgate::{clock::ManualClock, Limiter};
+    ///
+    /// fn per_second<K>(limit: u32, clock: &ManualClock) -> Limiter<K>
+    /// where
+    ///     K: std::hash::Hash + Eq + Send + Sync + 'static,
+    /// {
+    ///     let builder = Limiter::builder().max_rate(limit, Duration::from_secs(1));
+    ///     builder.clock(clock).build().unwrap()
+    /// }
+    ///
+    /// // 5 requests a second per host, 3 per client address.
+    /// let clock = ManualClock::new();
+    /// let hosts: Limiter<String> = per_second(5, &clock);
+    /// let clients: Limiter<IpAddr> = per_second(3, &clock);
+    /// let request = |client: &str| {
+    ///     let client: IpAddr = client.parse().unwrap();
+    ///     let judged = hosts.try_acquire_and("api.example", || clients.try_acquire(&client));
+    ///     judged.is_ok()
+    /// };
+    /// // One client sends 10: its own limit admits 3, and the host is charged for those 3.
+    /// assert_eq!((0..10).filter(|_| request("192.0.2.7")).count(), 3);
+    /// // So the host has room for 2 more, from another client.
+    /// assert_eq!((0..3).filter(|_| request("198.51.100.1")).count(), 2);
+    /// assert_eq!(hosts.estimate("api.example").rate, Some(5.0));
+    /// ```
+    pub fn try_acquire_and<Q, R>(
+        &self,
+        key: &Q,
+        rest: impl FnOnce() -> Result<R, Rejected>,
+    ) -> Result<(Permit<'a, K>, R), Rejected>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let shared = &*self.limiter.shared;
+        let permit = |ticket| Permit { shared, ticket };
+        self.together(shared, key, permit, |p| &p.ticket, rest)
+    }
+
+    /// As [`try_acquire_and`](Self::try_acquire_and), with a permit that owns a reference to
+    /// the limiter.
+    ///
+    /// # Errors
+    ///
+    /// This key's [`Rejected`], or `rest`'s.
+    pub fn try_acquire_owned_and<Q, R>(
+        &self,
+        key: &Q,
+        rest: impl FnOnce() -> Result<R, Rejected>,
+    ) -> Result<(OwnedPermit<K>, R), Rejected>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let shared = &self.limiter.shared;
+        let permit = |ticket| OwnedPermit::new(shared, ticket);
+        self.together(shared, key, permit, |p| &p.ticket, rest)
+    }
+
+    /// [`try_acquire_and`](Self::try_acquire_and) for either permit: `permit` makes it,
+    /// `ticket` reads its ticket back for the refund.
+    fn together<Q, P, R>(
         &self,
         shared: &Shared<K>,
         key: &Q,
         permit: impl FnOnce(Ticket) -> P,
+        ticket: impl FnOnce(&P) -> &Ticket,
+        rest: impl FnOnce() -> Result<R, Rejected>,
+    ) -> Result<(P, R), Rejected>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let mut receipt = Receipt::default();
+        let admitted = self.decide(shared, key, |t, counted| {
+            receipt = counted;
+            permit(t)
+        })?;
+        match rest() {
+            Ok(rest) => Ok((admitted, rest)),
+            Err(rejected) => {
+                // Before the permit drops (its in-flight units), while the entry that counted
+                // the rate is most likely still there.
+                shared.refund(ticket(&admitted), receipt);
+                Err(rejected)
+            }
+        }
+    }
+
+    /// The decision for one request against these limits and for this cost, an admission's
+    /// ticket (and where it was counted) made into the caller's `permit`.
+    fn decide<Q, P>(
+        &self,
+        shared: &Shared<K>,
+        key: &Q,
+        permit: impl FnOnce(Ticket, Receipt) -> P,
     ) -> Result<P, Rejected>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let limits = shared.plan(self.limits);
-        let shadow = limits.is_shadow();
-        match shared.thresholds(&limits) {
-            Ok(t) => shared.acquire(key, &t, shadow, permit),
-            Err(rejected) => shared.refused_uncounted(shadow, true, rejected, permit),
+        let (t, shadow) = match self.limits {
+            None => (shared.defaults.load(), false),
+            Some(limits) => {
+                let limits = shared.plan(limits);
+                let shadow = limits.is_shadow();
+                match shared.thresholds(&limits) {
+                    Ok(t) => (t, shadow),
+                    Err(rejected) => {
+                        return shared.refused_uncounted(shadow, true, rejected, permit)
+                    }
+                }
+            }
+        };
+        if self.cost == 0 && shared.admits_for_nothing(&t, true) {
+            return Ok(permit(Ticket::nothing(), Receipt::default()));
         }
+        shared.acquire(key, self.cost, &t, shadow, permit)
     }
 }
 
@@ -117,7 +325,8 @@ impl<K> WithLimits<'_, K>
 where
     K: Hash + Eq + Send + Sync,
 {
-    /// As [`Limiter::acquire`], against these limits at every attempt.
+    /// As [`Limiter::acquire`], against these limits at every attempt (the defaults of the
+    /// moment, from [`Limiter::with_cost`]) and for this cost.
     ///
     /// # Errors
     ///
@@ -151,6 +360,6 @@ where
         K: Borrow<Q> + Clone,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        Acquire::start(&self.limiter.shared, key, Some(self.limits), max_wait)
+        Acquire::start(&self.limiter.shared, key, self.limits, self.cost, max_wait)
     }
 }

@@ -60,16 +60,18 @@ impl WindowView {
         sliding_count(self.prev as f64, self.curr as f64, fraction)
     }
 
-    /// How long until one more request fits under `limit`, if nothing else arrives: the
-    /// sliding count `prev·(1−f) + curr` falls as `f` grows, and `curr` becomes the next
+    /// How long until a request of `cost` units fits under `limit`, if nothing else arrives:
+    /// the sliding count `prev·(1−f) + curr` falls as `f` grows, and `curr` becomes the next
     /// window's `prev`. `counted` is what the current window will count when the request is
     /// retried, not counting the retry (the sketch keeps a rejected request, the exact stage
     /// does not). In whole nanoseconds, rounded up, so a retry after exactly this long fits.
-    pub(crate) fn retry_after(&self, limit: isize, counted: isize) -> Duration {
+    /// A cost over the limit never fits: the wait is then past the next window, which a caller
+    /// that checked the cost never asks.
+    pub(crate) fn retry_after(&self, limit: isize, counted: isize, cost: isize) -> Duration {
         let (p, c, r) = (
             self.prev.max(0) as i128,
             counted.max(0) as i128,
-            (limit - 1) as i128,
+            (limit - cost) as i128,
         );
         let (i, x) = (i128::from(self.len), i128::from(self.into.min(self.len)));
         let wait = if c <= r {
@@ -79,14 +81,16 @@ impl WindowView {
             // p·(i − x') + c·i ≤ r·i  ⇔  x' ≥ i − ⌊(r − c)·i / p⌋
             (i - (r - c) * i / p - x).max(0)
         } else {
-            // In the next window: c·(i − y) ≤ r·i  ⇔  y ≥ i − ⌊r·i / c⌋
+            // In the next window: c·(i − y) ≤ r·i  ⇔  y ≥ i − ⌊r·i / c⌋ (r < 0: more than a
+            // window, never reached)
             (i - x) + (i - r * i / c)
         };
         Duration::from_nanos(u64::try_from(wait).unwrap_or(u64::MAX))
     }
 
     /// Lowers the counts to what `exact` proves for the windows it covers; `own` is this
-    /// request's share of the current window (1 when deciding a request, 0 when reporting).
+    /// request's share of the current window (its cost when deciding a request, 0 when
+    /// reporting).
     pub(crate) fn lower_to(&mut self, exact: &ExactWindows, own: isize) {
         if let Some(prev) = self.bucket.checked_sub(1).and_then(|b| exact.bound(b)) {
             self.prev = self.prev.min(prev);
@@ -179,9 +183,24 @@ impl ExactWindows {
         self.windows.roll_to(bucket);
     }
 
-    /// Counts one admitted request in the latest window.
-    pub(crate) fn count_one(&mut self) {
-        self.windows.current += 1;
+    /// Counts an admitted request of `cost` units in the latest window.
+    pub(crate) fn count(&mut self, cost: isize) {
+        self.windows.current = self.windows.current.saturating_add(cost);
+    }
+
+    /// Takes back `cost` units counted in window `bucket` (by [`count`](Self::count) after
+    /// `roll_to(bucket)`), if the counts still reach it; a count the window no longer has is
+    /// left as it is.
+    pub(crate) fn uncount(&mut self, bucket: u64, cost: isize) {
+        let w = &mut self.windows;
+        let counted = if w.at == bucket {
+            &mut w.current
+        } else if w.at.checked_sub(1) == Some(bucket) {
+            &mut w.previous
+        } else {
+            return;
+        };
+        *counted = counted.saturating_sub(cost).max(0);
     }
 
     /// An upper bound on the requests admitted in window `bucket` (after `roll_to(bucket)`
@@ -204,14 +223,17 @@ impl ExactWindows {
 /// Hooks for the limiter, which hashes a key once for all its sketches. Plain windows only
 /// (one sub-window).
 impl Rate {
-    /// Counts one event for an already-hashed key and returns the window as it stands after
-    /// it.
+    /// Counts `cost` events for an already-hashed key and returns the window as it stands
+    /// after them.
     #[inline] // the request path: its caller, the limiter, is its only one
-    pub(crate) fn observe_hashed(&self, hash: u64) -> WindowView {
+    pub(crate) fn observe_hashed(&self, hash: u64, cost: u32) -> WindowView {
         let core = &*self.core;
         debug_assert_eq!(core.sub_windows, 1, "the limiter uses plain windows");
         let (bucket, index, elapsed) = core.now_indexed();
-        let curr = core.slot_to_count_in(index).counts.incr(hash, 1);
+        let curr = core
+            .slot_to_count_in(index)
+            .counts
+            .incr(hash, cost as isize);
         // The slot before, without a second division.
         let prev = match bucket {
             0 => 0,
@@ -336,7 +358,7 @@ mod tests {
     fn retry_after_waits_for_the_previous_window_to_slide_out() {
         // limit 10, prev 10, curr 5 (+1 rejected) at f = 0.5: 10·0.5 + 5 = 10 already.
         // One more fits when 10·(1−f) + 5 ≤ 9, i.e. f ≥ 0.6: 0.1 of the interval from now.
-        let wait = view(10, 6, 0.5).retry_after(10, 5);
+        let wait = view(10, 6, 0.5).retry_after(10, 5, 1);
         assert!((wait.as_secs_f64() - 0.1).abs() < 1e-9, "{wait:?}");
     }
 
@@ -344,28 +366,43 @@ mod tests {
     fn retry_after_waits_into_the_next_window_when_the_current_one_is_full() {
         // limit 4, curr 4 (+1 rejected) at f = 0.25: 0.75 to the boundary, then 4·(1−g) ≤ 3
         // needs g ≥ 0.25.
-        let wait = view(0, 5, 0.25).retry_after(4, 4);
+        let wait = view(0, 5, 0.25).retry_after(4, 4, 1);
         assert!((wait.as_secs_f64() - 1.0).abs() < 1e-9, "{wait:?}");
     }
 
+    /// A retry of `cost` units exactly `retry_after` later fits, and one a nanosecond sooner
+    /// does not: the wait is tight.
     #[test]
-    fn a_retry_after_exactly_retry_after_fits() {
-        for (prev, counted, fraction, limit) in [(10, 5, 0.5, 10), (0, 4, 0.25, 4), (7, 3, 0.9, 8)]
-        {
-            let v = view(prev, counted + 1, fraction);
-            let wait = v.retry_after(limit, counted).as_nanos() as u64;
-            let (into, rolled) = if v.into + wait < v.len {
-                (v.into + wait, false)
-            } else {
-                (v.into + wait - v.len, true)
-            };
-            let later = WindowView {
-                prev: if rolled { counted } else { prev },
-                curr: if rolled { 1 } else { counted + 1 },
-                into,
-                ..v
-            };
-            assert!(later.fits(limit), "{prev} {counted} {fraction} {limit}");
+    fn a_retry_after_exactly_retry_after_fits_and_not_sooner() {
+        let cases = [
+            (10, 5, 0.5, 10),
+            (0, 4, 0.25, 4),
+            (7, 3, 0.9, 8),
+            (9, 6, 0.3, 12),
+        ];
+        for (prev, counted, fraction, limit) in cases {
+            for cost in 1..=limit.min(4) {
+                let v = view(prev, counted + cost, fraction);
+                let later = |wait: u64| {
+                    let (into, rolled) = if v.into + wait < v.len {
+                        (v.into + wait, false)
+                    } else {
+                        (v.into + wait - v.len, true)
+                    };
+                    WindowView {
+                        prev: if rolled { counted } else { prev },
+                        curr: if rolled { cost } else { counted + cost },
+                        into,
+                        ..v
+                    }
+                };
+                let wait = v.retry_after(limit, counted, cost).as_nanos() as u64;
+                let case = format!("{prev} {counted} {fraction} {limit} cost {cost}");
+                assert!(later(wait).fits(limit), "{case}");
+                if wait > 0 {
+                    assert!(!later(wait - 1).fits(limit), "{case}: not tight");
+                }
+            }
         }
     }
 
@@ -380,7 +417,7 @@ mod tests {
         r.windows.current += 2;
         assert_eq!(r.bound(5), Some(9));
         r.roll_to(6);
-        r.count_one();
+        r.count(1);
         assert_eq!(r.bound(5), Some(9));
         assert_eq!(r.bound(6), Some(1));
         r.roll_to(8);

@@ -88,6 +88,20 @@ pub enum LimiterOp {
         inflight: u8,
         rate: u8,
     },
+    /// `try_acquire_and(first, || try_acquire(second))`: one decision for two keys (the same
+    /// one twice, with one key); both permits held when admitted.
+    AcquirePair {
+        first: u8,
+        second: u8,
+    },
+    /// A request of `cost % 8` units (0 to 7: some over the in-flight limits of 1–6), under
+    /// the defaults (`with_cost`) or the key's plan (`with_limits(plan).cost`); the permit is
+    /// held.
+    AcquireCost {
+        key: u8,
+        cost: u8,
+        plan: bool,
+    },
 }
 
 /// A limiter and the operations to run on it.
@@ -208,6 +222,11 @@ struct Model {
     /// see `Rejected::retry_after`).
     last_limits: Vec<Option<KeyLimits>>,
     mixed: Vec<bool>,
+    /// Whether a request of the key was admitted and then taken back because another key
+    /// refused it (`AcquirePair`): its rate sketch keeps it as offered load, so a promotion
+    /// may start the key's exact counts above what it admitted (by at most what the promotion
+    /// threshold proves). It may then be refused more, never admitted more.
+    refunded: Vec<bool>,
 }
 
 impl Model {
@@ -237,10 +256,24 @@ impl Model {
             + Self::count(map, Some(bucket), key)
     }
 
-    fn record(map: &mut Windows, bucket: u64, key: usize, keys: usize) {
-        map.entry(bucket).or_insert_with(|| vec![0; keys])[key] += 1;
+    fn record(map: &mut Windows, bucket: u64, key: usize, keys: usize, units: isize) {
+        map.entry(bucket).or_insert_with(|| vec![0; keys])[key] += units as i128;
         // Windows no sliding count reads any more.
         *map = map.split_off(&bucket.saturating_sub(2));
+    }
+
+    /// Whether `key`'s decisions must be exactly the model's: it is alone in its sketch (see
+    /// [`Settings::lone`]), always decided under one set of limits, and never taken back.
+    fn strict(&self, key: usize) -> bool {
+        self.s.lone() && !self.mixed[key] && !self.refunded[key]
+    }
+
+    /// Notes that `key` is decided under `limits` now, and whether that mixes two.
+    fn decided_under(&mut self, key: usize, limits: KeyLimits) {
+        if self.last_limits[key].is_some_and(|last| last != limits) {
+            self.mixed[key] = true;
+        }
+        self.last_limits[key] = Some(limits);
     }
 
     /// Whether the clock's tick has run since the key's current window began, so that the
@@ -259,22 +292,25 @@ struct Run<'a> {
     limiter: &'a Limiter<u64>,
     model: Model,
     time: Time,
-    permits: Vec<(usize, AnyPermit<'a>)>,
+    /// Each permit held, with its key and its units.
+    permits: Vec<(usize, isize, AnyPermit<'a>)>,
 }
 
 /// Runs `input` against a limiter and the exact model.
 ///
 /// Checks at every decision, for any collision pattern (Properties 1, 2, 3 and 8 of
-/// docs/architecture.md):
-/// - never admits a key with `max_inflight` permits live, nor one whose exact sliding-window
-///   count of admitted requests would pass `max_rate` with this one (`prev·(1−f)+curr+1`);
+/// docs/architecture.md), counting each request's units (its cost; 1 unless `AcquireCost`):
+/// - never admits a key whose units in flight would pass `max_inflight` with this request's,
+///   nor one whose exact sliding-window count of admitted units would pass `max_rate` with
+///   them (`prev·(1−f)+curr+cost`); a cost over a limit is refused as such, and not counted;
 /// - always admits when even all keys together are under the limits (sketches only
 ///   over-count by what other keys did, so a permit that was not given back shows here);
 /// - a rejection names a configured limit and an estimate over it, at least the key's exact
 ///   count with this request; a `retry_after` for rate rejections only, at most two
 ///   intervals, and never early: by then the key's exact count allows one more;
-/// - a lone key (see [`Settings::lone`]) is never over-rejected, its `retry_after` is tight
-///   to the cache's unit, and a retry exactly `retry_after` later is admitted;
+/// - a lone key (see [`Settings::lone`]) is never over-rejected (so a refused request spent
+///   nothing a later one is judged by), its `retry_after` is tight to the cache's unit, and a
+///   retry exactly `retry_after` later is admitted;
 /// - a key flooding past its rate limit is rejected by the over-limit cache: no lock of the
 ///   exact stage, nothing counted, and the documented estimate `limit + 1`;
 /// - `heavy_hitters` reports bounds at least the exact counts, `stats` stays within capacity;
@@ -314,6 +350,7 @@ pub fn run(input: &LimiterInput) {
         rejected: vec![0; s.keys],
         last_limits: vec![None; s.keys],
         mixed: vec![false; s.keys],
+        refunded: vec![false; s.keys],
     };
     let mut run = Run {
         limiter: &limiter,
@@ -336,11 +373,19 @@ impl<'a> Run<'a> {
         let keys = self.model.s.keys;
         match *op {
             LimiterOp::Acquire { key: k, owned } => {
-                self.acquire_and_hold(key(k, keys), owned, None);
+                self.acquire_and_hold(key(k, keys), owned, None, 1);
             }
             LimiterOp::AcquireWith { key: k, owned } => {
                 let key = key(k, keys);
-                self.acquire_and_hold(key, owned, Some(self.model.s.plan(key)));
+                self.acquire_and_hold(key, owned, Some(self.model.s.plan(key)), 1);
+            }
+            LimiterOp::AcquirePair { first, second } => {
+                self.acquire_pair(key(first, keys), key(second, keys));
+            }
+            LimiterOp::AcquireCost { key: k, cost, plan } => {
+                let key = key(k, keys);
+                let plan = plan.then(|| self.model.s.plan(key));
+                self.acquire_and_hold(key, false, plan, u32::from(cost % 8));
             }
             LimiterOp::SetLimits { inflight, rate } => {
                 let s = &self.model.s;
@@ -356,14 +401,14 @@ impl<'a> Run<'a> {
             }
             LimiterOp::Burst { key: k, n } => {
                 for _ in 0..1 + n % 8 {
-                    self.acquire_and_hold(key(k, keys), false, None);
+                    self.acquire_and_hold(key(k, keys), false, None, 1);
                 }
             }
             LimiterOp::Drop { pick } => {
                 if !self.permits.is_empty() {
                     let i = usize::from(pick) % self.permits.len();
-                    let (key, permit) = self.permits.swap_remove(i);
-                    self.model.in_flight[key] -= 1;
+                    let (key, units, permit) = self.permits.swap_remove(i);
+                    self.model.in_flight[key] -= units;
                     drop(permit);
                 }
             }
@@ -381,47 +426,47 @@ impl<'a> Run<'a> {
         if newest_first {
             self.permits.reverse();
         }
-        for (key, permit) in self.permits.drain(..) {
-            self.model.in_flight[key] -= 1;
+        for (key, units, permit) in self.permits.drain(..) {
+            self.model.in_flight[key] -= units;
             drop(permit);
         }
     }
 
-    /// One request under the defaults (`plan` `None`) or the given limits, its permit held.
+    /// One request of `cost` units under the defaults (`plan` `None`) or the given limits,
+    /// its permit held.
     fn acquire_and_hold(
         &mut self,
         key: usize,
         owned: bool,
         plan: Option<KeyLimits>,
+        cost: u32,
     ) -> Option<Rejected> {
         if self.permits.len() >= MAX_PERMITS {
             return None;
         }
-        match self.acquire(key, owned, plan) {
+        match self.acquire(key, owned, plan, cost) {
             Ok(permit) => {
-                self.permits.push((key, permit));
+                self.permits.push((key, cost as isize, permit));
                 None
             }
             Err(rejected) => Some(rejected),
         }
     }
 
-    /// One request under the defaults (`plan` `None`) or the given limits, checked against
-    /// the model; an admitted one is counted as held.
+    /// One request of `cost` units under the defaults (`plan` `None`) or the given limits,
+    /// checked against the model; an admitted one is counted as held.
     fn acquire(
         &mut self,
         key: usize,
         owned: bool,
         plan: Option<KeyLimits>,
+        cost: u32,
     ) -> Result<AnyPermit<'a>, Rejected> {
         let model = &mut self.model;
         let s = model.s;
         let limits = plan.unwrap_or(model.defaults);
         let (max_inflight, max_rate) = (limits.inflight_limit(), limits.rate_limit());
-        if model.last_limits[key].is_some_and(|last| last != limits) {
-            model.mixed[key] = true;
-        }
-        model.last_limits[key] = Some(limits);
+        model.decided_under(key, limits);
         let now = self.time.now;
         let (bucket, _) = model.window(now);
         // The exact counts before this request.
@@ -429,48 +474,82 @@ impl<'a> Run<'a> {
         let all_inflight: isize = model.in_flight.iter().sum();
         let own_sliding = model.sliding(&model.admitted, now, Some(key));
         let all_offered = model.sliding(&model.offered, now, None);
+        let units = cost as isize;
+        // A cost over a limit never fits: refused as such, before anything is counted.
+        let over = |limit: Option<u32>| limit.is_some_and(|l| cost > l);
+        let never_fits = over(max_inflight) || over(max_rate);
         // Under the limits even if every other key's requests were this key's.
-        let inflight_fits = max_inflight.map_or(true, |l| all_inflight < l as isize);
-        let rate_fits = max_rate.map_or(true, |l| all_offered + 1.0 <= l as f64 - slack(l as f64));
-        let must_admit = inflight_fits && rate_fits;
+        let inflight_fits = max_inflight.map_or(true, |l| all_inflight + units <= l as isize);
+        let rate_fits = max_rate.map_or(true, |l| {
+            all_offered + units as f64 <= l as f64 - slack(l as f64)
+        });
+        // A cost of 0 counts nothing, and is admitted at once (the harness's limits are ≥ 1).
+        let must_admit = (inflight_fits && rate_fits && !never_fits) || units == 0;
         // The key's own exact counts leave room for this request.
-        let clearly_fits = max_inflight.map_or(true, |l| own_inflight < l as isize)
-            && max_rate.map_or(true, |l| own_sliding + 1.0 <= l as f64 - slack(l as f64));
+        let clearly_fits = max_inflight.map_or(true, |l| own_inflight + units <= l as isize)
+            && max_rate.map_or(true, |l| {
+                own_sliding + units as f64 <= l as f64 - slack(l as f64)
+            });
 
         let id = key as u64;
-        let result = match (plan, owned) {
-            (None, true) => self.limiter.try_acquire_owned(&id).map(AnyPermit::Owned),
-            (None, false) => self.limiter.try_acquire(&id).map(AnyPermit::Borrowed),
-            (Some(l), true) => self
+        let result = match (plan, owned, cost) {
+            (None, true, 1) => self.limiter.try_acquire_owned(&id).map(AnyPermit::Owned),
+            (None, false, 1) => self.limiter.try_acquire(&id).map(AnyPermit::Borrowed),
+            (None, true, _) => self
                 .limiter
-                .with_limits(l)
+                .with_cost(cost)
                 .try_acquire_owned(&id)
                 .map(AnyPermit::Owned),
-            (Some(l), false) => self
+            (None, false, _) => self
+                .limiter
+                .with_cost(cost)
+                .try_acquire(&id)
+                .map(AnyPermit::Borrowed),
+            (Some(l), true, _) => self
                 .limiter
                 .with_limits(l)
+                .cost(cost)
+                .try_acquire_owned(&id)
+                .map(AnyPermit::Owned),
+            (Some(l), false, _) => self
+                .limiter
+                .with_limits(l)
+                .cost(cost)
                 .try_acquire(&id)
                 .map(AnyPermit::Borrowed),
         };
-        Model::record(&mut model.offered, bucket, key, s.keys);
+        if never_fits {
+            let r = result.as_ref().expect_err("admitted a cost over its limit");
+            assert_eq!(r.reason, Reason::CostOverLimit, "{r}");
+            assert_eq!((r.estimate, r.retry_after), (cost, None), "{r}");
+            assert!(
+                over(Some(r.limit)) && (over(max_inflight) || over(max_rate)),
+                "{r}: not the limit the cost is over"
+            );
+            return result;
+        }
+        Model::record(&mut model.offered, bucket, key, s.keys, units);
         match &result {
+            // A cost of 0 takes nothing: admitted whatever the key holds.
+            Ok(_) if units == 0 => {}
             Ok(_) => {
                 if let Some(limit) = max_inflight {
                     assert!(
-                        own_inflight < limit as isize,
-                        "admitted key {key} with {own_inflight} permits live, limit {limit}"
+                        own_inflight + units <= limit as isize,
+                        "admitted key {key} with {own_inflight} units live and {units} more, \
+                         limit {limit}"
                     );
                 }
                 if let Some(limit) = max_rate {
-                    let sliding = own_sliding + 1.0;
+                    let sliding = own_sliding + units as f64;
                     assert!(
                         sliding <= limit as f64 + slack(limit as f64),
-                        "admitted key {key} at a sliding count of {sliding} (this one \
-                         included), limit {limit}"
+                        "admitted key {key} at a sliding count of {sliding} (this one's \
+                         {units} units included), limit {limit}"
                     );
                 }
-                model.in_flight[key] += 1;
-                Model::record(&mut model.admitted, bucket, key, s.keys);
+                model.in_flight[key] += units;
+                Model::record(&mut model.admitted, bucket, key, s.keys, units);
             }
             Err(rejected) => {
                 assert!(
@@ -479,25 +558,101 @@ impl<'a> Run<'a> {
                      the limits: {all_inflight} in flight, sliding {all_offered} offered"
                 );
                 assert!(
-                    !(s.lone() && !model.mixed[key] && clearly_fits),
+                    !(model.strict(key) && clearly_fits),
                     "over-rejected the lone key ({rejected}): {own_inflight} in flight, \
                      sliding {own_sliding} admitted"
                 );
                 model.rejected[key] += 1;
-                self.check_rejection(rejected, &limits, key, own_inflight, own_sliding);
+                let own = (own_inflight, own_sliding);
+                self.check_rejection(rejected, &limits, key, own, units);
             }
         }
         result
     }
 
-    /// A rejection under `limits` against the model.
+    /// One decision for keys `a` then `b` under the defaults (`try_acquire_and`), checked
+    /// against the model: admitted only if each key fits with both requests (two units of one
+    /// key when `a == b`); refused, `a` is charged nothing the exact counts see; the rejection
+    /// names a limit the key it comes from is over.
+    fn acquire_pair(&mut self, a: usize, b: usize) {
+        if self.permits.len() + 2 > MAX_PERMITS {
+            return;
+        }
+        let limiter = self.limiter;
+        let model = &mut self.model;
+        let s = model.s;
+        let limits = model.defaults;
+        model.decided_under(a, limits);
+        model.decided_under(b, limits);
+        let now = self.time.now;
+        let (bucket, _) = model.window(now);
+        let units = |key: usize| 1 + isize::from(a == b && key == a);
+        let fits = |model: &Model, key: usize| {
+            let inflight = limits
+                .inflight_limit()
+                .map_or(true, |l| model.in_flight[key] + units(key) <= l as isize);
+            let own = model.sliding(&model.admitted, now, Some(key)) + units(key) as f64;
+            let rate = limits
+                .rate_limit()
+                .map_or(true, |l| own <= l as f64 + slack(l as f64));
+            (inflight, rate, own)
+        };
+        let asked = std::cell::Cell::new(false);
+        let (ka, kb) = (a as u64, b as u64);
+        let result = limiter.try_acquire_and(&ka, || {
+            asked.set(true);
+            limiter.try_acquire(&kb)
+        });
+        Model::record(&mut model.offered, bucket, a, s.keys, 1);
+        if asked.get() {
+            Model::record(&mut model.offered, bucket, b, s.keys, 1);
+        }
+        match result {
+            Ok((first, second)) => {
+                for key in [a, b] {
+                    let (inflight, rate, own) = fits(model, key);
+                    assert!(
+                        inflight,
+                        "admitted the pair ({a}, {b}) over key {key}'s in-flight limit"
+                    );
+                    assert!(
+                        rate,
+                        "admitted the pair ({a}, {b}) at key {key}'s sliding count {own}"
+                    );
+                }
+                for key in [a, b] {
+                    model.in_flight[key] += 1;
+                    Model::record(&mut model.admitted, bucket, key, s.keys, 1);
+                }
+                self.permits.push((a, 1, AnyPermit::Borrowed(first)));
+                self.permits.push((b, 1, AnyPermit::Borrowed(second)));
+            }
+            Err(r) => {
+                let by = if asked.get() { b } else { a };
+                model.rejected[by] += 1;
+                if asked.get() {
+                    model.refunded[a] = true;
+                }
+                let limit = match r.reason {
+                    Reason::Inflight => limits.inflight_limit(),
+                    Reason::Rate => limits.rate_limit(),
+                    other => panic!("the pair ({a}, {b}) refused for {other:?}"),
+                };
+                assert_eq!(Some(r.limit), limit, "{r}");
+                assert!(r.estimate > r.limit, "{r}: estimate within the limit");
+            }
+        }
+    }
+
+    /// A rejection of a request of `units` under `limits` against the model, whose key had
+    /// `own_inflight` units in flight and a sliding count of `own_sliding` before it.
     fn check_rejection(
         &self,
         r: &Rejected,
         limits: &KeyLimits,
         key: usize,
-        own_inflight: isize,
-        own_sliding: f64,
+        (own_inflight, own_sliding): (isize, f64),
+        units: isize,
     ) {
         let (model, now) = (&self.model, self.time.now);
         let s = model.s;
@@ -509,8 +664,8 @@ impl<'a> Run<'a> {
                     .expect("an in-flight rejection without an in-flight limit");
                 assert_eq!(r.limit, limit, "{r}");
                 assert!(
-                    r.estimate as isize > own_inflight,
-                    "{r}: estimate under the {own_inflight} permits live + this one"
+                    r.estimate as isize >= own_inflight + units,
+                    "{r}: estimate under the {own_inflight} units live + this one's {units}"
                 );
                 assert_eq!(
                     r.retry_after, None,
@@ -532,10 +687,11 @@ impl<'a> Run<'a> {
                 // The over-limit cache answers `limit + 1` (over the limit by at least this
                 // request): below the key's count when it was admitted under a higher limit
                 // than the one it is judged by now.
-                let cached = r.estimate == limit + 1 && own_sliding + 1.0 > (limit + 1) as f64;
+                let with_it = own_sliding + units as f64;
+                let cached = r.estimate == limit + 1 && with_it > (limit + 1) as f64;
                 assert!(
-                    cached || r.estimate as f64 >= own_sliding + 1.0 - slack(own_sliding),
-                    "{r}: estimate under the exact sliding count {own_sliding} + 1"
+                    cached || r.estimate as f64 >= with_it - slack(own_sliding),
+                    "{r}: estimate under the exact sliding count {own_sliding} + {units}"
                 );
                 let retry = r.retry_after.expect("a rate rejection has a retry time");
                 let retry_nanos = retry.as_nanos() as u64;
@@ -544,21 +700,23 @@ impl<'a> Run<'a> {
                     "{r}: retry after over 2 intervals"
                 );
                 // Never early: the limiter's counts are at least the exact ones, so by then
-                // the key's own exact count (with nothing admitted meanwhile) has room.
+                // the key's own exact count (with nothing admitted meanwhile) has room for the
+                // request's units (the over-limit cache holds a deadline for one cost).
                 let later = model.sliding(&model.admitted, now + retry_nanos, Some(key));
                 let l = limit as f64;
                 assert!(
-                    model.mixed[key] || later + 1.0 <= l + slack(l),
-                    "{r}: early: {later} + 1 admitted {retry:?} later"
+                    model.mixed[key] || later + units as f64 <= l + slack(l),
+                    "{r}: early: {later} + {units} admitted {retry:?} later"
                 );
                 // Tight for a lone key, whose counts are exact: up to one cache unit late
-                // (the cache rounds up), so two units earlier the key does not fit yet.
-                if s.lone() && !model.mixed[key] && retry_nanos >= 2 * CACHE_UNIT {
+                // (the cache rounds up), so two units earlier the request does not fit yet.
+                if model.strict(key) && retry_nanos >= 2 * CACHE_UNIT && units > 0 {
                     let t = now + retry_nanos - 2 * CACHE_UNIT;
                     let sooner = model.sliding(&model.admitted, t, Some(key));
                     assert!(
-                        sooner + 1.0 > l + slack(l),
-                        "{r}: late: the lone key fits 2 cache units before (sliding {sooner})"
+                        sooner + units as f64 > l + slack(l),
+                        "{r}: late: the lone key's {units} fit 2 cache units before (sliding \
+                         {sooner})"
                     );
                 }
             }
@@ -568,7 +726,7 @@ impl<'a> Run<'a> {
 
     /// A request and, if rejected for rate, the same one exactly `retry_after` later.
     fn retry(&mut self, key: usize) {
-        let Some(rejected) = self.acquire_and_hold(key, false, None) else {
+        let Some(rejected) = self.acquire_and_hold(key, false, None, 1) else {
             return;
         };
         let Some(retry) = rejected.retry_after else {
@@ -577,9 +735,9 @@ impl<'a> Run<'a> {
         if !self.time.advance(retry.as_nanos() as u64) {
             return;
         }
-        let again = self.acquire_and_hold(key, false, None);
+        let again = self.acquire_and_hold(key, false, None, 1);
         // With nothing else admitted meanwhile, a key alone in its sketch is admitted then.
-        if self.model.s.lone() && !self.model.mixed[key] {
+        if self.model.strict(key) {
             assert!(
                 again.is_none(),
                 "rejected again exactly retry_after ({retry:?}) later: {}",
@@ -597,7 +755,7 @@ impl<'a> Run<'a> {
             // Read before counting locks: `stats` may take some.
             let before = self.limiter.stats();
             let locks = self.limiter.exact_locks_taken();
-            let result = self.acquire(key, false, None);
+            let result = self.acquire(key, false, None, 1);
             let took_lock = self.limiter.exact_locks_taken() != locks;
             let after = self.limiter.stats();
             if cached {

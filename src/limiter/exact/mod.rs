@@ -261,8 +261,9 @@ impl<K> ExactStage<K> {
         Some((way, knocks))
     }
 
-    /// Gives back a permit that the entry of generation `generation` counted: `give_back`
-    /// (the sketch's count) runs under the set's lock, together with the entry's, so that a
+    /// Gives back the `cost` units of a permit that the entry of generation `generation`
+    /// counted: `give_back` (the sketch's count) runs under the set's lock, together with the
+    /// entry's, so that a
     /// rebase under the lock never sees the sketch without this permit while `tracked` still
     /// counts it (which would lower `base` below the truth for good). The entry is demoted if
     /// `cool` says so after; `now` is the time on the limiter's clock.
@@ -270,6 +271,7 @@ impl<K> ExactStage<K> {
         &self,
         hash: u64,
         generation: u64,
+        cost: u32,
         give_back: impl FnOnce(),
         cool: impl FnOnce(&Entry<K>) -> bool,
         now: impl FnOnce() -> u64,
@@ -284,7 +286,7 @@ impl<K> ExactStage<K> {
         if entry.generation != generation {
             return;
         }
-        entry.counts.inflight.tracked -= 1;
+        entry.counts.inflight.tracked -= cost as isize;
         if cool(entry) {
             let at = now();
             set.vacate(way, at);
@@ -352,9 +354,9 @@ impl<K> ExactStage<K> {
         }
     }
 
-    /// Calls `f` on the entry of `hash` if it is still the one of generation `generation`
-    /// (the fleet's sync writing back what it learnt of a key it pushed).
-    #[cfg(feature = "redis")]
+    /// Calls `f` under its set's lock on the entry of `hash` if it is still the one of
+    /// generation `generation` (not demoted since, nor promoted anew): the fleet's sync writing
+    /// back what it learnt of a key it pushed, a refund taking back an admission.
     pub(crate) fn update(&self, hash: u64, generation: u64, f: impl FnOnce(&mut Entry<K>)) {
         let mut set = self.set(hash);
         let Some(way) = set.find(hash) else { return };

@@ -95,6 +95,7 @@ impl FleetView {
         _window: u64,
         _own_now: u64,
         _own_previous: u64,
+        _cost: isize,
     ) -> Option<WindowView> {
         None
     }

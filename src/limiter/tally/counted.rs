@@ -164,12 +164,13 @@ impl Tally {
 }
 
 /// The counters' index of a refusal's reason, and its label.
-const REASONS: [(Reason, &str); 5] = [
+const REASONS: [(Reason, &str); 6] = [
     (Reason::Inflight, "inflight"),
     (Reason::Rate, "rate"),
     (Reason::InflightNotCounted, "inflight_not_counted"),
     (Reason::RateNotCounted, "rate_not_counted"),
     (Reason::LimitTooLarge, "limit_too_large"),
+    (Reason::CostOverLimit, "cost_over_limit"),
 ];
 
 /// The index of `reason` in [`REASONS`].
@@ -181,6 +182,7 @@ fn reason_index(reason: Reason) -> usize {
         Reason::InflightNotCounted => 2,
         Reason::RateNotCounted => 3,
         Reason::LimitTooLarge => 4,
+        Reason::CostOverLimit => 5,
     }
 }
 

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use super::{State, WaiterId};
 use crate::clock::TICK_NANOS;
+use crate::limiter::permit::{Receipt, Ticket};
 use crate::limiter::{Limiter, Limits, OwnedPermit, Reason, Rejected, Shared};
 
 impl<K> Limiter<K>
@@ -79,7 +80,7 @@ where
         K: Borrow<Q> + Clone,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        Acquire::start(&self.shared, key, None, max_wait)
+        Acquire::start(&self.shared, key, None, 1, max_wait)
     }
 }
 
@@ -92,6 +93,9 @@ where
 pub struct Acquire<K> {
     shared: Arc<Shared<K>>,
     step: Step<K>,
+    /// Where the admission was counted, once admitted (for the layer, which takes it back
+    /// when an inner layer refuses the request).
+    receipt: Receipt,
 }
 
 // No field is ever pinned (the future moves its key and permit around by value).
@@ -114,6 +118,8 @@ struct Wait<K> {
     hash: u64,
     /// `None`: the limiter's defaults at each attempt.
     limits: Option<Limits>,
+    /// Units each attempt counts.
+    cost: u32,
     /// The tick after which it gives up.
     deadline: u64,
     /// The rejection of the attempt `acquire` made, if it made one: what a request that
@@ -129,6 +135,7 @@ where
         Acquire {
             shared: Arc::clone(shared),
             step: Step::Ready(result),
+            receipt: Receipt::default(),
         }
     }
 
@@ -137,6 +144,7 @@ where
         shared: &Arc<Shared<K>>,
         key: &Q,
         limits: Option<Limits>,
+        cost: u32,
         max_wait: Duration,
     ) -> Self
     where
@@ -144,11 +152,11 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         // What no waiting can help is answered at once, uncounted, queued or not: limits of
-        // a kind the limiter does not count, and limits of 0.
+        // a kind the limiter does not count, limits of 0, a cost over a limit.
         // In shadow, such a refusal is an admission that says so, as any other.
         let limits = limits.map(|l| shared.plan(l));
         let plan_shadow = limits.is_some_and(|l| l.is_shadow());
-        let permit = |ticket| OwnedPermit::new(shared, ticket);
+        let permit = |ticket, _| OwnedPermit::new(shared, ticket);
         let uncounted = |rejected| {
             let answer = shared.refused_uncounted(plan_shadow, false, rejected, permit);
             Self::ready(shared, answer)
@@ -158,12 +166,15 @@ where
             None => Ok(shared.defaults.load()),
         };
         let thresholds = match thresholds {
-            Ok(t) => match t.refuses_all() {
+            Ok(t) => match t.refuses(cost) {
                 Some(rejected) => return uncounted(rejected),
                 None => t,
             },
             Err(rejected) => return uncounted(rejected),
         };
+        if cost == 0 && shared.admits_for_nothing(&thresholds, false) {
+            return Self::ready(shared, Ok(permit(Ticket::nothing(), Receipt::default())));
+        }
         let hash = shared.sketches.hash(key);
         let max_wait = crate::clock::saturating_nanos(max_wait);
         // Waiters of this key may be parked: they go first, so join their line without
@@ -172,9 +183,18 @@ where
         let queued = max_wait > 0 && shared.waiters.any_parked(hash);
         let mut first = None;
         if !queued {
-            match shared.acquire_hashed(key, hash, &thresholds, plan_shadow, false, permit) {
+            let mut receipt = Receipt::default();
+            let permit = |ticket, counted| {
+                receipt = counted;
+                permit(ticket, counted)
+            };
+            match shared.acquire_hashed(key, hash, cost, &thresholds, plan_shadow, false, permit) {
                 Err(rejected) => first = Some(rejected),
-                answer => return Self::ready(shared, answer),
+                answer => {
+                    let mut ready = Self::ready(shared, answer);
+                    ready.receipt = receipt;
+                    return ready;
+                }
             }
         }
         // Its deadline is `max_wait` from now, rounded up to the tick, never early: from the
@@ -190,9 +210,11 @@ where
                 key: key.to_owned(),
                 hash,
                 limits,
+                cost,
                 deadline,
                 first,
             }),
+            receipt: Receipt::default(),
         }
     }
 }
@@ -252,7 +274,11 @@ where
             waiters.count_left(wait.hash);
             let answer = match wait.first.take() {
                 Some(rejected) => Err(rejected),
-                None => attempt(&self.shared, wait),
+                None => {
+                    let (answer, receipt) = attempt(&self.shared, wait);
+                    self.receipt = receipt;
+                    answer
+                }
             };
             self.step = Step::Done;
             return Err(answer);
@@ -274,7 +300,8 @@ where
             return Poll::Pending;
         };
         let (id, deadline) = (*id, wait.deadline);
-        let result = attempt(&self.shared, wait);
+        let (result, receipt) = attempt(&self.shared, wait);
+        self.receipt = receipt;
         let now = latest_now(&self.shared);
         match result {
             Err(rejected) if worth_waiting(&rejected, now, deadline) => {
@@ -311,8 +338,11 @@ where
     }
 }
 
-/// One attempt for a waiting request.
-fn attempt<K>(shared: &Arc<Shared<K>>, wait: &Wait<K>) -> Result<OwnedPermit<K>, Rejected>
+/// One attempt for a waiting request, and where an admission was counted.
+fn attempt<K>(
+    shared: &Arc<Shared<K>>,
+    wait: &Wait<K>,
+) -> (Result<OwnedPermit<K>, Rejected>, Receipt)
 where
     K: Hash + Eq + Clone,
 {
@@ -322,11 +352,19 @@ where
         Some(limits) => shared.thresholds(limits),
         None => Ok(shared.defaults.load()),
     };
-    let permit = |ticket| OwnedPermit::new(shared, ticket);
-    match thresholds {
-        Ok(t) => shared.acquire_hashed(&wait.key, wait.hash, &t, plan_shadow, false, permit),
+    let mut receipt = Receipt::default();
+    let permit = |ticket, counted| {
+        receipt = counted;
+        OwnedPermit::new(shared, ticket)
+    };
+    let answer = match thresholds {
+        Ok(t) => {
+            let (key, hash, cost) = (&wait.key, wait.hash, wait.cost);
+            shared.acquire_hashed(key, hash, cost, &t, plan_shadow, false, permit)
+        }
         Err(rejected) => shared.refused_uncounted(plan_shadow, false, rejected, permit),
-    }
+    };
+    (answer, receipt)
 }
 
 impl<K> Future for Acquire<K>
@@ -383,12 +421,21 @@ where
                         let Step::Parked(wait, _) = &this.step else {
                             return Poll::Pending;
                         };
-                        let result = attempt(&this.shared, wait);
+                        let (result, receipt) = attempt(&this.shared, wait);
+                        this.receipt = receipt;
                         Poll::Ready(this.finish(result))
                     }
                 }
             }
         }
+    }
+}
+
+impl<K> Acquire<K> {
+    /// Where its admission was counted, once it is admitted.
+    #[cfg(feature = "tower")]
+    pub(crate) fn receipt(&self) -> Receipt {
+        self.receipt
     }
 }
 

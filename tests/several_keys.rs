@@ -1,0 +1,189 @@
+#![cfg(not(floodgate_loom))]
+//! Several keys, one decision (`try_acquire_and`): a request is admitted only if every key
+//! admits it, a key that refuses leaves the keys after it unasked, and a key is charged only
+//! for the requests every key admitted — in flight at once, and in the exact counts that
+//! decide its rate near the limit. Across threads, what a refused request costs the others is
+//! the documented bound: one request per other thread, for the time of the decision.
+//!
+//! Rate windows run on a `ManualClock`: no test sleeps, none asserts a timing.
+
+use std::cell::Cell;
+use std::hash::Hash;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::Duration;
+
+use floodgate::clock::ManualClock;
+use floodgate::{Limiter, Reason};
+
+const SECOND: Duration = Duration::from_secs(1);
+
+fn per_second<K: Hash + Eq + Send + Sync + 'static>(limit: u32, clock: &ManualClock) -> Limiter<K> {
+    Limiter::builder()
+        .max_rate(limit, SECOND)
+        .clock(clock)
+        .build()
+        .unwrap()
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// The case: a host charged for requests its clients' limits refused. 10 requests of a
+/// client limited to 3 leave the host (limited to 5) room for 2 more.
+#[test]
+fn a_key_is_charged_only_for_what_every_key_admitted() {
+    let clock = ManualClock::new();
+    let hosts: Limiter<String> = per_second(5, &clock);
+    let clients: Limiter<IpAddr> = per_second(3, &clock);
+    let request = |client: &str| {
+        let judged = hosts.try_acquire_and("api.example", || clients.try_acquire(&ip(client)));
+        judged.map(drop).map_err(|r| r.reason)
+    };
+    let first: Vec<_> = (0..10).map(|_| request("192.0.2.7")).collect();
+    assert_eq!(first.iter().filter(|r| r.is_ok()).count(), 3);
+    let second: Vec<_> = (0..3).map(|_| request("198.51.100.1")).collect();
+    assert_eq!(
+        second,
+        [Ok(()), Ok(()), Err(Reason::Rate)],
+        "2 of the host's 5 left"
+    );
+    assert_eq!(hosts.estimate("api.example").rate, Some(5.0));
+}
+
+/// A request the second key refuses gives the first key's in-flight slot back at once, from
+/// either stage.
+#[test]
+fn a_refused_request_holds_no_slot_of_the_keys_that_admitted_it() {
+    let origins: Limiter<String> = Limiter::builder().max_inflight(4).build().unwrap();
+    let customers: Limiter<u64> = Limiter::builder().max_inflight(1).build().unwrap();
+    let held = customers.try_acquire(&7).unwrap();
+    // Three held of the origin's 4: promoted, so its slot is counted in the exact stage.
+    let busy: Vec<_> = (0..3).map(|_| origins.try_acquire("a").unwrap()).collect();
+    for origin in ["a", "b"] {
+        let refused = origins.try_acquire_and(origin, || customers.try_acquire(&7));
+        assert_eq!(refused.unwrap_err().reason, Reason::Inflight);
+    }
+    assert_eq!(origins.estimate("a").inflight, Some(3));
+    assert_eq!(origins.estimate("b").inflight, Some(0));
+    drop(held);
+    let (origin, customer) = origins
+        .try_acquire_owned_and("a", || customers.try_acquire_owned(&7))
+        .unwrap();
+    assert_eq!(origins.estimate("a").inflight, Some(4));
+    drop((origin, customer, busy));
+    assert_eq!(origins.estimate("a").inflight, Some(0));
+}
+
+/// The first key refuses: the others are not asked, and so not charged.
+#[test]
+fn the_keys_after_a_refusal_are_not_asked() {
+    let limiter: Limiter<String> = Limiter::builder().max_inflight(1).build().unwrap();
+    let _held = limiter.try_acquire("client").unwrap();
+    let asked = Cell::new(false);
+    let refused = limiter.try_acquire_and("client", || {
+        asked.set(true);
+        limiter.try_acquire("origin")
+    });
+    assert!(refused.is_err());
+    assert!(!asked.get());
+    assert_eq!(limiter.estimate("origin").inflight, Some(0));
+}
+
+/// Three keys nest; the last one's refusal gives back what the first two took, its cost too.
+#[test]
+fn three_keys_nest_and_a_refusal_of_the_last_gives_back_the_costs_of_the_first_two() {
+    let clock = ManualClock::new();
+    let limiter: Limiter<String> = per_second(10, &clock);
+    let request = |cost: u32| {
+        let keys = limiter.with_cost(cost);
+        let judged = keys.try_acquire_and("client", || {
+            keys.try_acquire_and("customer", || keys.try_acquire("origin"))
+        });
+        judged.map(drop).is_ok()
+    };
+    assert!(request(6), "6 of 10 in each");
+    drop(limiter.with_cost(4).try_acquire("origin").unwrap()); // the origin is full
+    assert!(!request(3));
+    // The client and the customer were promoted at 6 (past half of 10): their exact counts,
+    // which the refusal left at 6, decide.
+    assert_eq!(limiter.estimate("client").rate, Some(6.0));
+    assert_eq!(limiter.estimate("customer").rate, Some(6.0));
+    assert!(limiter.with_cost(4).try_acquire("client").is_ok(), "4 left");
+}
+
+/// In shadow, the first key's would-be refusal is served (and counted as a refusal); a refusal
+/// by the rest leaves it so.
+#[test]
+fn a_shadow_admission_of_the_first_key_is_answered_by_the_rest() {
+    let clock = ManualClock::new();
+    let hosts: Limiter<String> = Limiter::builder()
+        .max_rate(1, SECOND)
+        .shadow(true)
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let clients: Limiter<IpAddr> = per_second(1, &clock);
+    let client = ip("192.0.2.7");
+    let (host, _client) = hosts
+        .try_acquire_and("h", || clients.try_acquire(&client))
+        .unwrap();
+    assert!(host.shadow_rejection().is_none());
+    let refused = hosts.try_acquire_and("h", || clients.try_acquire(&client));
+    assert_eq!(
+        refused.unwrap_err().reason,
+        Reason::Rate,
+        "the client's refusal"
+    );
+}
+
+/// Two threads send requests of 50 clients (2 admitted each) to one host limited to 100:
+/// every request the clients admit fits the host, but for what the documented bound allows —
+/// a request refused by its client weighs on the host only while it is decided, one at a
+/// time per thread. The host never admits more than its limit, and is charged for what it
+/// admitted. Fifty rounds, each with limiters of its own.
+#[test]
+fn concurrent_decisions_charge_the_host_only_for_what_the_clients_admitted() {
+    for _ in 0..50 {
+        one_round_of_concurrent_decisions();
+    }
+}
+
+fn one_round_of_concurrent_decisions() {
+    const THREADS: usize = 2;
+    let clock = ManualClock::new();
+    let hosts: Limiter<String> = per_second(100, &clock);
+    let clients: Limiter<u64> = per_second(2, &clock);
+    let admitted = AtomicUsize::new(0);
+    thread::scope(|s| {
+        for t in 0..THREADS as u64 {
+            let (hosts, clients, admitted) = (&hosts, &clients, &admitted);
+            s.spawn(move || {
+                for _ in 0..10 {
+                    for client in (t..50).step_by(THREADS) {
+                        let judged = hosts.try_acquire_and("host", || clients.try_acquire(&client));
+                        if judged.is_ok() {
+                            admitted.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let admitted = admitted.load(Ordering::Relaxed);
+    assert!(
+        admitted <= 100,
+        "the host admitted {admitted}, over its 100"
+    );
+    assert!(
+        admitted >= 100 - (THREADS - 1),
+        "the clients admitted 100, the host only {admitted}: charged for refused requests"
+    );
+    let charged = hosts.estimate("host").rate.unwrap();
+    assert!(
+        charged >= admitted as f64 && charged <= 100.0,
+        "charged {charged} for {admitted}"
+    );
+}
