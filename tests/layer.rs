@@ -1626,3 +1626,41 @@ async fn stacked_layers_charge_the_outer_key_only_for_what_the_inner_one_admits(
         );
     }
 }
+
+/// Over loopback, a layer whose requests cost their `x-units` header: 10 units a second per
+/// host, so 4 + 4 are served, 4 more are refused (with the RateLimit fields in units), the 2
+/// left are served, and 11 can never fit: refused without `Retry-After`.
+#[tokio::test]
+async fn a_layer_with_a_cost_fn_counts_each_requests_units() {
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder()
+        .max_rate(10, Duration::from_secs(1))
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let units = |req: &Request<Incoming>| {
+        let value = req.headers().get("x-units").and_then(|v| v.to_str().ok());
+        value.and_then(|v| v.parse().ok()).unwrap_or(1)
+    };
+    let origins = Arc::new(Origins::default());
+    let layer = LimitLayer::new(limiter.clone()).cost_fn(units);
+    let addr = serve(layer.layer(handler(&origins))).await;
+    let client = client();
+    let send = |units: &str| {
+        let mut req = request(addr, "api.example");
+        req.headers_mut().insert("x-units", units.parse().unwrap());
+        fetch(&client, req)
+    };
+    assert_eq!(send("4").await.0, StatusCode::OK);
+    assert_eq!(send("4").await.0, StatusCode::OK);
+    let (status, headers) = send("4").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(headers["ratelimit-policy"], "\"rate\";q=10;w=1");
+    assert!(retry_after(&headers).is_some());
+    assert_eq!(send("2").await.0, StatusCode::OK, "the 2 units left");
+    let (status, headers) = send("11").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(retry_after(&headers), None, "11 never fit under 10");
+    assert_eq!(calls(&origins, "api.example"), 3);
+    assert_eq!(limiter.estimate("api.example").rate, Some(10.0));
+}

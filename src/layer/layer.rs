@@ -6,8 +6,10 @@ use tower_layer::Layer;
 
 use super::settings::{RefusalResponse, ResponseSettings};
 #[cfg(doc)]
-use super::{future::ResponseFuture, KeyExtractor, LimitBody, LimitsExtractor, RejectedKey};
-use super::{HostKey, LimitService, LimiterDefaults, RefuseAtOnce, WaitUpTo};
+use super::{
+    future::ResponseFuture, CostExtractor, KeyExtractor, LimitBody, LimitsExtractor, RejectedKey,
+};
+use super::{HostKey, LimitService, LimiterDefaults, RefuseAtOnce, UnitCost, WaitUpTo};
 use crate::Limiter;
 #[cfg(doc)]
 use crate::{Limits, OwnedPermit, Reason, Rejected};
@@ -23,8 +25,11 @@ use crate::{Limits, OwnedPermit, Reason, Rejected};
 ///    per request, so a [`Limiter::set_limits`] applies from the next request on), or whatever
 ///    a closure `Fn(&Request<B>) -> Limits` given to [`limits_fn`](Self::limits_fn) (or any
 ///    [`LimitsExtractor`]) returns: a customer's plan, say.
-/// 3. It asks the limiter for an [`OwnedPermit`] for that key under those limits
-///    ([`Limiter::with_limits`]).
+/// 3. It takes the request's cost: 1 by default ([`UnitCost`]), or the units a closure
+///    `Fn(&Request<B>) -> u32` given to [`cost_fn`](Self::cost_fn) (or any
+///    [`CostExtractor`]) returns: its body's bytes, say.
+/// 4. It asks the limiter for an [`OwnedPermit`] for that key under those limits and for that
+///    cost ([`Limiter::with_limits`], [`WithLimits::cost`](crate::WithLimits::cost)).
 ///    - **Admitted:** the inner service is called, and the permit travels with the request:
 ///      first in the [`ResponseFuture`], then in the response's [`LimitBody`]. It is given back
 ///      when the body ends (its last frame, or an error), when the body is dropped unfinished
@@ -208,13 +213,15 @@ use crate::{Limits, OwnedPermit, Reason, Rejected};
 /// # }
 /// ```
 #[derive(Clone)]
-pub struct LimitLayer<F = HostKey, L = LimiterDefaults, W = RefuseAtOnce> {
+pub struct LimitLayer<F = HostKey, L = LimiterDefaults, W = RefuseAtOnce, C = UnitCost> {
     limiter: Limiter<String>,
     key: F,
     limits: L,
     fields: ResponseSettings,
     /// Whether a request over a limit is refused at once or waits.
     mode: W,
+    /// What each request counts.
+    cost: C,
 }
 
 impl LimitLayer {
@@ -238,11 +245,12 @@ impl LimitLayer {
             limits: LimiterDefaults,
             fields: ResponseSettings::default(),
             mode: RefuseAtOnce,
+            cost: UnitCost,
         }
     }
 }
 
-impl<F, L, W> LimitLayer<F, L, W> {
+impl<F, L, W, C> LimitLayer<F, L, W, C> {
     /// The same layer, keying requests with `key` instead: a closure
     /// `Fn(&Request<B>) -> String` or any [`KeyExtractor`].
     ///
@@ -258,13 +266,14 @@ impl<F, L, W> LimitLayer<F, L, W> {
     /// });
     /// # let _ = layer;
     /// ```
-    pub fn key_fn<G>(self, key: G) -> LimitLayer<G, L, W> {
+    pub fn key_fn<G>(self, key: G) -> LimitLayer<G, L, W, C> {
         LimitLayer {
             limiter: self.limiter,
             key,
             limits: self.limits,
             fields: self.fields,
             mode: self.mode,
+            cost: self.cost,
         }
     }
 
@@ -324,13 +333,67 @@ impl<F, L, W> LimitLayer<F, L, W> {
     /// assert_eq!(admitted, [3, 1]);
     /// # }
     /// ```
-    pub fn limits_fn<M>(self, limits: M) -> LimitLayer<F, M, W> {
+    pub fn limits_fn<M>(self, limits: M) -> LimitLayer<F, M, W, C> {
         LimitLayer {
             limiter: self.limiter,
             key: self.key,
             limits,
             fields: self.fields,
             mode: self.mode,
+            cost: self.cost,
+        }
+    }
+
+    /// The same layer, counting each request as the units `cost` gives it instead of 1: a
+    /// closure `Fn(&Request<B>) -> u32` (or any [`CostExtractor`]), from its body's length,
+    /// say. A request is admitted only if all its units fit in each of its limits (see
+    /// [`WithLimits::cost`](crate::WithLimits::cost) for what a cost counts, and the limits
+    /// and `peak_rate` to set in units); one whose cost is over a limit can never fit, and is
+    /// refused without `Retry-After` ([`Reason::CostOverLimit`]). The `RateLimit` fields
+    /// count units too.
+    ///
+    /// # Examples
+    ///
+    /// Up to 10 KB of request bodies a second per origin host:
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use floodgate::{clock::ManualClock, Limiter, layer::LimitLayer};
+    /// use http::{header::CONTENT_LENGTH, Request, Response, StatusCode};
+    /// use tower::{service_fn, Layer, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let clock = ManualClock::new(); // a real proxy leaves this out
+    /// let limiter = Limiter::builder()
+    ///     .max_rate(10_000, Duration::from_secs(1))
+    ///     .clock(&clock)
+    ///     .build()
+    ///     .unwrap();
+    /// let bytes = |req: &Request<()>| {
+    ///     let length = req.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok());
+    ///     length.unwrap_or(1u32).max(1)
+    /// };
+    /// let service = LimitLayer::new(limiter).cost_fn(bytes).layer(service_fn(|_: Request<()>| async {
+    ///     Ok::<_, Infallible>(Response::new(String::new()))
+    /// }));
+    /// let upload = |bytes: &str| {
+    ///     let req = Request::post("http://api.example/").header(CONTENT_LENGTH, bytes);
+    ///     service.clone().oneshot(req.body(()).unwrap())
+    /// };
+    /// assert_eq!(upload("6000").await.unwrap().status(), StatusCode::OK);
+    /// assert_eq!(upload("6000").await.unwrap().status(), StatusCode::SERVICE_UNAVAILABLE);
+    /// assert_eq!(upload("4000").await.unwrap().status(), StatusCode::OK, "the 4,000 left");
+    /// # }
+    /// ```
+    pub fn cost_fn<D>(self, cost: D) -> LimitLayer<F, L, W, D> {
+        LimitLayer {
+            limiter: self.limiter,
+            key: self.key,
+            limits: self.limits,
+            fields: self.fields,
+            mode: self.mode,
+            cost,
         }
     }
 
@@ -365,13 +428,14 @@ impl<F, L, W> LimitLayer<F, L, W> {
     /// assert_eq!(waiting.await.unwrap().unwrap().status(), StatusCode::OK);
     /// # }
     /// ```
-    pub fn wait(self, max_wait: Duration) -> LimitLayer<F, L, WaitUpTo> {
+    pub fn wait(self, max_wait: Duration) -> LimitLayer<F, L, WaitUpTo, C> {
         LimitLayer {
             limiter: self.limiter,
             key: self.key,
             limits: self.limits,
             fields: self.fields,
             mode: WaitUpTo(max_wait),
+            cost: self.cost,
         }
     }
 
@@ -524,8 +588,8 @@ impl<F, L, W> LimitLayer<F, L, W> {
     }
 }
 
-impl<S, F: Clone, L: Clone, W: Clone> Layer<S> for LimitLayer<F, L, W> {
-    type Service = LimitService<S, F, L, W>;
+impl<S, F: Clone, L: Clone, W: Clone, C: Clone> Layer<S> for LimitLayer<F, L, W, C> {
+    type Service = LimitService<S, F, L, W, C>;
 
     fn layer(&self, inner: S) -> Self::Service {
         LimitService {
@@ -535,11 +599,12 @@ impl<S, F: Clone, L: Clone, W: Clone> Layer<S> for LimitLayer<F, L, W> {
             limits: self.limits.clone(),
             fields: self.fields.clone(),
             mode: self.mode.clone(),
+            cost: self.cost.clone(),
         }
     }
 }
 
-impl<F, L, W: std::fmt::Debug> std::fmt::Debug for LimitLayer<F, L, W> {
+impl<F, L, W: std::fmt::Debug, C> std::fmt::Debug for LimitLayer<F, L, W, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LimitLayer")
             .field("limiter", &self.limiter)

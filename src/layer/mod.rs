@@ -1,6 +1,7 @@
 //! The tower layer (feature `tower`): [`LimitLayer`], [`LimitService`], its response futures
 //! in [`future`], [`LimitBody`], the request keys [`HostKey`] and [`KeyExtractor`], and the per-request limits
-//! [`LimitsExtractor`] and [`LimiterDefaults`]. The behaviour, and every header the layer
+//! [`LimitsExtractor`] and [`LimiterDefaults`], the per-request costs [`CostExtractor`] and
+//! [`UnitCost`]. The behaviour, and every header the layer
 //! sends, is documented on [`LimitLayer`], which is where users look.
 //!
 //! The default key, [`HostKey`], is the request's host in one canonical spelling (so a flooder
@@ -10,13 +11,14 @@
 //!
 //! The files follow tower's own layers: [`LimitLayer`] in `layer.rs`, [`LimitService`] and
 //! its refusals in `service.rs`, [`ResponseFuture`](future::ResponseFuture) in `response.rs`, [`LimitBody`] in
-//! `body.rs`, the keys in `key.rs`, the per-request limits in `limits.rs`, the
+//! `body.rs`, the keys in `key.rs`, the per-request limits in `limits.rs` and costs in `cost.rs`, the
 //! `RateLimit-Policy`, `RateLimit` and `Retry-After` values in `headers.rs`, what responses say
 //! beyond the decision ([`RefusalResponse`]) in `settings.rs`, the refusal's building in
 //! `refusal.rs`, and the waiting mode's [`WaitFuture`](future::WaitFuture) in `wait.rs`.
 
 mod body;
 mod client_key;
+mod cost;
 mod headers;
 mod key;
 // `layer::layer` on purpose: tower's folder shape, with `LimitLayer` in `layer.rs`.
@@ -32,6 +34,7 @@ mod wait;
 
 pub use body::LimitBody;
 pub use client_key::ClientKey;
+pub use cost::{CostExtractor, UnitCost};
 pub use key::{HostKey, KeyExtractor};
 pub use layer::LimitLayer;
 pub use limits::{LimiterDefaults, LimitsExtractor};

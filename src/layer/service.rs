@@ -15,7 +15,8 @@ use super::wait::{WaitFuture, Waiting};
 #[cfg(doc)]
 use super::LimitLayer;
 use super::{
-    HostKey, KeyExtractor, LimitBody, LimiterDefaults, LimitsExtractor, RefuseAtOnce, WaitUpTo,
+    CostExtractor, HostKey, KeyExtractor, LimitBody, LimiterDefaults, LimitsExtractor,
+    RefuseAtOnce, UnitCost, WaitUpTo,
 };
 use crate::fields::ratelimit::Policies;
 use crate::Limiter;
@@ -52,7 +53,7 @@ use crate::Limiter;
 /// # }
 /// ```
 #[derive(Clone)]
-pub struct LimitService<S, F = HostKey, L = LimiterDefaults, W = RefuseAtOnce> {
+pub struct LimitService<S, F = HostKey, L = LimiterDefaults, W = RefuseAtOnce, C = UnitCost> {
     pub(super) inner: S,
     pub(super) limiter: Limiter<String>,
     pub(super) key: F,
@@ -60,6 +61,8 @@ pub struct LimitService<S, F = HostKey, L = LimiterDefaults, W = RefuseAtOnce> {
     pub(super) fields: ResponseSettings,
     /// Whether a request over a limit is refused at once or waits (`wait.rs`).
     pub(super) mode: W,
+    /// What each request counts.
+    pub(super) cost: C,
 }
 
 impl<S> LimitService<S> {
@@ -83,11 +86,12 @@ impl<S> LimitService<S> {
             limits: LimiterDefaults,
             fields: ResponseSettings::default(),
             mode: RefuseAtOnce,
+            cost: UnitCost,
         }
     }
 }
 
-impl<S, F, L, W> LimitService<S, F, L, W> {
+impl<S, F, L, W, C> LimitService<S, F, L, W, C> {
     /// The same service, judging each request against the limits `limits` gives it (see
     /// [`LimitLayer::limits_fn`]).
     ///
@@ -112,7 +116,7 @@ impl<S, F, L, W> LimitService<S, F, L, W> {
     /// assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE, "its own limit: 1, not 100");
     /// # }
     /// ```
-    pub fn limits_fn<M>(self, limits: M) -> LimitService<S, F, M, W> {
+    pub fn limits_fn<M>(self, limits: M) -> LimitService<S, F, M, W, C> {
         LimitService {
             inner: self.inner,
             limiter: self.limiter,
@@ -120,6 +124,40 @@ impl<S, F, L, W> LimitService<S, F, L, W> {
             limits,
             fields: self.fields,
             mode: self.mode,
+            cost: self.cost,
+        }
+    }
+
+    /// The same service, counting each request as the units `cost` gives it (see
+    /// [`LimitLayer::cost_fn`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use floodgate::{Limiter, layer::LimitService};
+    /// use http::{Request, Response, StatusCode};
+    /// use tower::{service_fn, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let limiter: Limiter<String> = Limiter::builder().max_inflight(10).build().unwrap();
+    /// let origin = service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(String::new())) });
+    /// let service = LimitService::new(origin, limiter.clone()).cost_fn(|_: &Request<()>| 4);
+    /// let request = Request::builder().uri("http://api.example/").body(()).unwrap();
+    /// let response = service.oneshot(request).await.unwrap();
+    /// assert_eq!(response.status(), StatusCode::OK);
+    /// assert_eq!(limiter.estimate("api.example").inflight, Some(4), "held by its body");
+    /// # }
+    /// ```
+    pub fn cost_fn<D>(self, cost: D) -> LimitService<S, F, L, W, D> {
+        LimitService {
+            inner: self.inner,
+            limiter: self.limiter,
+            key: self.key,
+            limits: self.limits,
+            fields: self.fields,
+            mode: self.mode,
+            cost,
         }
     }
 
@@ -146,7 +184,7 @@ impl<S, F, L, W> LimitService<S, F, L, W> {
     /// assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
     /// # }
     /// ```
-    pub fn wait(self, max_wait: Duration) -> LimitService<S, F, L, WaitUpTo> {
+    pub fn wait(self, max_wait: Duration) -> LimitService<S, F, L, WaitUpTo, C> {
         LimitService {
             inner: self.inner,
             limiter: self.limiter,
@@ -154,6 +192,7 @@ impl<S, F, L, W> LimitService<S, F, L, W> {
             limits: self.limits,
             fields: self.fields,
             mode: WaitUpTo(max_wait),
+            cost: self.cost,
         }
     }
 
@@ -308,7 +347,7 @@ impl<S, F, L, W> LimitService<S, F, L, W> {
     }
 }
 
-impl<S, F, L, W> std::fmt::Debug for LimitService<S, F, L, W>
+impl<S, F, L, W, C> std::fmt::Debug for LimitService<S, F, L, W, C>
 where
     S: std::fmt::Debug,
     W: std::fmt::Debug,
@@ -325,11 +364,13 @@ where
     }
 }
 
-impl<S, F, L, ReqBody, ResBody> Service<Request<ReqBody>> for LimitService<S, F, L, RefuseAtOnce>
+impl<S, F, L, C, ReqBody, ResBody> Service<Request<ReqBody>>
+    for LimitService<S, F, L, RefuseAtOnce, C>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
     F: KeyExtractor<ReqBody>,
     L: LimitsExtractor<ReqBody>,
+    C: CostExtractor<ReqBody>,
 {
     type Response = Response<LimitBody<ResBody>>;
     type Error = S::Error;
@@ -344,15 +385,17 @@ where
         // fields that describe it agree: its own, or the defaults as the decision read them
         // (no thresholds worked out again per request).
         let own = self.limits.limits(&req);
+        let cost = self.cost.cost(&req);
         let key = self.key.key(&req);
         let (result, limits) = match own {
             Some(limits) => (
                 self.limiter
                     .with_limits(limits)
+                    .cost(cost)
                     .try_acquire_owned_receipted(&*key),
                 limits,
             ),
-            None => self.limiter.try_acquire_owned_judged(&*key),
+            None => self.limiter.try_acquire_owned_judged(&*key, cost),
         };
         let policies = Policies::of(&self.limiter, Some(limits));
         let state = match result {
@@ -371,11 +414,12 @@ where
     }
 }
 
-impl<S, F, L, ReqBody, ResBody> Service<Request<ReqBody>> for LimitService<S, F, L, WaitUpTo>
+impl<S, F, L, C, ReqBody, ResBody> Service<Request<ReqBody>> for LimitService<S, F, L, WaitUpTo, C>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
     F: KeyExtractor<ReqBody>,
     L: LimitsExtractor<ReqBody>,
+    C: CostExtractor<ReqBody>,
 {
     type Response = Response<LimitBody<ResBody>>;
     type Error = S::Error;
@@ -392,10 +436,12 @@ where
         let own = self.limits.limits(&req);
         let policies = Policies::of(&self.limiter, own);
         let key = self.key.key(&req);
+        let cost = self.cost.cost(&req);
         let acquire = match own {
-            Some(limits) => self.limiter.with_limits(limits).acquire(&*key, self.mode.0),
-            None => self.limiter.acquire(&*key, self.mode.0),
+            Some(limits) => self.limiter.with_limits(limits).cost(cost),
+            None => self.limiter.with_cost(cost),
         };
+        let acquire = acquire.acquire(&*key, self.mode.0);
         let key = key.into_owned();
         // The service made ready for this request goes with it; this one keeps a clone (what
         // tower's buffering layers do), so that the request is sent where readiness was

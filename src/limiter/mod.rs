@@ -444,14 +444,15 @@ where
         }
     }
 
-    /// [`try_acquire_owned`](Self::try_acquire_owned), where it was counted (for the layer to
-    /// take it back if an inner layer refuses the request), and the default limits it was
-    /// judged against (read once: a `set_limits` meanwhile cannot make them disagree), for
-    /// the layer's fields.
+    /// [`try_acquire_owned`](Self::try_acquire_owned) of `cost` units, where it was counted
+    /// (for the layer to take it back if an inner layer refuses the request), and the default
+    /// limits it was judged against (read once: a `set_limits` meanwhile cannot make them
+    /// disagree), for the layer's fields.
     #[cfg(feature = "tower")]
     pub(crate) fn try_acquire_owned_judged<Q>(
         &self,
         key: &Q,
+        cost: u32,
     ) -> (Result<(OwnedPermit<K>, Receipt), Rejected>, Limits)
     where
         K: Borrow<Q>,
@@ -460,7 +461,7 @@ where
         let thresholds = self.shared.defaults.load();
         let result = self
             .shared
-            .acquire(key, 1, &thresholds, false, |ticket, receipt| {
+            .acquire(key, cost, &thresholds, false, |ticket, receipt| {
                 (OwnedPermit::new(&self.shared, ticket), receipt)
             });
         (result, thresholds.limits())

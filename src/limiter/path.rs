@@ -18,7 +18,8 @@ where
     K: Hash + Eq,
 {
     /// The whole decision for one request of `cost` units against `t`: the over-limit cache,
-    /// then the sketches, then (for hot or promoted keys) the exact stage.
+    /// then the sketches, then (for hot or promoted keys) the exact stage. A cost of 0 is
+    /// admitted at once, counting nothing (the check folds away for a constant cost).
     #[inline]
     pub(super) fn acquire<Q, P>(
         &self,
@@ -32,6 +33,9 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        if cost == 0 && self.admits_for_nothing(t, true) {
+            return Ok(permit(Ticket::nothing(), Receipt::default()));
+        }
         let hash = self.sketches.hash(key);
         self.acquire_hashed(key, hash, cost, t, plan_shadow, true, permit)
     }
