@@ -213,6 +213,34 @@ fn a_waiting_request_with_a_cost_is_admitted_when_its_units_fit() {
     assert_eq!(limiter.estimate("origin").inflight, Some(0));
 }
 
+/// A permit of 4 units coming back wakes as many waiters of one unit as fit, oldest first:
+/// the second is not left waiting for its deadline with 3 units free.
+#[test]
+fn a_permit_of_several_units_coming_back_admits_as_many_waiters_as_fit() {
+    let limiter: Limiter<String> = Limiter::builder().max_inflight(4).build().unwrap();
+    let four = limiter.with_cost(4).try_acquire_owned("origin").unwrap();
+    let wakes: Vec<Arc<CountWakes>> = (0..3).map(|_| Arc::new(CountWakes::default())).collect();
+    let mut waiting: Vec<_> = (0..3).map(|_| limiter.acquire("origin", SECOND)).collect();
+    for (future, wakes) in waiting.iter_mut().zip(&wakes) {
+        let waker = Waker::from(Arc::clone(wakes));
+        assert!(Pin::new(future)
+            .poll(&mut Context::from_waker(&waker))
+            .is_pending());
+    }
+    drop(four);
+    let mut admitted = Vec::new();
+    for (future, wakes) in waiting.iter_mut().zip(&wakes) {
+        assert_eq!(wakes.count(), 1, "woken once its turn came");
+        let waker = Waker::from(Arc::clone(wakes));
+        let Poll::Ready(Ok(permit)) = Pin::new(future).poll(&mut Context::from_waker(&waker))
+        else {
+            panic!("a unit of the 4 is free for it");
+        };
+        admitted.push(permit);
+    }
+    assert_eq!(limiter.estimate("origin").inflight, Some(3));
+}
+
 /// A cost of 0 counts nothing and is admitted at once: at the in-flight limit, and while the
 /// over-limit cache refuses the key's other requests. A limit of 0 still refuses it.
 #[test]
@@ -268,6 +296,22 @@ fn a_request_with_a_cost_in_shadow_is_served_and_holds_nothing() {
     );
     drop((eight, over));
     assert_eq!(limiter.estimate("origin").inflight, Some(0));
+}
+
+/// A waker that counts its wake-ups.
+#[derive(Default)]
+struct CountWakes(std::sync::atomic::AtomicUsize);
+
+impl CountWakes {
+    fn count(&self) -> usize {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Wake for CountWakes {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// A waker for futures polled by hand, whose wake-ups the test does not count.

@@ -20,10 +20,12 @@ use crate::{Limiter, WithLimits};
 /// use floodgate::layer::{CostExtractor, UnitCost};
 /// use http::{header::CONTENT_LENGTH, Request};
 ///
-/// // A request's body bytes, at least 1 (a cost of 0 counts nothing).
+/// // A request's body bytes as its Content-Length says, at least 1 (a cost of 0 counts
+/// // nothing); past u32::MAX, u32::MAX, which is over any limit, rather than 1. A body sent
+/// // without a length (chunked) counts 1 here: its bytes are not known before it is read.
 /// let bytes = |req: &Request<()>| {
 ///     let length = req.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok());
-///     length.unwrap_or(1u32).max(1)
+///     u32::try_from(length.unwrap_or(1u64)).unwrap_or(u32::MAX).max(1)
 /// };
 /// let req = Request::builder().header(CONTENT_LENGTH, "4096").body(()).unwrap();
 /// assert_eq!(bytes.cost(&req), 4096);

@@ -49,7 +49,10 @@ use crate::{Limits, OwnedPermit, Reason, Rejected};
 ///      host's layer) takes this layer's admission back, as
 ///      [`Limiter::try_acquire_and`] does: its permit is given back at once, and its count
 ///      leaves the exact counts that decide the key near its limit. Stacked layers are one
-///      decision: an outer key is charged only for the requests the inner ones admit. The
+///      decision: what an inner refusal can still cost the outer key is what
+///      [`WithLimits::try_acquire_and`](crate::WithLimits::try_acquire_and) says (its rate
+///      sketch keeps the request as offered load). With [`wait`](Self::wait) on the inner
+///      layer, the outer admission holds its unit in flight while the inner one waits. The
 ///      refusal passes through unchanged (this layer adds none of its fields to it).
 ///    - **Limits the limiter does not count** (an in-flight limit from a `limits_fn` in front
 ///      of a limiter built without `max_inflight`, say: [`Reason::InflightNotCounted`] or
@@ -372,7 +375,8 @@ impl<F, L, W, C> LimitLayer<F, L, W, C> {
     ///     .unwrap();
     /// let bytes = |req: &Request<()>| {
     ///     let length = req.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok());
-    ///     length.unwrap_or(1u32).max(1)
+    ///     // Past u32::MAX: u32::MAX, refused as over any limit rather than counted as 1.
+    ///     u32::try_from(length.unwrap_or(1u64)).unwrap_or(u32::MAX).max(1)
     /// };
     /// let service = LimitLayer::new(limiter).cost_fn(bytes).layer(service_fn(|_: Request<()>| async {
     ///     Ok::<_, Infallible>(Response::new(String::new()))

@@ -21,7 +21,9 @@ use crate::Limiter;
 /// and `RateLimit` fields.
 ///
 /// Only refusals over a limit ([`Reason::Inflight`](crate::Reason::Inflight),
-/// [`Reason::Rate`](crate::Reason::Rate)) follow it. Limits the limiter does not count are the
+/// [`Reason::Rate`](crate::Reason::Rate), and [`Reason::CostOverLimit`](crate::Reason::CostOverLimit),
+/// a request costing more than a limit holds, which no wait helps: it has no `Retry-After`)
+/// follow it. Limits the limiter does not count are the
 /// server's configuration error and stay a `500` without a body or fields. `Retry-After` is
 /// sent whenever the wait is known, whatever the fields: HTTP defines it for both statuses
 /// (RFC 9110 §10.2.3, RFC 6585 §4).

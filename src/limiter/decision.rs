@@ -184,7 +184,9 @@ pub(crate) fn exact(
             }
             admitted.near |= near_at(rate.limit).is_some_and(|at| view.reaches(at));
         }
-        counts.rate.count(cost);
+        // The window it is counted in: the latest the counts reached, which another thread's
+        // later request may have moved past the request's own.
+        admitted.window = Some(counts.rate.count(cost));
     }
     if tracked {
         counts.inflight.tracked = counts.inflight.tracked.saturating_add(cost);
@@ -192,10 +194,12 @@ pub(crate) fn exact(
     Ok(admitted)
 }
 
-/// A request the exact stage admits: whether its key is near a limit (see [`exact`]).
+/// A request the exact stage admits: whether its key is near a limit (see [`exact`]), and the
+/// rate window its units were counted in (what a refund takes them back from).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Admitted {
     pub(crate) near: bool,
+    pub(crate) window: Option<u64>,
 }
 
 /// The rate judgement of [`exact`]: this node's counts (`view`, this request of `cost` units
@@ -505,6 +509,53 @@ mod tests {
         );
         let at = view(0, 0).at + crate::clock::saturating_nanos(retry);
         assert_eq!(refusal.over_until, Some(at));
+    }
+
+    /// Redis away, a node decides on its share of the limit, which can be smaller than a cost
+    /// the limit itself admits: refused with no wait (it never fits while the share holds),
+    /// not a division by an empty window's count.
+    #[cfg(feature = "redis")]
+    #[test]
+    fn a_cost_over_a_degraded_fleets_share_is_refused_with_no_wait() {
+        use crate::limiter::fleet::FleetState;
+        let t = Thresholds::new(&Limits::new().max_rate(10), 0.5);
+        assert!(t.refuses(4).is_none(), "4 fits the limit of 10");
+        let away = FleetState {
+            nodes: 4,
+            inverse: 0.25,
+            degraded: true,
+            sync_nanos: 100,
+        };
+        let t = in_fleet(&t, &away);
+        let mut counts = promoted(&sketched(0, 0, 0), &recount(0, 0, 0), Some(0));
+        let s = Sketched {
+            cost: 4,
+            ..sketched(4, 0, 4)
+        };
+        let refusal = exact(&mut counts, &s, &recount(4, 0, 4), &t, None).unwrap_err();
+        assert_eq!(refusal.rejected.reason, Reason::Rate);
+        assert_eq!(refusal.rejected.limit, 3, "the share: 10 over 4 nodes");
+        assert_eq!(refusal.rejected.retry_after, None);
+        assert_eq!(refusal.over_until, None, "nothing for the cache to hold");
+    }
+
+    /// A request decided on a window that another thread's later request has already moved
+    /// the counts past is counted in that later window, and says so: a refund taken from the
+    /// request's own window would take units another window never had.
+    #[test]
+    fn an_admission_says_the_window_it_was_counted_in() {
+        let t = thresholds();
+        let mut counts = promoted(&sketched(1, 0, 1), &recount(1, 0, 1), Some(0));
+        counts.rate.roll_to(8);
+        let admitted = exact(&mut counts, &sketched(1, 0, 1), &recount(1, 0, 1), &t, None);
+        assert_eq!(
+            admitted.unwrap().window,
+            Some(8),
+            "the view was of window 7"
+        );
+        counts.rate.uncount(8, 1);
+        assert_eq!(counts.rate.bound(7), Some(0), "window 7 never counted it");
+        assert_eq!(counts.rate.bound(8), Some(0));
     }
 
     #[test]

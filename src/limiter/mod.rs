@@ -406,6 +406,22 @@ where
     /// # Errors
     ///
     /// This key's [`Rejected`], or `rest`'s.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use floodgate::Limiter;
+    ///
+    /// let hosts: Limiter<String> = Limiter::builder().max_inflight(10).build().unwrap();
+    /// let clients: Limiter<String> = Limiter::builder().max_inflight(1).build().unwrap();
+    /// let (host, client) = hosts
+    ///     .try_acquire_owned_and("api.example", || clients.try_acquire_owned("client"))
+    ///     .unwrap();
+    /// let refused = hosts.try_acquire_owned_and("api.example", || clients.try_acquire_owned("client"));
+    /// assert!(refused.is_err(), "the client's one slot is held");
+    /// assert_eq!(hosts.estimate("api.example").inflight, Some(1), "taken back");
+    /// drop((host, client));
+    /// ```
     pub fn try_acquire_owned_and<Q, R>(
         &self,
         key: &Q,

@@ -105,15 +105,18 @@ where
             self.decide_hot(key, &sketched, t, hot)
         };
         match decision {
-            Ok(generation) => {
+            Ok(exact) => {
                 if counted {
                     self.tally.admitted();
                 }
                 let ticket = Ticket {
                     hash,
-                    held: Held::of(generation, cost),
+                    held: Held::of(exact.map(|e| e.generation), cost),
                 };
-                let window = sketched.window.map(|w| w.bucket);
+                let window = match exact {
+                    Some(exact) => exact.window,
+                    None => sketched.window.map(|w| w.bucket),
+                };
                 Ok(permit(ticket, Receipt { window }))
             }
             Err(Refusal {
@@ -163,8 +166,9 @@ where
     }
 
     /// Decides a request that the sketches could not decide alone: its key is hot, or
-    /// flagged. `Ok(Some(generation))` when the exact stage counted it (its in-flight units, if
-    /// the limiter counts them, and its rate units).
+    /// flagged. `Ok(Some(_))` when the exact stage counted it (its in-flight units, if the
+    /// limiter counts them, and its rate units): by the entry of which generation, in which
+    /// rate window.
     ///
     /// Never inlined: inlined into `try_acquire`, this path for the few hot keys made every
     /// request's path larger and measurably slower (3-6% on the simulated groups).
@@ -175,7 +179,7 @@ where
         s: &Sketched,
         t: &Thresholds,
         hot: bool,
-    ) -> Result<Option<u64>, Refusal>
+    ) -> Result<Option<CountedExactly>, Refusal>
     where
         K: Borrow<Q>,
         Q: Eq + ToOwned<Owned = K> + ?Sized,
@@ -232,7 +236,10 @@ where
                 if admitted.near {
                     self.tally.near();
                 }
-                Ok(Some(entry.generation))
+                Ok(Some(CountedExactly {
+                    generation: entry.generation,
+                    window: admitted.window,
+                }))
             }
             Err(refusal) => {
                 entry.rejected += 1;
@@ -241,6 +248,14 @@ where
             }
         }
     }
+}
+
+/// An admission the exact stage counted: by the entry of `generation`, its rate units in
+/// `window`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct CountedExactly {
+    generation: u64,
+    window: Option<u64>,
 }
 
 /// What needs no look at the key itself: a permit's release, the sweep. Unbounded, so that
@@ -259,20 +274,26 @@ impl<K> Shared<K> {
     /// [`release`](Self::release) for a limiter that counts requests in flight.
     fn release_inflight(&self, ticket: &Ticket) {
         let hash = ticket.hash;
-        match ticket.held {
-            Held::Exact { generation, cost } => self.exact.release(
-                hash,
-                generation,
-                cost,
-                || self.sketches.release(hash, cost),
-                |entry| self.is_cool(entry),
-                || self.now(),
-            ),
-            Held::Sketch { cost } => self.sketches.release(hash, cost),
+        let units = match ticket.held {
+            Held::Exact { generation, cost } => {
+                self.exact.release(
+                    hash,
+                    generation,
+                    cost,
+                    || self.sketches.release(hash, cost),
+                    |entry| self.is_cool(entry),
+                    || self.now(),
+                );
+                cost
+            }
+            Held::Sketch { cost } => {
+                self.sketches.release(hash, cost);
+                cost
+            }
             Held::Shadow(_) | Held::Nothing => return,
-        }
+        };
         // After the count is given back: the release's half of the wake-up handshake.
-        self.waiters.released(hash);
+        self.waiters.released(hash, units);
     }
 
     /// Takes back the rate units a promoted key's entry counted for an admission (`ticket`,

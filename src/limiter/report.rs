@@ -106,7 +106,7 @@ impl Rejected {
             // `as` saturates (a NaN is 0).
             estimate: view.sliding().ceil() as u32,
             limit: reported(limit),
-            retry_after: Some(view.retry_after(limit, counted, cost)),
+            retry_after: view.retry_after(limit, counted, cost),
         }
     }
 

@@ -172,18 +172,26 @@ where
     /// answers if every key admits the request.
     ///
     /// If `key` refuses, `rest` is not asked: the other keys are charged nothing. If `rest`
-    /// refuses, its rejection is returned and this key's admission is taken back at once, so
-    /// that a key is charged only for the requests every key admitted:
+    /// refuses, its rejection is returned and this key's admission is taken back at once:
     /// - its in-flight units come back (the permit is dropped);
-    /// - its rate units leave the exact counts that decide a key near its limit. Like every
-    ///   refused request, the request stays counted in the rate sketch, which measures
-    ///   offered load: there it weighs only on keys below their promotion threshold, which
-    ///   the sketch admits anyway, and can refuse more, never admit more.
+    /// - its rate units leave the exact counts that decide a key near its limit.
     ///
-    /// Between this key's admission and `rest`'s refusal (the time `rest` takes to decide, a
-    /// few hundred nanoseconds), a request of the same key decided on another thread sees
-    /// this one counted and may be refused for it: that is all a refused request can cost the
-    /// keys that admitted it.
+    /// What a request `rest` refused can still cost this key:
+    /// - between this key's admission and `rest`'s refusal (the time `rest` takes to decide, a
+    ///   few hundred nanoseconds), a request of the same key decided on another thread sees
+    ///   this one counted and may be refused for it; a rate refusal on exact counts then
+    ///   holds the key's requests of its cost in the over-limit cache until its
+    ///   `retry_after`, as any refusal does, though the refund has made room since;
+    /// - like every refused request, it stays counted in the rate sketch, which measures
+    ///   offered load. Below the key's promotion threshold that refuses nothing (the sketch
+    ///   admits there anyway) but brings the promotion sooner, and a promoted key's exact
+    ///   counts start from at most what the threshold proves: up to the threshold less one
+    ///   unit (half the limit by default) of requests refused further in can count against the
+    ///   key in its first two windows in the exact stage. Where that proof does not hold (in a
+    ///   fleet, and for a hot key the sketch decides alone because its set of the exact stage
+    ///   is full of keys with more evidence, counted by
+    ///   [`LimiterStats::exact_full`](crate::LimiterStats::exact_full)) they count in full,
+    ///   as the key's own refused requests do.
     ///
     /// Several keys nest: `a.try_acquire_and(ka, || b.try_acquire_and(kb, || c.try_acquire(kc)))`.
     /// Put first the key most likely to refuse: the keys after it are then not asked. With
@@ -245,6 +253,23 @@ where
     /// # Errors
     ///
     /// This key's [`Rejected`], or `rest`'s.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use floodgate::{Limiter, Limits};
+    ///
+    /// let limiter: Limiter<String> = Limiter::builder().max_inflight(100).build().unwrap();
+    /// let plan = Limits::new().max_inflight(3);
+    /// let keys = limiter.with_limits(plan).cost(2);
+    /// let (customer, origin) = keys
+    ///     .try_acquire_owned_and("customer", || keys.try_acquire_owned("origin"))
+    ///     .unwrap();
+    /// let refused = keys.try_acquire_owned_and("customer", || keys.try_acquire_owned("origin"));
+    /// assert!(refused.is_err(), "4 units of the customer's 3");
+    /// drop((customer, origin));
+    /// assert_eq!(limiter.estimate("origin").inflight, Some(0));
+    /// ```
     pub fn try_acquire_owned_and<Q, R>(
         &self,
         key: &Q,

@@ -65,27 +65,37 @@ impl WindowView {
     /// window's `prev`. `counted` is what the current window will count when the request is
     /// retried, not counting the retry (the sketch keeps a rejected request, the exact stage
     /// does not). In whole nanoseconds, rounded up, so a retry after exactly this long fits.
-    /// A cost over the limit never fits: the wait is then past the next window, which a caller
-    /// that checked the cost never asks.
-    pub(crate) fn retry_after(&self, limit: isize, counted: isize, cost: isize) -> Duration {
+    /// `None` for a cost over the limit, which never fits (a fleet's share, smaller than the
+    /// limit the cost was checked against, can be under it).
+    pub(crate) fn retry_after(
+        &self,
+        limit: isize,
+        counted: isize,
+        cost: isize,
+    ) -> Option<Duration> {
         let (p, c, r) = (
             self.prev.max(0) as i128,
             counted.max(0) as i128,
-            (limit - cost) as i128,
+            (limit as i128) - (cost as i128),
         );
+        if r < 0 {
+            return None;
+        }
         let (i, x) = (i128::from(self.len), i128::from(self.into.min(self.len)));
         let wait = if c <= r {
             if p == 0 {
-                return Duration::ZERO;
+                return Some(Duration::ZERO);
             }
             // p·(i − x') + c·i ≤ r·i  ⇔  x' ≥ i − ⌊(r − c)·i / p⌋
             (i - (r - c) * i / p - x).max(0)
         } else {
-            // In the next window: c·(i − y) ≤ r·i  ⇔  y ≥ i − ⌊r·i / c⌋ (r < 0: more than a
-            // window, never reached)
+            // In the next window: c·(i − y) ≤ r·i  ⇔  y ≥ i − ⌊r·i / c⌋ (c > r ≥ 0: no division
+            // by zero)
             (i - x) + (i - r * i / c)
         };
-        Duration::from_nanos(u64::try_from(wait).unwrap_or(u64::MAX))
+        Some(Duration::from_nanos(
+            u64::try_from(wait).unwrap_or(u64::MAX),
+        ))
     }
 
     /// Lowers the counts to what `exact` proves for the windows it covers; `own` is this
@@ -184,8 +194,9 @@ impl ExactWindows {
     }
 
     /// Counts an admitted request of `cost` units in the latest window.
-    pub(crate) fn count(&mut self, cost: isize) {
+    pub(crate) fn count(&mut self, cost: isize) -> u64 {
         self.windows.current = self.windows.current.saturating_add(cost);
+        self.windows.at
     }
 
     /// Takes back `cost` units counted in window `bucket` (by [`count`](Self::count) after
@@ -358,7 +369,7 @@ mod tests {
     fn retry_after_waits_for_the_previous_window_to_slide_out() {
         // limit 10, prev 10, curr 5 (+1 rejected) at f = 0.5: 10·0.5 + 5 = 10 already.
         // One more fits when 10·(1−f) + 5 ≤ 9, i.e. f ≥ 0.6: 0.1 of the interval from now.
-        let wait = view(10, 6, 0.5).retry_after(10, 5, 1);
+        let wait = view(10, 6, 0.5).retry_after(10, 5, 1).unwrap();
         assert!((wait.as_secs_f64() - 0.1).abs() < 1e-9, "{wait:?}");
     }
 
@@ -366,8 +377,20 @@ mod tests {
     fn retry_after_waits_into_the_next_window_when_the_current_one_is_full() {
         // limit 4, curr 4 (+1 rejected) at f = 0.25: 0.75 to the boundary, then 4·(1−g) ≤ 3
         // needs g ≥ 0.25.
-        let wait = view(0, 5, 0.25).retry_after(4, 4, 1);
+        let wait = view(0, 5, 0.25).retry_after(4, 4, 1).unwrap();
         assert!((wait.as_secs_f64() - 1.0).abs() < 1e-9, "{wait:?}");
+    }
+
+    /// A cost over the limit (a fleet's share can be smaller than the limit the cost was
+    /// checked against) never fits: no wait, and no division by an empty window's count.
+    #[test]
+    fn a_cost_over_the_limit_has_no_retry_after_even_in_an_empty_window() {
+        assert_eq!(view(0, 4, 0.5).retry_after(3, 0, 4), None);
+        assert_eq!(view(2, 4, 0.5).retry_after(3, 2, 4), None);
+        assert!(
+            view(0, 4, 0.5).retry_after(4, 0, 4).is_some(),
+            "at the limit"
+        );
     }
 
     /// A retry of `cost` units exactly `retry_after` later fits, and one a nanosecond sooner
@@ -396,7 +419,7 @@ mod tests {
                         ..v
                     }
                 };
-                let wait = v.retry_after(limit, counted, cost).as_nanos() as u64;
+                let wait = v.retry_after(limit, counted, cost).unwrap().as_nanos() as u64;
                 let case = format!("{prev} {counted} {fraction} {limit} cost {cost}");
                 assert!(later(wait).fits(limit), "{case}");
                 if wait > 0 {

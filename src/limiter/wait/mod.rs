@@ -15,7 +15,8 @@
 //!
 //! Waiters of a key queue in a line, oldest first (`queue`). A waiter is woken to try again
 //! (its *turn*) when
-//! - a permit of its key comes back (in flight): one waiter per permit, the oldest waiting;
+//! - a permit of its key comes back (in flight): the oldest waiting, and for a permit of n
+//!   units, n − 1 turns credited to the line, passed on as its waiters leave;
 //! - its rate retry time comes: only the head of a line is scheduled for it, so a thousand
 //!   waiters of one flooded key do not all wake at the same tick;
 //! - the head of its line leaves admitted and the limiter counts a rate (the window may have
@@ -143,15 +144,16 @@ impl Waiters {
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
     }
 
-    /// A permit of `hash` came back (after its count was given back): wakes the oldest
-    /// waiting waiter of its key, if any. One load when no waiter shares its bucket.
+    /// A permit of `hash` came back with `units` in-flight units (after its count was given
+    /// back): wakes the oldest waiting waiter of its key, if any, and credits its line with
+    /// the rest of the units. One load when no waiter shares its bucket.
     #[inline]
-    pub(crate) fn released(&self, hash: u64) {
+    pub(crate) fn released(&self, hash: u64, units: u32) {
         crate::sync::seqcst_fence_for_loom();
         if !self.any_parked(hash) {
             return;
         }
-        let waker = self.lock().released(hash);
+        let waker = self.lock().released(hash, units);
         if let Some(waker) = waker {
             wake(waker);
         }

@@ -280,15 +280,17 @@ impl Queue {
         Some(self.schedule(index, heads))
     }
 
-    /// A permit of `hash` came back: gives the turn to the first waiter of its line that is
-    /// waiting, and returns its waker; with none waiting, credits the line.
-    pub(crate) fn released(&mut self, hash: u64) -> Option<Waker> {
+    /// A permit of `hash` came back with `units` in-flight units (its cost, at least 1): gives
+    /// the turn to the first waiter of its line that is waiting, and returns its waker; the
+    /// units it does not wake a waiter for are credits of the line, each passed on when a
+    /// waiter leaves (a permit of 4 units can admit 4 waiters of 1) or spent by a failed
+    /// attempt trying again.
+    pub(crate) fn released(&mut self, hash: u64, units: u32) -> Option<Waker> {
         let line = *self.lines.get(&hash)?;
         let woken = self.notify_first_waiting(line.head);
-        if woken.is_none() {
-            if let Some(line) = self.lines.get_mut(&hash) {
-                line.credits = (line.credits + 1).min(line.len);
-            }
+        let credits = units.max(1) - u32::from(woken.is_some());
+        if let Some(line) = self.lines.get_mut(&hash) {
+            line.credits = line.credits.saturating_add(credits).min(line.len);
         }
         woken
     }
@@ -436,14 +438,14 @@ mod tests {
         let ids: Vec<_> = (0..4).map(|_| q.park(7, 100, &w).unwrap().id).collect();
         // The head has the turn from the start (it tries once more after parking).
         assert_eq!(q.state(ids[0]), Some(State::Notified));
-        assert!(q.released(7).is_some());
+        assert!(q.released(7, 1).is_some());
         assert_eq!(q.state(ids[1]), Some(State::Notified));
         assert_eq!(q.state(ids[2]), Some(State::Waiting));
         // The next release skips the ones that have their turn already.
-        assert!(q.released(7).is_some());
+        assert!(q.released(7, 1).is_some());
         assert_eq!(q.state(ids[2]), Some(State::Notified));
         assert_eq!(q.state(ids[3]), Some(State::Waiting));
-        assert!(q.released(8).is_none(), "another key has no line");
+        assert!(q.released(8, 1).is_none(), "another key has no line");
     }
 
     #[test]
@@ -501,7 +503,7 @@ mod tests {
         let mut q = Queue::new(16, 16, 0);
         let (_, w) = waker();
         let head = q.park(7, 100, &w).unwrap().id; // has the turn, trying
-        assert!(q.released(7).is_none()); // a second permit back meanwhile: a credit
+        assert!(q.released(7, 1).is_none()); // a second permit back meanwhile: a credit
         let second = q.park(7, 100, &w).unwrap().id;
         assert!(
             q.remove(head, true, false, None).is_some(),
@@ -515,7 +517,7 @@ mod tests {
         let mut q = Queue::new(16, 16, 0);
         let (_, w) = waker();
         let id = q.park(7, 100, &w).unwrap().id; // has the turn
-        assert!(q.released(7).is_none()); // nobody waiting: a credit
+        assert!(q.released(7, 1).is_none()); // nobody waiting: a credit
         assert_eq!(q.wait_again(id, None, &w), None, "tries again");
         assert_eq!(q.wait_again(id, None, &w), Some(100), "the credit is spent");
         assert_eq!(q.state(id), Some(State::Waiting));
@@ -542,7 +544,7 @@ mod tests {
         let second = q.park(7, 50, &w).unwrap().id;
         // A stray release gives the second a turn too; both fail a rate limit that has room
         // again at tick 10.
-        assert!(q.released(7).is_some());
+        assert!(q.released(7, 1).is_some());
         assert_eq!(q.wait_again(head, Some(10), &w), Some(10));
         assert_eq!(
             q.wait_again(second, Some(10), &w),
