@@ -57,7 +57,11 @@ impl Sketches {
 
     /// Counts a request of `cost` units in every sketch and returns what they say, this
     /// request included.
-    #[inline]
+    ///
+    /// Always inlined, and `Rate::observe_hashed` within it: with the request's cost among
+    /// their arguments the compiler stopped inlining them into `try_acquire`, and healthy
+    /// requests took 36 instructions more (369 to 405 on the uniform trace, callgrind).
+    #[inline(always)]
     pub(crate) fn observe(&self, hash: u64, cost: u32) -> Sketched {
         Sketched {
             hash,
