@@ -47,6 +47,7 @@
 //! count at or below the limit. The exact stage decides under its set's lock. The
 //! promotion handshake is described in the `exact` module.
 
+mod adaptive;
 mod builder;
 mod decision;
 mod exact;
@@ -78,6 +79,7 @@ pub(crate) use permit::Receipt;
 use permit::Ticket;
 use sketches::Sketches;
 
+pub use adaptive::{AdaptiveInflight, Outcome};
 pub use builder::LimiterBuilder;
 pub use limits::Limits;
 pub use permit::{OwnedPermit, Permit};
@@ -163,6 +165,9 @@ struct Shared<K> {
     /// Serialises `set_limits`: its two stores (the flag and the thresholds) must not
     /// interleave with another's, or the last thresholds could be left with the other's flag.
     setting: Mutex<()>,
+    /// How each hot key's in-flight limit is learnt from its latency
+    /// ([`LimiterBuilder::adaptive_inflight`]; `None`: the configured limit, always).
+    adaptive: Option<AdaptiveInflight>,
     /// The highest rate promotion threshold any decision was judged against so far.
     highest_rate_promotion: HighestRatePromotion,
     /// The decisions counted for the operator's metrics (feature `metrics`; nothing without).
@@ -185,6 +190,13 @@ struct Shared<K> {
 }
 
 impl<K> Shared<K> {
+    /// The in-flight limit a promoted key learnt, under the ceiling it was last judged by.
+    fn learnt_limit(&self, entry: &exact::Entry<K>) -> Option<u32> {
+        let (config, learner) = (self.adaptive.as_ref()?, entry.learner.as_ref()?);
+        let ceiling = entry.thresholds.inflight?.limit;
+        Some(learner.limit(config, ceiling).clamp(0, u32::MAX as isize) as u32)
+    }
+
     /// See [`Limiter::stats`].
     fn stats(&self) -> LimiterStats {
         let s = self;
@@ -597,9 +609,39 @@ where
     {
         let s = &*self.shared;
         let hash = s.sketches.hash(key);
-        s.exact.with_counts(key, hash, |counts| {
-            decision::estimate(&s.sketches.reread(hash), counts)
+        s.exact.with_entry(key, hash, |entry| {
+            decision::estimate(&s.sketches.reread(hash), entry.map(|e| &e.counts))
         })
+    }
+
+    /// The in-flight limit `key` is judged by now: the one it learnt from its latency, for a
+    /// hot key under [`LimiterBuilder::adaptive_inflight`], else the default `max_inflight`
+    /// (`None` without one). A per-request limit ([`with_limits`](Self::with_limits)) is the
+    /// ceiling of a learnt one, and is not known here.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter: floodgate::Limiter<String> =
+    ///     floodgate::Limiter::builder().max_inflight(8).build().unwrap();
+    /// assert_eq!(limiter.inflight_limit("origin"), Some(8));
+    /// ```
+    pub fn inflight_limit<Q>(&self, key: &Q) -> Option<u32>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let s = &*self.shared;
+        let configured = s
+            .defaults
+            .load()
+            .inflight
+            .map(|t| t.limit.clamp(0, u32::MAX as isize) as u32);
+        let hash = s.sketches.hash(key);
+        let learnt = s
+            .exact
+            .with_entry(key, hash, |entry| entry.and_then(|e| s.learnt_limit(e)));
+        learnt.or(configured)
     }
 
     /// The keys the exact stage is counting now — the origins near or over their limits —
@@ -643,6 +685,7 @@ where
                 inflight: estimate.inflight,
                 rate: estimate.rate,
                 rejected: entry.rejected,
+                inflight_limit: s.learnt_limit(entry),
                 left_ago: None,
             });
         });
@@ -670,6 +713,7 @@ where
                 inflight: estimate.inflight,
                 rate: estimate.rate,
                 rejected,
+                inflight_limit: None,
                 left_ago: Some(Duration::from_nanos(ago)),
             });
         }

@@ -4,6 +4,7 @@
 use std::borrow::Borrow;
 
 use super::Counts;
+use crate::limiter::adaptive::Learner;
 use crate::limiter::limits::Thresholds;
 use crate::rate::Rolling;
 
@@ -34,6 +35,9 @@ pub(crate) struct Entry<K> {
     /// Until when (nanoseconds on the limiter's clock) the key's requests are rejected by the
     /// over-limit cache, which counts no hits: the entry keeps its place until then.
     pub(crate) over_until: u64,
+    /// The in-flight limit the key is learning from its latency, once its in flight reached
+    /// its promotion threshold under a limiter with adaptive in-flight limits.
+    pub(crate) learner: Option<Learner>,
 }
 
 impl<K> Entry<K> {
@@ -263,6 +267,7 @@ impl<K> Set<K> {
             rejected: 0,
             hits,
             over_until: 0,
+            learner: None,
         });
     }
 
