@@ -12,7 +12,7 @@
 //! latency starts to grow with concurrency: the queue it allows is the proxy's, not the
 //! origin's, and the origin keeps serving at full speed.
 //!
-//! The learner works in *rounds*: a round ends when `max(limit, MIN_ROUND)` units have
+//! The learner works in *rounds*: a round ends when `max(limit / 2, MIN_ROUND)` units have
 //! completed, about one latency's worth of traffic. It measures the round's mean latency by
 //! Little's law: the area under the key's in-flight count over the round's time, divided by the
 //! units that completed in it. That needs no timestamp in the permit, only the time of each
@@ -22,29 +22,37 @@
 //! nothing queues:
 //!
 //! - **Gradient** (envoy's adaptive concurrency; Netflix's Gradient): `g = tolerance ·
-//!   no_load / m`, clamped to `[1/2, 1]`, and `limit ← limit · g + √limit`. Latency within
+//!   no_load / m`, clamped to `[1/2, 1]`, and `limit ← limit · g + ¾√limit`. Latency within
 //!   the tolerance keeps the limit growing by its square root (the queue it may keep); latency
 //!   above it shrinks the limit in proportion, at most by half a round. With `c` servers, the
-//!   limit settles where `limit = tolerance · c + √limit`: about `1.5 c` for `c = 10` at the
-//!   default tolerance, a mean latency of `1.5 s`.
+//!   limit settles where `limit = tolerance · c + ¾√limit`: about `1.4 c` for `c = 10` at
+//!   the default tolerance, a mean latency of `1.4 s`.
 //! - **Growth only under load**: a round whose in-flight count never reached half the limit
 //!   does not raise it (Netflix's rule): an idle origin's limit does not drift to the ceiling
 //!   and then let a burst through.
 //! - **Overload** (AIMD's signal): a round in which a completion was reported as an overload
 //!   (a 5xx, a timeout: `Outcome::Overload`) multiplies the limit by `BACKOFF` instead.
-//! - **No-load latency, by probing.** A round faster than `no_load` lowers it at once. To see
+//! - **No-load latency, by probing.** A round faster than `no_load` by more than the tolerance
+//!   lowers it at once (not any faster round: the least of many noisy means drifts low). To see
 //!   it rise (the origin slowed down for good) or to measure it at all (every key starts
-//!   unknown), the learner *probes*: it halves the limit, waits for the in-flight count to
-//!   drain to it, and measures a round. If that round is still more than `FALL` faster than the
-//!   one before (the halving removed queueing), it halves again; when it stops falling, or
-//!   comes within the tolerance of the no-load latency known, the probe's mean is the new
-//!   `no_load`. A probe that changed nothing puts the limit back where it was (a round at half
-//!   the limit is its whole cost); one that found queueing leaves the limit at the last level
-//!   that still removed some, to grow from there. A learner probes when it starts, every
-//!   `probe_every` rounds while the limit binds (requests were refused for it: an origin
-//!   always saturated never shows its no-load latency otherwise), and after two rounds at the
-//!   lowest gradient (latency far above what was known and not falling with the limit: the
-//!   origin slowed down).
+//!   unknown), the learner *probes*: it divides the limit (by 4 the first time, by 2 after),
+//!   waits for the in-flight count to drain to it, and measures a round. If that round is a
+//!   quarter faster than the one before or more (the cut removed queueing), it halves again;
+//!   when it stops falling, or comes within the tolerance of the no-load latency known, its
+//!   mean is the new `no_load`. A probe that changed nothing puts the limit back where it was
+//!   (a round at half the limit is its whole cost); one that found queueing sets it to the
+//!   level before its last halving and doubles it each round while the latency stays within
+//!   the tolerance (TCP's slow start), then hands over to the gradient. A learner probes when
+//!   it starts, every `probe_every` rounds while the limit binds (requests were refused for
+//!   it: an origin always saturated never shows its no-load latency otherwise), and after two
+//!   rounds at the lowest gradient (latency far above what was known and not falling with the
+//!   limit: the origin slowed down).
+//! - **Where it starts, and how long it lasts.** A key starts learning when its in flight
+//!   reaches its promotion threshold, at that concurrency: it is not let further before its
+//!   latency is known. It keeps what it learnt while it is in the exact stage, and leaves the
+//!   stage (and forgets) only after a whole epoch without a request: a key held to a few
+//!   requests in flight often has none for a moment, and would otherwise start again from its
+//!   threshold, queue and all.
 //!
 //! Between the floor and the ceiling, always: the ceiling is the key's `max_inflight` of the
 //! request being judged, so a per-key limit lowered later caps the learnt one at once.
@@ -74,13 +82,22 @@ use crate::error::ConfigError;
 /// too noisy to compare within the default tolerance.
 pub(crate) const MIN_ROUND: u32 = 16;
 /// A probe round must be at least this much faster than the round before for the halving to
-/// count as having removed queueing (and to halve again).
-const FALL: f64 = 0.9;
+/// count as having removed queueing (and to halve again). Halving a concurrency above the
+/// origin's servers halves its latency (0.5); halving it below them leaves the latency as it
+/// was (1.0); 0.75 stands between, clear of a round's noise (a few per cent).
+const FALL: f64 = 0.75;
 /// The limit's factor after a round with an overload reported (Netflix's AIMD backoff ratio).
 const BACKOFF: f64 = 0.9;
 /// The gradient's clamp: a round shrinks the limit by half at most, and never grows it by
 /// more than its headroom.
 const MIN_GRADIENT: f64 = 0.5;
+/// The queue the gradient leaves room for, in square roots of the limit: three quarters of
+/// envoy's √limit. On the model of `capacity_sim` (the adaptive test's), √limit let the 99th
+/// percentile reach 2.0× the service time, ½√limit cost the goodput (0.84 of the capacity);
+/// ¾ gave 1.86× and 0.92.
+const HEADROOM: f64 = 0.75;
+/// What the first probe divides the limit by.
+const FIRST_PROBE: f64 = 4.0;
 /// Rounds at the lowest gradient in a row after which the learner probes.
 const LOW_ROUNDS: u32 = 2;
 
@@ -142,7 +159,7 @@ impl AdaptiveInflight {
 
     /// How much slower than its no-load latency an origin may answer before its limit shrinks:
     /// from 1.0 (exclusive) to 10. The limit settles where the latency is about this ratio
-    /// above no-load plus the queue of `√limit` it keeps.
+    /// above no-load plus the queue of `¾√limit` it keeps.
     pub fn tolerance(mut self, tolerance: f64) -> Self {
         self.tolerance = tolerance;
         self
@@ -216,6 +233,9 @@ enum Phase {
     /// Halving to find the no-load latency: `before`, the mean of the round before the last
     /// halving; `saved`, the limit before the probe; `steps`, halvings so far.
     Probe { before: f64, saved: f64, steps: u32 },
+    /// After a probe that found queueing below where the limit was: doubling each round
+    /// while the latency stays within the tolerance (TCP's slow start), then by the gradient.
+    Grow,
 }
 
 /// One key's learnt in-flight limit, and the round it is measuring.
@@ -242,12 +262,12 @@ pub(crate) struct Learner {
 }
 
 impl Learner {
-    /// A learner for a key whose in flight reached its promotion threshold at `now`, with
-    /// `ceiling` its `max_inflight`: judged at the ceiling until its first round ends, which
-    /// starts a probe.
-    pub(crate) fn start(ceiling: isize, now: u64) -> Self {
+    /// A learner for a key whose in flight reached its promotion threshold at `now`, `inflight`
+    /// then: judged at that until its first round ends, which starts a probe (a key that
+    /// reached its threshold is not let further before its latency is known).
+    pub(crate) fn start(inflight: isize, now: u64) -> Self {
         Learner {
-            limit: ceiling.max(1) as f64,
+            limit: inflight.max(1) as f64,
             no_load: 0.0,
             phase: Phase::Track { rounds: 0, low: 0 },
             measuring: true,
@@ -319,7 +339,7 @@ impl Learner {
         if outcome == Outcome::Overload {
             self.overloads = self.overloads.saturating_add(1);
         }
-        if self.done >= (self.limit as u32).max(MIN_ROUND) {
+        if self.done >= ((self.limit / 2.0) as u32).max(MIN_ROUND) {
             self.end_round(config, ceiling, now, bound);
         }
     }
@@ -334,15 +354,15 @@ impl Learner {
         self.refused = false;
     }
 
-    /// Starts a probe from a round of mean `mean`: the limit halves, and the next round
-    /// begins once in flight has drained to it.
-    fn probe(&mut self, config: &AdaptiveInflight, mean: f64, saved: f64, steps: u32) {
+    /// Starts a probe from a round of mean `mean`: the limit is divided by `by`, and the next
+    /// round begins once in flight has drained to it.
+    fn probe(&mut self, config: &AdaptiveInflight, mean: f64, saved: f64, steps: u32, by: f64) {
         self.phase = Phase::Probe {
             before: mean,
             saved,
             steps,
         };
-        self.limit = (self.limit / 2.0).max(f64::from(config.floor));
+        self.limit = (self.limit / by).max(f64::from(config.floor));
         self.measuring = false;
     }
 
@@ -355,6 +375,11 @@ impl Learner {
             self.refused,
         );
         self.begin_round(now, bound);
+        if !(mean > 0.0 && mean.is_finite()) {
+            // No time passed in the round (a clock that did not move): it says nothing of the
+            // latency, and a zero would poison the no-load latency for good.
+            return;
+        }
         match self.phase {
             _ if overloaded => {
                 self.limit = (self.limit * BACKOFF).max(floor);
@@ -372,29 +397,45 @@ impl Learner {
                 let falling = mean < FALL * before;
                 if falling && !known && self.limit > floor {
                     let saved = saved;
-                    self.probe(config, mean, saved, steps + 1);
+                    self.probe(config, mean, saved, steps + 1, 2.0);
                     return;
                 }
                 self.no_load = mean;
-                self.limit = if steps <= 1 && !falling || known && steps <= 1 {
-                    // Nothing queued at the level before: back where it was.
-                    saved
+                if known || steps <= 1 && !falling {
+                    // The latency known (the origin has not changed), or nothing queued at the
+                    // level before: back where it was.
+                    self.limit = saved;
+                    self.phase = Phase::Track { rounds: 0, low: 0 };
                 } else {
-                    // The last halving still removed queueing: grow from the level it left.
-                    (self.limit * 2.0).min(saved)
-                };
-                self.phase = Phase::Track { rounds: 0, low: 0 };
+                    // The last halving still removed queueing: grow fast from the level before
+                    // it while the latency allows.
+                    self.limit = (self.limit * 2.0).min(saved);
+                    self.phase = Phase::Grow;
+                }
+            }
+            Phase::Grow => {
+                if mean <= config.tolerance * self.no_load && grew_under_load {
+                    self.limit = (self.limit * 2.0).min(top);
+                } else {
+                    self.phase = Phase::Track { rounds: 0, low: 0 };
+                }
             }
             Phase::Track { rounds, low } => {
                 if self.no_load == 0.0 {
-                    // The first round: measure the no-load latency before judging by it.
+                    // The first round: measure the no-load latency before judging by it, from a
+                    // quarter of the limit (a key that reached its threshold is often far
+                    // into its queue: halving alone would take several rounds to see it).
                     let saved = self.limit;
-                    self.probe(config, mean, saved, 1);
+                    self.probe(config, mean, saved, 1, FIRST_PROBE);
                     return;
                 }
-                self.no_load = self.no_load.min(mean);
+                if mean * config.tolerance < self.no_load {
+                    // Faster by more than the tolerance: the origin got faster. (Not the least
+                    // of the rounds' means, which noise alone keeps lowering.)
+                    self.no_load = mean;
+                }
                 let gradient = (config.tolerance * self.no_load / mean).clamp(MIN_GRADIENT, 1.0);
-                let mut next = self.limit * gradient + self.limit.sqrt();
+                let mut next = self.limit * gradient + HEADROOM * self.limit.sqrt();
                 if !grew_under_load {
                     next = next.min(self.limit);
                 }
@@ -404,7 +445,7 @@ impl Learner {
                 self.phase = Phase::Track { rounds, low };
                 if low >= LOW_ROUNDS || (refused && rounds >= config.probe_every) {
                     let saved = self.limit;
-                    self.probe(config, mean, saved, 1);
+                    self.probe(config, mean, saved, 1, 2.0);
                 }
             }
         }
@@ -464,8 +505,8 @@ mod tests {
         );
         assert_eq!(
             learner.limit(&config, 100),
-            50,
-            "the first round starts a probe at half"
+            25,
+            "the first round starts a probe at a quarter"
         );
     }
 
@@ -481,7 +522,7 @@ mod tests {
     }
 
     #[test]
-    fn a_probe_halves_while_latency_falls_with_the_limit_and_grows_from_the_last_level() {
+    fn a_probe_halves_while_latency_falls_with_the_limit_and_grows_back_fast() {
         // 10 servers of 10 ms: latency 10 ms · L / 10 above 10 in flight.
         let config = AdaptiveInflight::new();
         let latency = |l: isize| 10 * MS * (l.max(10) as u64) / 10;
@@ -493,9 +534,17 @@ mod tests {
             round(&mut learner, &config, 80, &mut now, l, latency(l), true);
             limits.push(learner.limit(&config, 80));
         }
-        assert_eq!(limits[..4], [40, 20, 10, 5], "halving while latency falls");
+        assert_eq!(
+            limits[..3],
+            [20, 10, 5],
+            "a quarter, then halving while latency falls"
+        );
         assert_eq!(learner.no_load(), Some(Duration::from_millis(10)));
-        assert_eq!(limits[4], 10, "from the level the last halving left");
+        assert_eq!(
+            limits[3..],
+            [10, 20],
+            "from the level before the last halving, doubling while the latency allows"
+        );
     }
 
     #[test]
@@ -528,8 +577,8 @@ mod tests {
         round(&mut learner, &config, 64, &mut now, 64, 100 * MS, true);
         assert_eq!(
             learner.limit,
-            64.0 * 0.5 + 8.0,
-            "halved, plus its square root"
+            64.0 * 0.5 + HEADROOM * 8.0,
+            "halved, plus its headroom"
         );
         let mut learner = Learner::start(64, now);
         learner.no_load = (10 * MS) as f64;

@@ -201,7 +201,7 @@ where
                             inflight: self.sketches.inflight_now(s.hash),
                             window: s.window,
                         };
-                        decision::is_cool(&e.counts, &own, s.cost, t)
+                        decision::is_cool(&e.counts, &own, s.cost, t) && self.exact.may_leave(e)
                     });
                 if cool {
                     held.demote();
@@ -243,9 +243,10 @@ where
             .and_then(|(config, ceiling)| {
                 let at = adaptive::starts(&entry.learner, &entry.counts, s.cost, &ceiling)
                     .then(|| self.time.precise())?;
+                let inflight = entry.counts.inflight.bound().saturating_add(s.cost);
                 let learner = entry
                     .learner
-                    .get_or_insert_with(|| Learner::start(ceiling.limit, at));
+                    .get_or_insert_with(|| Learner::start(inflight.min(ceiling.limit), at));
                 let limit = learner.limit(config, ceiling.limit);
                 Some((at, Thresholds::with_inflight_limit(t, limit)))
             });
@@ -376,7 +377,7 @@ impl<K> Shared<K> {
     /// Whether a promoted entry has cooled down, by the sketches now and its last thresholds.
     fn is_cool(&self, entry: &Entry<K>) -> bool {
         let now = self.sketches.reread(entry.hash);
-        decision::is_cool(&entry.counts, &now, 0, &entry.thresholds)
+        decision::is_cool(&entry.counts, &now, 0, &entry.thresholds) && self.exact.may_leave(entry)
     }
 
     /// The time now: on the rate windows' clock, or without a rate the limiter's coarse time
