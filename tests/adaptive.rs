@@ -7,8 +7,10 @@
 
 use std::time::Duration;
 
-use floodgate::AdaptiveInflight;
+use floodgate::clock::ManualClock;
+use floodgate::{AdaptiveInflight, Limiter, Outcome, Reason};
 use floodgate_example_support::capacity_sim::{run, Policy, Report, Scenario};
+use proptest::prelude::*;
 
 const CEILING: u32 = 100;
 
@@ -64,20 +66,172 @@ fn a_static_limit_is_either_too_high_for_latency_or_too_low_for_goodput() {
     assert!(learnt.p99 < high.p99 / 2.0 && learnt.goodput > 2.0 * low.goodput);
 }
 
-#[test]
-#[ignore]
-fn trace_seed() {
-    let seed: u64 = std::env::var("SEED").unwrap().parse().unwrap();
-    let r = adaptive(&Scenario {
-        seed,
-        ..Scenario::default()
-    });
-    println!("goodput {:.3} p99 {:.2}", r.goodput, r.p99);
-    for s in r.samples.iter().filter(|s| (9.9..26.0).contains(&s.at)) {
-        print!(
-            "{:.1}:{}/{}/{:.0} ",
-            s.at, s.limit, s.inflight, s.latency_ms
-        );
+/// A limiter of 20 in flight per key, learning, on a manual clock.
+fn learning(clock: &ManualClock, config: AdaptiveInflight) -> Limiter<String> {
+    Limiter::builder()
+        .max_inflight(20)
+        .adaptive_inflight(config)
+        .clock(clock)
+        .build()
+        .unwrap()
+}
+
+/// Holds `n` permits of `key` (its promotion threshold is 10), then completes and replaces one
+/// a millisecond for `rounds` rounds of 16, each completion recorded as `outcome`.
+fn drive(
+    limiter: &Limiter<String>,
+    clock: &ManualClock,
+    n: usize,
+    completions: usize,
+    outcome: Outcome,
+) {
+    let mut held: Vec<_> = (0..n)
+        .map(|_| limiter.try_acquire_owned("origin").unwrap())
+        .collect();
+    for _ in 0..completions {
+        clock.advance(Duration::from_millis(1));
+        let mut permit = held.remove(0);
+        permit.record(outcome);
+        drop(permit);
+        if let Ok(permit) = limiter.try_acquire_owned("origin") {
+            held.push(permit);
+        }
     }
-    println!();
+}
+
+/// A key below its promotion threshold is judged by `max_inflight`; at it, it starts learning
+/// from the concurrency it reached, and a round of overloads (a 5xx, a timeout) backs its
+/// limit off by a tenth, where a round of successes does not.
+#[test]
+fn recorded_overloads_back_the_learnt_limit_off() {
+    let clock = ManualClock::new();
+    let limiter = learning(&clock, AdaptiveInflight::new());
+    drive(&limiter, &clock, 9, 40, Outcome::Success);
+    assert_eq!(
+        limiter.inflight_limit("origin"),
+        Some(20),
+        "below its threshold"
+    );
+    let clock = ManualClock::new();
+    let limiter = learning(&clock, AdaptiveInflight::new());
+    drive(&limiter, &clock, 10, 16, Outcome::Overload);
+    assert_eq!(
+        limiter.inflight_limit("origin"),
+        Some(9),
+        "10 in flight, backed off"
+    );
+    let held: Vec<_> = (0..9)
+        .map(|_| limiter.try_acquire("origin").unwrap())
+        .collect();
+    let refused = limiter.try_acquire("origin").unwrap_err();
+    assert_eq!((refused.reason, refused.limit), (Reason::Inflight, 9));
+    drop(held);
+    let hitter = limiter
+        .heavy_hitters()
+        .into_iter()
+        .find(|h| h.key == "origin");
+    assert_eq!(hitter.and_then(|h| h.inflight_limit), Some(9));
+}
+
+/// The tower layer records a 5xx from the inner service as the origin's overload (without it,
+/// 16 completions at no latency would leave the limit where it started).
+#[cfg(feature = "tower")]
+#[test]
+fn the_layer_records_a_server_error_as_an_overload() {
+    use floodgate::layer::LimitLayer;
+    use http::{Request, Response, StatusCode};
+    use tower::{service_fn, Layer, ServiceExt};
+
+    let clock = ManualClock::new();
+    let limiter = learning(&clock, AdaptiveInflight::new());
+    // 9 held outside the layer and one through it make the key learn at 10 in flight; the
+    // layer's requests then complete one at a time.
+    let held: Vec<_> = (0..9)
+        .map(|_| limiter.try_acquire_owned("origin").unwrap())
+        .collect();
+    let service = LimitLayer::new(limiter.clone())
+        .key_fn(|_: &Request<()>| "origin".to_owned())
+        .layer(service_fn(|_: Request<()>| async {
+            let mut response = Response::new(String::new());
+            *response.status_mut() = StatusCode::BAD_GATEWAY;
+            Ok::<_, std::convert::Infallible>(response)
+        }));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        for _ in 0..16 {
+            clock.advance(Duration::from_millis(1));
+            let response = service.clone().oneshot(Request::new(())).await.unwrap();
+            assert_eq!(
+                response.status(),
+                StatusCode::BAD_GATEWAY,
+                "{:?}",
+                response.extensions().get::<floodgate::Rejected>()
+            );
+            drop(response);
+        }
+    });
+    drop(held);
+    assert_eq!(
+        limiter.inflight_limit("origin"),
+        Some(9),
+        "backed off by a tenth"
+    );
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Acquire,
+    Complete { index: usize, overload: bool },
+    Advance { ms: u64 },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => Just(Op::Acquire),
+        3 => (any::<usize>(), any::<bool>()).prop_map(|(index, overload)| Op::Complete { index, overload }),
+        2 => (1u64..50).prop_map(|ms| Op::Advance { ms }),
+    ]
+}
+
+proptest! {
+    /// Whatever the traffic and its latencies: the limit a key is judged by stays between the
+    /// floor and the ceiling, and a request is admitted only if the key's requests in flight,
+    /// itself included, stay within the limit it was judged by.
+    #[test]
+    fn the_learnt_limit_stays_in_its_bounds_and_is_never_exceeded(
+        floor in 1u32..6,
+        ops in proptest::collection::vec(op(), 1..600),
+    ) {
+        let clock = ManualClock::new();
+        let config = AdaptiveInflight::new().floor(floor).probe_every(4);
+        let limiter: Limiter<String> = Limiter::builder()
+            .max_inflight(12)
+            .adaptive_inflight(config)
+            .clock(&clock)
+            .build()
+            .unwrap();
+        let mut held = Vec::new();
+        for op in ops {
+            match op {
+                Op::Acquire => {
+                    let limit = limiter.inflight_limit("k").unwrap();
+                    prop_assert!((floor..=12).contains(&limit), "limit {limit}");
+                    if let Ok(permit) = limiter.try_acquire_owned("k") {
+                        held.push(permit);
+                        prop_assert!(held.len() as u32 <= limit, "{} in flight over {limit}", held.len());
+                    }
+                }
+                Op::Complete { index, overload } if !held.is_empty() => {
+                    let mut permit = held.swap_remove(index % held.len());
+                    if overload {
+                        permit.record(Outcome::Overload);
+                    }
+                }
+                Op::Complete { .. } => {}
+                Op::Advance { ms } => clock.advance(Duration::from_millis(ms)),
+            }
+        }
+    }
 }

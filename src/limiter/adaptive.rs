@@ -72,8 +72,6 @@
 //! latency jumped, so that an origin below its limit is never refused for a probe after its
 //! first; and it keeps one learner per hot key, in the exact stage's fixed table.
 
-use std::time::Duration;
-
 use super::exact::Counts;
 use super::limits::InflightThreshold;
 use crate::error::ConfigError;
@@ -289,8 +287,8 @@ impl Learner {
 
     /// The no-load latency it measured, if it has.
     #[cfg(test)]
-    pub(crate) fn no_load(&self) -> Option<Duration> {
-        (self.no_load > 0.0).then(|| Duration::from_nanos(self.no_load as u64))
+    pub(crate) fn no_load(&self) -> Option<std::time::Duration> {
+        (self.no_load > 0.0).then(|| std::time::Duration::from_nanos(self.no_load as u64))
     }
 
     /// Adds the area under `inflight` (the key's tracked units until now) up to `now`.
@@ -314,34 +312,44 @@ impl Learner {
     }
 
     /// `units` completed at `now` with `outcome`, with `inflight` units tracked before they
-    /// were given back and `bound` the key's whole in-flight bound after. Ends the round when
-    /// it is due.
+    /// were given back and `bound` the key's whole in-flight bound after, under `ceiling` (the
+    /// key's in-flight limit and promotion threshold). Ends the round when it is due, and
+    /// returns whether the learner is done: a whole round in which the key's in flight stayed
+    /// below half its promotion threshold (the level at which a key cools) with no refusal for
+    /// the learnt limit and no overload: its callers no longer ask for more than it serves
+    /// (the key is judged by `max_inflight` again, and may leave the exact stage).
+    #[allow(clippy::too_many_arguments)] // one completion's parts
     pub(crate) fn completed(
         &mut self,
         config: &AdaptiveInflight,
-        ceiling: isize,
+        ceiling: &InflightThreshold,
         now: u64,
         inflight: isize,
         bound: isize,
         units: u32,
         outcome: Outcome,
-    ) {
+    ) -> bool {
         self.advance(now, inflight);
         if !self.measuring {
             // A probe waits for the in-flight count to drain to its limit: what was admitted
             // above it queued, and would inflate the probe's latency.
-            if bound <= self.limit(config, ceiling) {
+            if bound <= self.limit(config, ceiling.limit) {
                 self.begin_round(now, bound);
             }
-            return;
+            return false;
         }
         self.done = self.done.saturating_add(units);
         if outcome == Outcome::Overload {
             self.overloads = self.overloads.saturating_add(1);
         }
-        if self.done >= ((self.limit / 2.0) as u32).max(MIN_ROUND) {
-            self.end_round(config, ceiling, now, bound);
+        if self.done < ((self.limit / 2.0) as u32).max(MIN_ROUND) {
+            return false;
         }
+        let quiet = self.peak.saturating_mul(2) < ceiling.promote_at
+            && self.overloads == 0
+            && !self.refused;
+        self.end_round(config, ceiling.limit, now, bound);
+        quiet
     }
 
     fn begin_round(&mut self, now: u64, inflight: isize) {
@@ -375,11 +383,7 @@ impl Learner {
             self.refused,
         );
         self.begin_round(now, bound);
-        if !(mean > 0.0 && mean.is_finite()) {
-            // No time passed in the round (a clock that did not move): it says nothing of the
-            // latency, and a zero would poison the no-load latency for good.
-            return;
-        }
+        let timed = mean > 0.0 && mean.is_finite();
         match self.phase {
             _ if overloaded => {
                 self.limit = (self.limit * BACKOFF).max(floor);
@@ -388,6 +392,9 @@ impl Learner {
                     self.phase = Phase::Track { rounds: 0, low: 0 };
                 }
             }
+            // No time passed in the round (a clock that did not move): it says nothing of the
+            // latency, and a zero would poison the no-load latency for good.
+            _ if !timed => {}
             Phase::Probe {
                 before,
                 saved,
@@ -455,9 +462,19 @@ impl Learner {
 
 #[cfg(all(test, not(floodgate_loom)))]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     const MS: u64 = 1_000_000;
+
+    /// A ceiling whose promotion threshold is 0: the tests' learners never end.
+    fn ceiling_of(limit: isize) -> InflightThreshold {
+        InflightThreshold {
+            limit,
+            promote_at: 0,
+        }
+    }
 
     /// Drives `learner` until a round ends, in a steady state of `inflight` units in flight
     /// that each take `latency`: one completes and one is admitted every `latency / inflight`
@@ -477,7 +494,15 @@ mod tests {
         for _ in 0..100_000 {
             *now += step;
             let (tracked, after) = (inflight, inflight - 1);
-            learner.completed(config, ceiling, *now, tracked, after, 1, Outcome::Success);
+            learner.completed(
+                config,
+                &ceiling_of(ceiling),
+                *now,
+                tracked,
+                after,
+                1,
+                Outcome::Success,
+            );
             if refused {
                 learner.refused();
             }
@@ -613,9 +638,25 @@ mod tests {
             learner.admitted(now, n, 1);
         }
         now += 10 * MS;
-        learner.completed(&config, 100, now, 100, 99, 1, Outcome::Overload);
+        learner.completed(
+            &config,
+            &ceiling_of(100),
+            now,
+            100,
+            99,
+            1,
+            Outcome::Overload,
+        );
         for n in (0..99).rev() {
-            learner.completed(&config, 100, now, n + 1, n, 1, Outcome::Success);
+            learner.completed(
+                &config,
+                &ceiling_of(100),
+                now,
+                n + 1,
+                n,
+                1,
+                Outcome::Success,
+            );
         }
         assert_eq!(learner.limit, 90.0);
     }

@@ -371,7 +371,10 @@ impl<K> Shared<K> {
         };
         let bound = entry.counts.inflight.bound();
         let at = self.time.precise();
-        learner.completed(config, ceiling.limit, at, tracked, bound, cost, outcome);
+        if learner.completed(config, &ceiling, at, tracked, bound, cost, outcome) {
+            // Well below its threshold for a round: judged as any key again.
+            entry.learner = None;
+        }
     }
 
     /// Whether a promoted entry has cooled down, by the sketches now and its last thresholds.
