@@ -240,6 +240,14 @@ where
                 if admitted.near {
                     self.tally.near();
                 }
+                if entry.over_until != 0 {
+                    // A request of another cost fitted while the cache may hold a deadline for
+                    // the key's refusals of one cost: that deadline assumed nothing more would
+                    // be admitted, and is now early. The slot goes (another key's, sharing it,
+                    // is then decided the usual way); the next refusal sets a new one.
+                    entry.over_until = 0;
+                    self.over_limit.forget(spread(s.hash));
+                }
                 Ok(Some(CountedExactly {
                     generation: entry.generation,
                     window: admitted.window,
