@@ -142,6 +142,30 @@ fn a_retry_after_retry_after_fits_the_whole_cost() {
     assert!(limiter.with_cost(4).try_acquire("client").is_ok());
 }
 
+/// A refusal's deadline held in the over-limit cache for one cost assumed nothing more would
+/// be admitted: once a request of another cost is, the key's next refusal of the first cost is
+/// decided anew, and its wait is never early (the fuzz harness found a cached one 80 ms early).
+#[test]
+fn a_deadline_held_for_one_cost_does_not_outlive_an_admission_of_another() {
+    let clock = ManualClock::new();
+    let limiter = rate_limiter(&clock, 9);
+    drop(limiter.with_cost(5).try_acquire("client").unwrap());
+    let refused = limiter.with_cost(7).try_acquire("client").unwrap_err();
+    assert_eq!(refused.reason, Reason::Rate, "5 + 7 of 9");
+    drop(limiter.with_cost(3).try_acquire("client").unwrap());
+    let wait = limiter
+        .with_cost(7)
+        .try_acquire("client")
+        .unwrap_err()
+        .retry_after
+        .unwrap();
+    clock.advance(wait);
+    assert!(
+        limiter.with_cost(7).try_acquire("client").is_ok(),
+        "7 fit {wait:?} later, with 8 counted"
+    );
+}
+
 /// More than a limit can never fit: refused at once, with no retry time, counted nowhere;
 /// waiting does not help, so `acquire` answers at once too.
 #[test]

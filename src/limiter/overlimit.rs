@@ -148,6 +148,13 @@ impl OverLimit {
         self.slot(spread).store(word, Ordering::Relaxed);
     }
 
+    /// Clears the slot of the key with spread hash `spread`, whatever deadline it holds (the
+    /// key's under any of its limits and costs, or another key's that shares the slot, which
+    /// is then decided the usual way: the cache only ever refuses sooner).
+    pub(crate) fn forget(&self, spread: u64) {
+        self.slot(spread).store(0, Ordering::Relaxed);
+    }
+
     /// Clears the slots whose deadline has passed at `now`, so that no deadline outlives the
     /// range it is read in (the clock's deadline field wraps every 2^56 ns, 2.3 years). Run by
     /// the limiter's sweep, off the request path; a slot rewritten meanwhile is left alone.

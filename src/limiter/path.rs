@@ -262,6 +262,14 @@ where
                 if let (Some(learner), Some((at, _))) = (&mut entry.learner, learnt) {
                     learner.admitted(at, tracked, s.cost as u32);
                 }
+                if entry.over_until != 0 {
+                    // A request of another cost fitted while the cache may hold a deadline for
+                    // the key's refusals of one cost: that deadline assumed nothing more would
+                    // be admitted, and is now early. The slot goes (another key's, sharing it,
+                    // is then decided the usual way); the next refusal sets a new one.
+                    entry.over_until = 0;
+                    self.over_limit.forget(spread(s.hash));
+                }
                 Ok(Some(CountedExactly {
                     generation: entry.generation,
                     window: admitted.window,
