@@ -23,7 +23,7 @@
 //!
 //! - **Gradient** (envoy's adaptive concurrency; Netflix's Gradient): `g = tolerance ·
 //!   no_load / m`, clamped to `[1/2, 1]`, and `limit ← limit · g + ¾√limit`. Latency within
-//!   the tolerance keeps the limit growing by its square root (the queue it may keep); latency
+//!   the tolerance keeps the limit growing by ¾ of its square root (the queue it may keep); latency
 //!   above it shrinks the limit in proportion, at most by half a round. With `c` servers, the
 //!   limit settles where `limit = tolerance · c + ¾√limit`: about `1.4 c` for `c = 10` at
 //!   the default tolerance, a mean latency of `1.4 s`.
@@ -52,7 +52,9 @@
 //!   latency is known. It keeps what it learnt while it is in the exact stage, and leaves the
 //!   stage (and forgets) only after a whole epoch without a request: a key held to a few
 //!   requests in flight often has none for a moment, and would otherwise start again from its
-//!   threshold, queue and all.
+//!   threshold, queue and all. It stops learning, and is judged by `max_inflight` again, after
+//!   a round in which its in flight stayed under half its threshold with no refusal and no
+//!   overload: its callers ask for less than it serves.
 //!
 //! Between the floor and the ceiling, always: the ceiling is the key's `max_inflight` of the
 //! request being judged, so a per-key limit lowered later caps the learnt one at once.
@@ -209,17 +211,17 @@ pub enum Outcome {
 }
 
 /// Whether the request being judged (`cost` units) for a promoted key of `counts` goes to a
-/// learner: the key has one already, or its in-flight bound with this request reaches its
+/// learner: the key has one already (`learning`), or its in-flight bound with this request reaches its
 /// promotion threshold (`ceiling.promote_at`) and it starts one. A key promoted for its rate
 /// whose in flight stays low is judged as usual, and reads no clock.
 #[inline]
 pub(crate) fn starts(
-    learner: &Option<Learner>,
+    learning: bool,
     counts: &Counts,
     cost: isize,
     ceiling: &InflightThreshold,
 ) -> bool {
-    learner.is_some() || counts.inflight.bound().saturating_add(cost) >= ceiling.promote_at
+    learning || counts.inflight.bound().saturating_add(cost) >= ceiling.promote_at
 }
 
 /// Where a learner is in its cycle.

@@ -241,12 +241,12 @@ where
             .as_ref()
             .zip(t.inflight)
             .and_then(|(config, ceiling)| {
-                let at = adaptive::starts(&entry.learner, &entry.counts, s.cost, &ceiling)
+                let at = adaptive::starts(entry.learner.is_some(), &entry.counts, s.cost, &ceiling)
                     .then(|| self.time.precise())?;
                 let inflight = entry.counts.inflight.bound().saturating_add(s.cost);
-                let learner = entry
-                    .learner
-                    .get_or_insert_with(|| Learner::start(inflight.min(ceiling.limit), at));
+                let learner = entry.learner.get_or_insert_with(|| {
+                    Box::new(Learner::start(inflight.min(ceiling.limit), at))
+                });
                 let limit = learner.limit(config, ceiling.limit);
                 Some((at, Thresholds::with_inflight_limit(t, limit)))
             });
@@ -259,7 +259,7 @@ where
                 if admitted.near {
                     self.tally.near();
                 }
-                if let (Some(learner), Some((at, _))) = (&mut entry.learner, learnt) {
+                if let (Some(learner), Some((at, _))) = (entry.learner.as_deref_mut(), learnt) {
                     learner.admitted(at, tracked, s.cost as u32);
                 }
                 if entry.over_until != 0 {
@@ -277,7 +277,7 @@ where
             }
             Err(refusal) => {
                 if let (Some(learner), Reason::Inflight) =
-                    (&mut entry.learner, refusal.rejected.reason)
+                    (entry.learner.as_deref_mut(), refusal.rejected.reason)
                 {
                     learner.refused();
                 }
@@ -370,7 +370,7 @@ impl<K> Shared<K> {
     /// Tells a key learning its in-flight limit that `cost` units completed with `outcome`,
     /// `tracked` in flight before they were given back (under its set's lock).
     fn completed(&self, entry: &mut Entry<K>, tracked: isize, cost: u32, outcome: Outcome) {
-        let (Some(config), Some(learner)) = (&self.adaptive, &mut entry.learner) else {
+        let (Some(config), Some(learner)) = (&self.adaptive, entry.learner.as_deref_mut()) else {
             return;
         };
         // Its ceiling: the in-flight limit of the last request it was judged under.

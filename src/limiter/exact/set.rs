@@ -36,8 +36,10 @@ pub(crate) struct Entry<K> {
     /// over-limit cache, which counts no hits: the entry keeps its place until then.
     pub(crate) over_until: u64,
     /// The in-flight limit the key is learning from its latency, once its in flight reached
-    /// its promotion threshold under a limiter with adaptive in-flight limits.
-    pub(crate) learner: Option<Learner>,
+    /// its promotion threshold under a limiter with adaptive in-flight limits. Boxed: a word
+    /// in every place, where the learner's 80 bytes in all 16,384 places of a default limiter
+    /// took 1.3 MB whether it learns or not; one allocation when a key starts learning.
+    pub(crate) learner: Option<Box<Learner>>,
 }
 
 impl<K> Entry<K> {
