@@ -23,10 +23,10 @@
 //!
 //! - **Gradient** (envoy's adaptive concurrency; Netflix's Gradient): `g = tolerance ·
 //!   no_load / m`, clamped to `[1/2, 1]`, and `limit ← limit · g + ¾√limit`. Latency within
-//!   the tolerance keeps the limit growing by ¾ of its square root (the queue it may keep); latency
-//!   above it shrinks the limit in proportion, at most by half a round. With `c` servers, the
-//!   limit settles where `limit = tolerance · c + ¾√limit`: about `1.4 c` for `c = 10` at
-//!   the default tolerance, a mean latency of `1.4 s`.
+//!   the tolerance keeps the limit growing by ¾ of its square root (the queue it may keep);
+//!   latency above it shrinks the limit in proportion, at most by half a round. With `c`
+//!   servers, the limit settles where `limit = tolerance · c + ¾√limit`: about `1.4 c` for
+//!   `c = 10` at the default tolerance, a mean latency of `1.4 s`.
 //! - **Growth only under load**: a round whose in-flight count never reached half the limit
 //!   does not raise it (Netflix's rule): an idle origin's limit does not drift to the ceiling
 //!   and then let a burst through.
@@ -211,9 +211,9 @@ pub enum Outcome {
 }
 
 /// Whether the request being judged (`cost` units) for a promoted key of `counts` goes to a
-/// learner: the key has one already (`learning`), or its in-flight bound with this request reaches its
-/// promotion threshold (`ceiling.promote_at`) and it starts one. A key promoted for its rate
-/// whose in flight stays low is judged as usual, and reads no clock.
+/// learner: the key has one already (`learning`), or its in-flight bound with this request
+/// reaches its promotion threshold (`ceiling.promote_at`) and it starts one. A key promoted
+/// for its rate whose in flight stays low is judged as usual, and reads no clock.
 #[inline]
 pub(crate) fn starts(
     learning: bool,
@@ -405,7 +405,6 @@ impl Learner {
                 let known = self.no_load > 0.0 && mean <= config.tolerance * self.no_load;
                 let falling = mean < FALL * before;
                 if falling && !known && self.limit > floor {
-                    let saved = saved;
                     self.probe(config, mean, saved, steps + 1, 2.0);
                     return;
                 }

@@ -218,6 +218,7 @@ impl<K> LimiterBuilder<K> {
     /// assert_eq!(limiter.inflight_limit("origin"), Some(100));
     ///
     /// let no_ceiling = Limiter::<String>::builder()
+    ///     .max_rate(100, std::time::Duration::from_secs(1))
     ///     .adaptive_inflight(AdaptiveInflight::new())
     ///     .build();
     /// assert!(matches!(no_ceiling, Err(ConfigError::InvalidAdaptive(_))));

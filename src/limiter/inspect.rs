@@ -98,8 +98,9 @@ where
     }
 
     /// The in-flight limit `key` is judged by now: the one it learnt from its latency, for a
-    /// hot key under [`LimiterBuilder::adaptive_inflight`], else the default `max_inflight`
-    /// (`None` without one). A per-request limit ([`with_limits`](Self::with_limits)) is the
+    /// hot key under
+    /// [`LimiterBuilder::adaptive_inflight`](super::LimiterBuilder::adaptive_inflight), else
+    /// the default `max_inflight` (`None` without one). A per-request limit ([`with_limits`](Self::with_limits)) is the
     /// ceiling of a learnt one, and is not known here.
     ///
     /// # Examples
@@ -129,9 +130,9 @@ where
 
     /// The keys the exact stage is counting now — the origins near or over their limits —
     /// and those it stopped counting within the retention
-    /// ([`LimiterBuilder::heavy_hitters_retention`], a minute by default, so that a scrape
-    /// every 15 or 30 s still sees a flood that ended), with their counts now, most rejected
-    /// first.
+    /// ([`LimiterBuilder::heavy_hitters_retention`](super::LimiterBuilder::heavy_hitters_retention),
+    /// a minute by default, so that a scrape every 15 or 30 s still sees a flood that ended),
+    /// with their counts now, most rejected first.
     ///
     /// A key that left the stage is listed until the retention has passed or its place in
     /// the stage is taken by another key, with `left_ago` set. Its `rejected` counts the

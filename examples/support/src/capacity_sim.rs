@@ -190,8 +190,7 @@ impl Ord for InFlight {
 pub fn run(scenario: &Scenario, policy: Policy) -> Report {
     let clock = ManualClock::new();
     let limiter = policy.limiter(&clock);
-    let origins = scenario.healthy + 1;
-    let mut servers: Vec<Origin> = (0..origins)
+    let mut servers: Vec<Origin> = (0..=scenario.healthy)
         .map(|_| Origin {
             free_at: vec![0; scenario.servers],
         })
@@ -241,7 +240,7 @@ pub fn run(scenario: &Scenario, policy: Policy) -> Report {
             }
             drop(done.permit);
         }
-        for origin in 0..origins {
+        for (origin, servers) in servers.iter_mut().enumerate() {
             // Poisson arrivals, one draw per request a step could hold (a Bernoulli draw of the
             // step's probability, or several for rates over a request a millisecond).
             let mut arrivals = 0;
@@ -262,7 +261,7 @@ pub fn run(scenario: &Scenario, policy: Policy) -> Report {
                 match limiter.try_acquire_owned(&origin) {
                     Ok(permit) => {
                         let jitter = 0.8 + 0.4 * draws.next();
-                        let done = servers[origin].serve(now, (mean as f64 * jitter) as u64);
+                        let done = servers.serve(now, (mean as f64 * jitter) as u64);
                         if origin == 0 {
                             slow_inflight += 1;
                         }
