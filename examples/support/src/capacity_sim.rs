@@ -18,6 +18,8 @@ use std::time::Duration;
 use floodgate::clock::ManualClock;
 use floodgate::{AdaptiveInflight, Limiter, OwnedPermit};
 
+use crate::splitmix::SplitMix;
+
 const STEP_NS: u64 = 1_000_000;
 /// How long after the slowdown the figures "once settled" begin: the limiter finds the origin
 /// slow only once its in flight reaches the promotion threshold, with a queue that deep
@@ -147,20 +149,6 @@ impl Origin {
     }
 }
 
-/// A small seeded generator (SplitMix64): the run needs repeatable uniform draws and nothing
-/// else, and the support crate takes no random-number crate for them.
-struct Draws(u64);
-
-impl Draws {
-    fn next(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
 /// A request in flight: when it completes, when it arrived, its origin, its permit.
 struct InFlight {
     done: u64,
@@ -195,7 +183,7 @@ pub fn run(scenario: &Scenario, policy: Policy) -> Report {
             free_at: vec![0; scenario.servers],
         })
         .collect();
-    let mut draws = Draws(scenario.seed);
+    let mut draws = SplitMix(scenario.seed);
     let mut inflight: BinaryHeap<Reverse<InFlight>> = BinaryHeap::new();
     let nanos = |d: Duration| d.as_nanos() as u64;
     let (slow_from, slow_until) = (nanos(scenario.slow_from), nanos(scenario.slow_until));
@@ -246,7 +234,7 @@ pub fn run(scenario: &Scenario, policy: Policy) -> Report {
             let mut arrivals = 0;
             let mut p = per_step;
             while p > 0.0 {
-                if draws.next() < p.min(1.0) {
+                if draws.unit() < p.min(1.0) {
                     arrivals += 1;
                 }
                 p -= 1.0;
@@ -260,7 +248,7 @@ pub fn run(scenario: &Scenario, policy: Policy) -> Report {
                 };
                 match limiter.try_acquire_owned(&origin) {
                     Ok(permit) => {
-                        let jitter = 0.8 + 0.4 * draws.next();
+                        let jitter = 0.8 + 0.4 * draws.unit();
                         let done = servers.serve(now, (mean as f64 * jitter) as u64);
                         if origin == 0 {
                             slow_inflight += 1;

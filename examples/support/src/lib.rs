@@ -26,4 +26,5 @@ pub mod memory;
 pub mod origins;
 pub mod report;
 pub mod server;
+mod splitmix;
 pub mod tally;

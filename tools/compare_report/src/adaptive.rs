@@ -43,6 +43,23 @@ fn read(path: &Path) -> Result<Vec<Run>> {
         .collect()
 }
 
+/// The series' legend, in the upper right corner of `chart`.
+fn legend<'a, DB: DrawingBackend + 'a, X: Ranged, Y: Ranged>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 14))
+        .draw()?;
+    Ok(())
+}
+
 /// Draws `json` (the example's output) to `svg`.
 pub fn draw(json: &Path, svg: &Path) -> Result<()> {
     let runs = read(json)?;
@@ -85,13 +102,7 @@ pub fn draw(json: &Path, svg: &Path) -> Result<()> {
             .label(format!("{}: in flight", run.policy))
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.mix(0.4)));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 14))
-        .draw()?;
+    legend(&mut chart)?;
 
     let mut chart = ChartBuilder::on(&lower)
         .margin(15)
@@ -117,13 +128,7 @@ pub fn draw(json: &Path, svg: &Path) -> Result<()> {
             .label(run.policy.clone())
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2)));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 14))
-        .draw()?;
+    legend(&mut chart)?;
     root.present()?;
     Ok(())
 }
