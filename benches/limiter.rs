@@ -85,6 +85,9 @@
 //! `cargo bench --bench limiter` (the accuracy table first, then the timed groups);
 //! `LIMITER_ACCURACY=only` prints the table and times nothing, `LIMITER_ACCURACY=0` skips it.
 //! `LIMITER_SHADOW=1` builds floodgate's limiters in shadow mode, to time it on.
+//! `LIMITER_INFLIGHT=static` adds an in-flight limit of 100 to floodgate's limiters, and
+//! `LIMITER_INFLIGHT=adaptive` learns it under that ceiling: the two side by side time what
+//! learning costs when it is on.
 //! `LIMITER_COST=n` makes each of floodgate's simulated requests cost n units
 //! (`with_cost(n)`), against a limit and a peak rate n times as large: the same decisions,
 //! timed on the path of a request with a cost (a type of its own, so that the default
@@ -196,12 +199,21 @@ fn quota() -> Quota {
 }
 
 /// floodgate's limiter, in shadow mode with `LIMITER_SHADOW=1` (to time what shadow mode
-/// costs when on: every decision made, refusals admitted).
+/// costs when on: every decision made, refusals admitted), with an in-flight limit of 100 as
+/// well with `LIMITER_INFLIGHT=static`, learnt under that ceiling with
+/// `LIMITER_INFLIGHT=adaptive` (to time what learning costs when on, against `static`).
 fn floodgate_builder() -> floodgate::LimiterBuilder<u64> {
     let shadow = std::env::var("LIMITER_SHADOW").is_ok_and(|v| v == "1");
-    floodgate::Limiter::builder()
+    let builder = floodgate::Limiter::builder()
         .max_rate(LIMIT, INTERVAL)
-        .shadow(shadow)
+        .shadow(shadow);
+    match std::env::var("LIMITER_INFLIGHT").as_deref() {
+        Ok("static") => builder.max_inflight(100),
+        Ok("adaptive") => builder
+            .max_inflight(100)
+            .adaptive_inflight(floodgate::AdaptiveInflight::new()),
+        _ => builder,
+    }
 }
 
 /// A limiter on simulated time: the trace's two operations.

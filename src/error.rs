@@ -129,6 +129,11 @@ pub enum ConfigError {
     },
     /// A limit or threshold outside what is allowed; the message names it.
     InvalidLimit(&'static str),
+    /// An adaptive in-flight limit that cannot work
+    /// ([`LimiterBuilder::adaptive_inflight`](crate::LimiterBuilder::adaptive_inflight)): no
+    /// `max_inflight` to learn under, a floor of 0 or above it, a tolerance outside (1, 10],
+    /// or probes fewer than 4 rounds apart. The message says which.
+    InvalidAdaptive(&'static str),
     /// A client address prefix longer than the address
     /// (`floodgate::fields::client::ClientAddr`); the message names the family.
     InvalidClientPrefix(&'static str),
@@ -233,7 +238,7 @@ impl fmt::Display for ConfigError {
                 "a limiter holds at most {max} waiters (their room is allocated when it is \
                  built), got {asked}"
             ),
-            ConfigError::InvalidLimit(what) => f.write_str(what),
+            ConfigError::InvalidLimit(what) | ConfigError::InvalidAdaptive(what) => f.write_str(what),
             ConfigError::InvalidClientPrefix(what) => f.write_str(what),
             ConfigError::Fleet(what) => f.write_str(what),
         }

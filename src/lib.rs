@@ -15,7 +15,9 @@
 //!   [`LimiterBuilder`], with per-key [`Limits`] ([`WithLimits`]) that can change live;
 //!   [`Permit`] and [`OwnedPermit`] (borrowing and owning the limiter, as tokio's semaphore
 //!   permits), [`Acquire`] to wait for one, and [`Rejected`], [`Reason`], [`Estimate`],
-//!   [`HeavyHitter`] and [`LimiterStats`] for what it decided and why.
+//!   [`HeavyHitter`] and [`LimiterStats`] for what it decided and why;
+//!   [`AdaptiveInflight`] for in-flight limits that each hot origin learns from its latency,
+//!   and [`Outcome`] for what a permit's origin answered.
 //! - [`fields`]: what an HTTP front end says about a decision, with no feature and no HTTP
 //!   crate: the key of a request's host, `Retry-After`, and the `RateLimit-Policy` and
 //!   `RateLimit` values, the same as the tower layer's (for pingora or any other proxy).
@@ -97,8 +99,8 @@ pub use estimator::BlockedEstimator;
 pub use estimator::Estimator;
 pub use inflight::{Guard, Inflight};
 pub use limiter::{
-    Acquire, Estimate, HeavyHitter, Limiter, LimiterBuilder, LimiterStats, Limits, OwnedPermit,
-    Permit, Reason, Rejected, WithLimits,
+    Acquire, AdaptiveInflight, Estimate, HeavyHitter, Limiter, LimiterBuilder, LimiterStats,
+    Limits, Outcome, OwnedPermit, Permit, Reason, Rejected, WithLimits,
 };
 pub use rate::Rate;
 

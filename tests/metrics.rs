@@ -135,6 +135,35 @@ fn gauges_show_the_exact_stage_the_waiters_and_the_saturation() {
     });
 }
 
+/// Keys learning their in-flight limit, and those held below their ceiling: a key at its
+/// promotion threshold learns from there (4 of 8), below its ceiling.
+#[test]
+fn gauges_show_the_keys_learning_their_in_flight_limit() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        let clock = ManualClock::new();
+        let limiter: Limiter<String> = Limiter::builder()
+            .max_inflight(8)
+            .adaptive_inflight(floodgate::AdaptiveInflight::new())
+            .clock(&clock)
+            .build()
+            .unwrap();
+        let _slow: Vec<_> = (0..4)
+            .map(|_| limiter.try_acquire("slow").unwrap())
+            .collect();
+        let _quiet = limiter.try_acquire("quiet").unwrap();
+        clock.advance(Duration::from_secs(1));
+        let default = [("limiter", "default")];
+        let s = &snapshotter;
+        assert_eq!(value(s, "floodgate_learning_keys", &default), Some(1.0));
+        assert_eq!(
+            value(s, "floodgate_learning_keys_held", &default),
+            Some(1.0)
+        );
+    });
+}
+
 #[test]
 fn admissions_at_80_percent_of_a_limit_are_counted_near_it() {
     let recorder = DebuggingRecorder::new();

@@ -16,7 +16,7 @@ use super::LimitBody;
 use super::LimitService;
 use crate::fields::ratelimit::Policies;
 use crate::limiter::Receipt;
-use crate::{OwnedPermit, Rejected};
+use crate::{Outcome, OwnedPermit, Rejected};
 
 pin_project! {
     /// The response future of a [`LimitService`]: the inner service's future and the
@@ -139,8 +139,21 @@ where
                 shadow_key,
             } => {
                 let result = ready!(future.poll(cx));
-                // On an error the permit drops here: there is no body to hold it.
-                let admission = admission.take();
+                // On an error the permit drops here: there is no body to hold it. An error
+                // (a timeout layer's, a connection's) and a 5xx are the origin's overload, for
+                // a key learning its in-flight limit (`Permit::record`); an inner layer's
+                // refusal is not.
+                let mut admission = admission.take();
+                let overloaded = match &result {
+                    Ok(response) => {
+                        response.status().is_server_error()
+                            && response.extensions().get::<Rejected>().is_none()
+                    }
+                    Err(_) => true,
+                };
+                if let (true, Some(admission)) = (overloaded, admission.as_mut()) {
+                    admission.permit.record(Outcome::Overload);
+                }
                 let admitted = admitted.take();
                 Poll::Ready(result.map(|mut response| {
                     // Refused by an inner layer (another key, one decision): this key takes

@@ -9,6 +9,7 @@ use crate::estimator::{Blocked, KeyHasher};
 use crate::sync::{AtomicBool, Mutex};
 use crate::Rate;
 
+use super::adaptive::AdaptiveInflight;
 use super::exact::ExactStage;
 use super::fleet::FleetSetup;
 use super::limits::{HighestRatePromotion, Thresholds};
@@ -94,6 +95,8 @@ const SWEEP_PERIOD: Duration = Duration::from_secs(1);
 #[must_use = "a builder does nothing until build() is called"]
 pub struct LimiterBuilder<K> {
     max_inflight: Option<u32>,
+    /// How hot keys learn their in-flight limit (`None`: they do not).
+    adaptive: Option<AdaptiveInflight>,
     max_rate: Option<(u32, Duration)>,
     promotion: f64,
     shadow: bool,
@@ -133,6 +136,7 @@ impl<K> std::fmt::Debug for LimiterBuilder<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LimiterBuilder")
             .field("max_inflight", &self.max_inflight)
+            .field("adaptive", &self.adaptive)
             .field("max_rate", &self.max_rate)
             .field("promotion", &self.promotion)
             .field("exact_capacity", &self.exact_capacity)
@@ -147,6 +151,7 @@ impl<K> LimiterBuilder<K> {
     pub(super) fn new() -> Self {
         LimiterBuilder {
             max_inflight: None,
+            adaptive: None,
             max_rate: None,
             promotion: DEFAULT_PROMOTION,
             shadow: false,
@@ -178,6 +183,48 @@ impl<K> LimiterBuilder<K> {
     /// ```
     pub fn max_inflight(mut self, limit: u32) -> Self {
         self.max_inflight = Some(limit);
+        self
+    }
+
+    /// Learns the in-flight limit of each hot origin from its latency, with `max_inflight`
+    /// as the ceiling: an origin whose latency rises with its concurrency (it queues) is held
+    /// near what it can serve, and gets its room back when its latency does. Keys whose in
+    /// flight stays below the promotion threshold are judged by `max_inflight` as without it
+    /// and pay nothing for it; the state of the keys that learn lives in the exact stage's
+    /// places (fixed memory), and the clock is read at their admissions and completions
+    /// only. [`AdaptiveInflight`] says how, and the algorithm.
+    ///
+    /// Completions come from the permits: the time from admission to drop, and what
+    /// [`Permit::record`](super::Permit::record) says of the origin's answer. The learnt
+    /// limit of each key is in [`HeavyHitter::inflight_limit`](super::HeavyHitter::inflight_limit)
+    /// and [`Limiter::inflight_limit`](super::Limiter::inflight_limit).
+    ///
+    /// # Errors
+    ///
+    /// `build` refuses it without `max_inflight`, with a floor of 0 or above `max_inflight`,
+    /// a tolerance outside (1, 10], or probes fewer than 4 rounds apart
+    /// ([`ConfigError::InvalidAdaptive`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use floodgate::{AdaptiveInflight, ConfigError, Limiter};
+    ///
+    /// let limiter: Limiter<String> = Limiter::builder()
+    ///     .max_inflight(100)
+    ///     .adaptive_inflight(AdaptiveInflight::new())
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(limiter.inflight_limit("origin"), Some(100));
+    ///
+    /// let no_ceiling = Limiter::<String>::builder()
+    ///     .max_rate(100, std::time::Duration::from_secs(1))
+    ///     .adaptive_inflight(AdaptiveInflight::new())
+    ///     .build();
+    /// assert!(matches!(no_ceiling, Err(ConfigError::InvalidAdaptive(_))));
+    /// ```
+    pub fn adaptive_inflight(mut self, adaptive: AdaptiveInflight) -> Self {
+        self.adaptive = Some(adaptive);
         self
     }
 
@@ -528,6 +575,9 @@ impl<K> LimiterBuilder<K> {
                 "the peak rate must be at least 1 request per second",
             ));
         }
+        if let Some(adaptive) = &self.adaptive {
+            adaptive.check(self.max_inflight)?;
+        }
         let peak = self.peak_rate as f64;
         let limits = Limits::new().shadow(self.shadow);
         let limits = match self.max_inflight {
@@ -618,6 +668,7 @@ impl<K> LimiterBuilder<K> {
                 sketches,
                 defaults: AtomicCell::new(defaults),
                 promotion: self.promotion,
+                adaptive: self.adaptive,
                 shadow: AtomicBool::new(self.shadow),
                 setting: Mutex::new(()),
                 highest_rate_promotion: HighestRatePromotion::new(&defaults),

@@ -190,6 +190,18 @@ pub(crate) struct RateThreshold {
     pub(crate) fleet: FleetRate,
 }
 
+impl Thresholds {
+    /// `t` with its in-flight limit replaced by `limit` (a learnt one, at most `t`'s), its
+    /// promotion threshold kept.
+    pub(crate) fn with_inflight_limit(t: &Thresholds, limit: isize) -> Thresholds {
+        let mut judged = *t;
+        if let Some(inflight) = judged.inflight.as_mut() {
+            inflight.limit = limit.min(inflight.limit);
+        }
+        judged
+    }
+}
+
 impl RateThreshold {
     /// How long the over-limit cache may hold a refusal whose `retry_after` is `retry`.
     #[inline]

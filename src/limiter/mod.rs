@@ -47,10 +47,12 @@
 //! count at or below the limit. The exact stage decides under its set's lock. The
 //! promotion handshake is described in the `exact` module.
 
+mod adaptive;
 mod builder;
 mod decision;
 mod exact;
 mod fleet;
+mod inspect;
 mod limits;
 mod overlimit;
 mod path;
@@ -78,6 +80,7 @@ pub(crate) use permit::Receipt;
 use permit::Ticket;
 use sketches::Sketches;
 
+pub use adaptive::{AdaptiveInflight, Outcome};
 pub use builder::LimiterBuilder;
 pub use limits::Limits;
 pub use permit::{OwnedPermit, Permit};
@@ -107,6 +110,7 @@ const SATURATED_AT: f64 = 0.5;
 /// | `floodgate_near_limit_total` | counter | admitted requests of promoted keys whose count reached 80% of a limit (with the default promotion at half the limit, every key that gets there is promoted) |
 /// | `floodgate_exact_keys`, `floodgate_exact_capacity` | gauges | keys the exact stage holds, and can hold |
 /// | `floodgate_waiting` | gauge | requests waiting for a permit |
+/// | `floodgate_learning_keys`, `floodgate_learning_keys_held` | gauges | with [`LimiterBuilder::adaptive_inflight`]: keys whose in-flight limit is learnt from their latency, and of them those held below their `max_inflight` (slow origins); each key's learnt limit is in [`Limiter::heavy_hitters`], not in a series per key, whose label values would grow without bound |
 /// | `floodgate_saturation` | gauge | label `kind` = `rate` or `inflight`: a sketch's noise against its promotion threshold; at 0.5 ([`LimiterStats::saturated`]) keys far under their limits start to look hot: size for a higher peak rate |
 /// | `floodgate_fleet_connected`, `floodgate_fleet_nodes`, `floodgate_fleet_last_sync_age_seconds` | gauges | in a fleet: whether Redis answers, the nodes it counts, the time since the last sync |
 ///
@@ -163,6 +167,9 @@ struct Shared<K> {
     /// Serialises `set_limits`: its two stores (the flag and the thresholds) must not
     /// interleave with another's, or the last thresholds could be left with the other's flag.
     setting: Mutex<()>,
+    /// How each hot key's in-flight limit is learnt from its latency
+    /// ([`LimiterBuilder::adaptive_inflight`]; `None`: the configured limit, always).
+    adaptive: Option<AdaptiveInflight>,
     /// The highest rate promotion threshold any decision was judged against so far.
     highest_rate_promotion: HighestRatePromotion,
     /// The decisions counted for the operator's metrics (feature `metrics`; nothing without).
@@ -182,50 +189,6 @@ struct Shared<K> {
     /// Keeps the sweep alive for as long as the limiter: the clock holds only a weak
     /// reference to it.
     _sweeper: Arc<Sweeper<K>>,
-}
-
-impl<K> Shared<K> {
-    /// See [`Limiter::stats`].
-    fn stats(&self) -> LimiterStats {
-        let s = self;
-        let defaults = s.defaults.load();
-        let rate_noise = s.sketches.rate.as_ref().map(crate::Rate::noise);
-        let rate_promote_at = defaults.rate.map(|t| t.promote_at);
-        let inflight_noise = s.sketches.inflight.as_ref().map(|c| c.mean_count());
-        let inflight_promote_at = defaults.inflight.map(|t| t.promote_at as f64);
-        let over = |noise: Option<f64>, at: Option<f64>| match (noise, at) {
-            (Some(noise), Some(at)) => noise >= SATURATED_AT * at,
-            _ => false,
-        };
-        LimiterStats {
-            promoted: s.exact.len(),
-            exact_capacity: s.exact.capacity(),
-            promotions: s.exact.promotions(),
-            replaced: s.exact.replaced(),
-            exact_full: s.exact.decided_alone(),
-            rate_noise,
-            rate_promote_at,
-            inflight_noise,
-            inflight_promote_at,
-            saturated: over(rate_noise, rate_promote_at)
-                || over(inflight_noise, inflight_promote_at),
-            waiting: s.waiters.len(),
-        }
-    }
-
-    /// What the metrics' gauges show now (feature `metrics`).
-    fn gauges(&self) -> tally::Gauges {
-        let stats = self.stats();
-        let saturation = |noise: Option<f64>, at: Option<f64>| Some(noise? / at?);
-        tally::Gauges {
-            exact_keys: stats.promoted,
-            exact_capacity: stats.exact_capacity,
-            waiting: stats.waiting,
-            rate_saturation: saturation(stats.rate_noise, stats.rate_promote_at),
-            inflight_saturation: saturation(stats.inflight_noise, stats.inflight_promote_at),
-            fleet: self.fleet.gauges(),
-        }
-    }
 }
 
 /// The limiter's periodic work on its clock's thread: the exact stage's sweep, clearing the
@@ -576,149 +539,6 @@ where
             .rate
             .as_ref()
             .map(crate::Rate::interval)
-    }
-
-    /// The key's counts as the limiter judges them now, without counting a request: the
-    /// sketch estimates, lowered to the exact stage's bounds if the key is promoted.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let limiter: floodgate::Limiter<String> =
-    ///     floodgate::Limiter::builder().max_inflight(10).build().unwrap();
-    /// let _permit = limiter.try_acquire("origin").unwrap();
-    /// assert_eq!(limiter.estimate("origin").inflight, Some(1));
-    /// assert_eq!(limiter.estimate("origin").rate, None, "no rate limit configured");
-    /// ```
-    pub fn estimate<Q>(&self, key: &Q) -> Estimate
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        let s = &*self.shared;
-        let hash = s.sketches.hash(key);
-        s.exact.with_counts(key, hash, |counts| {
-            decision::estimate(&s.sketches.reread(hash), counts)
-        })
-    }
-
-    /// The keys the exact stage is counting now — the origins near or over their limits —
-    /// and those it stopped counting within the retention
-    /// ([`LimiterBuilder::heavy_hitters_retention`], a minute by default, so that a scrape
-    /// every 15 or 30 s still sees a flood that ended), with their counts now, most rejected
-    /// first.
-    ///
-    /// A key that left the stage is listed until the retention has passed or its place in
-    /// the stage is taken by another key, with `left_ago` set. Its `rejected` counts the
-    /// refusals the exact stage decided while it held the key; a flooded key's repeats
-    /// answered from the over-limit cache are counted only in the metrics
-    /// (`floodgate_requests_total`, feature `metrics`).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let limiter: floodgate::Limiter<String> =
-    ///     floodgate::Limiter::builder().max_inflight(4).build().unwrap();
-    /// let permits: Vec<_> = (0..6).filter_map(|_| limiter.try_acquire("busy").ok()).collect();
-    /// assert_eq!(permits.len(), 4);
-    /// let hitters = limiter.heavy_hitters();
-    /// assert_eq!(hitters.len(), 1);
-    /// assert_eq!(hitters[0].key, "busy");
-    /// assert_eq!(hitters[0].inflight, Some(4));
-    /// assert_eq!(hitters[0].rejected, 2);
-    /// ```
-    pub fn heavy_hitters(&self) -> Vec<HeavyHitter<K>>
-    where
-        K: Clone,
-    {
-        let s = &*self.shared;
-        let mut hitters = Vec::new();
-        let mut held = std::collections::HashSet::new();
-        s.exact.for_each(|entry| {
-            let now = s.sketches.reread(entry.hash);
-            let estimate = decision::estimate(&now, Some(&entry.counts));
-            held.insert(entry.hash);
-            hitters.push(HeavyHitter {
-                key: entry.key.clone(),
-                inflight: estimate.inflight,
-                rate: estimate.rate,
-                rejected: entry.rejected,
-                left_ago: None,
-            });
-        });
-        // A key that left twice (from two places of its set) is listed once, as it last
-        // left; one promoted again since, once, as held.
-        let now = s.now();
-        let mut left = std::collections::HashMap::new();
-        s.exact.for_each_departed(|departed| {
-            let ago = now.saturating_sub(departed.at);
-            if ago > s.retention || held.contains(&departed.hash) {
-                return;
-            }
-            let latest = left
-                .entry(departed.hash)
-                .or_insert((ago, departed.rejected, None));
-            if latest.2.is_none() || ago < latest.0 {
-                *latest = (ago, departed.rejected, Some(departed.key.clone()));
-            }
-        });
-        for (hash, (ago, rejected, key)) in left {
-            let Some(key) = key else { continue };
-            let estimate = decision::estimate(&s.sketches.reread(hash), None);
-            hitters.push(HeavyHitter {
-                key,
-                inflight: estimate.inflight,
-                rate: estimate.rate,
-                rejected,
-                left_ago: Some(Duration::from_nanos(ago)),
-            });
-        }
-        hitters.sort_by_key(|h| std::cmp::Reverse(h.rejected));
-        hitters
-    }
-
-    /// Counters about the decisions so far.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let limiter: floodgate::Limiter<String> =
-    ///     floodgate::Limiter::builder().max_inflight(4).build().unwrap();
-    /// let _permits: Vec<_> = (0..4).map(|_| limiter.try_acquire("busy").unwrap()).collect();
-    /// let stats = limiter.stats();
-    /// assert_eq!((stats.promoted, stats.promotions, stats.exact_full), (1, 1, 0));
-    /// ```
-    pub fn stats(&self) -> LimiterStats {
-        self.shared.stats()
-    }
-
-    /// Locks of the exact stage taken so far: lets the tests check that a path takes none.
-    #[cfg(feature = "fault-injection")]
-    #[doc(hidden)]
-    pub fn exact_locks_taken(&self) -> u64 {
-        self.shared.exact.locks_taken()
-    }
-
-    /// Bytes this limiter occupies, allocated at construction: the sketches and the exact
-    /// stage at full capacity (not counting heap data the keys themselves own). It does not
-    /// grow with the number of distinct keys.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let limiter: floodgate::Limiter<u64> =
-    ///     floodgate::Limiter::builder().max_inflight(4).build().unwrap();
-    /// let before = limiter.memory_bytes();
-    /// let _permits: Vec<_> = (0..1000u64).map(|k| limiter.try_acquire(&k).unwrap()).collect();
-    /// assert_eq!(limiter.memory_bytes(), before);
-    /// ```
-    pub fn memory_bytes(&self) -> usize {
-        let s = &*self.shared;
-        std::mem::size_of::<Shared<K>>()
-            + s.sketches.memory_bytes()
-            + s.exact.memory_bytes()
-            + s.over_limit.memory_bytes()
-            + s.waiters.memory_bytes()
     }
 }
 

@@ -4,6 +4,7 @@
 use std::borrow::Borrow;
 use std::hash::Hash;
 
+use super::adaptive::{self, Learner, Outcome};
 use super::decision::{self, Refusal};
 use super::exact::{spread, Entry, Place};
 use super::limits::Thresholds;
@@ -11,7 +12,7 @@ use super::overlimit::{cost_mix, OverLimit};
 use super::permit::{self, Held, Receipt, Ticket};
 use super::sketches::{Reread, Sketched};
 use super::tally::{Tally, NEAR_LIMIT};
-use super::{Rejected, Shared};
+use super::{Reason, Rejected, Shared};
 
 impl<K> Shared<K>
 where
@@ -200,7 +201,7 @@ where
                             inflight: self.sketches.inflight_now(s.hash),
                             window: s.window,
                         };
-                        decision::is_cool(&e.counts, &own, s.cost, t)
+                        decision::is_cool(&e.counts, &own, s.cost, t) && self.exact.may_leave(e)
                     });
                 if cool {
                     held.demote();
@@ -233,12 +234,33 @@ where
         let Some(entry) = held.decided_under(t) else {
             return decision::alone(s, t).map(|()| None); // unreachable: a held place has its entry
         };
+        // A key learning its in-flight limit is judged by the learnt one, and its admissions
+        // timed; the clock is read for those keys alone.
+        let learnt = self
+            .adaptive
+            .as_ref()
+            .zip(t.inflight)
+            .and_then(|(config, ceiling)| {
+                let at = adaptive::starts(entry.learner.is_some(), &entry.counts, s.cost, &ceiling)
+                    .then(|| self.time.precise())?;
+                let inflight = entry.counts.inflight.bound().saturating_add(s.cost);
+                let learner = entry.learner.get_or_insert_with(|| {
+                    Box::new(Learner::start(inflight.min(ceiling.limit), at))
+                });
+                let limit = learner.limit(config, ceiling.limit);
+                Some((at, Thresholds::with_inflight_limit(t, limit)))
+            });
+        let judged = learnt.as_ref().map_or(t, |(_, judged)| judged);
+        let tracked = entry.counts.inflight.tracked;
         let now = self.sketches.recount(s);
         let near = Tally::ON.then_some(NEAR_LIMIT);
-        match decision::exact(&mut entry.counts, s, &now, t, near) {
+        match decision::exact(&mut entry.counts, s, &now, judged, near) {
             Ok(admitted) => {
                 if admitted.near {
                     self.tally.near();
+                }
+                if let (Some(learner), Some((at, _))) = (entry.learner.as_deref_mut(), learnt) {
+                    learner.admitted(at, tracked, s.cost as u32);
                 }
                 if entry.over_until != 0 {
                     // A request of another cost fitted while the cache may hold a deadline for
@@ -254,6 +276,11 @@ where
                 }))
             }
             Err(refusal) => {
+                if let (Some(learner), Reason::Inflight) =
+                    (entry.learner.as_deref_mut(), refusal.rejected.reason)
+                {
+                    learner.refused();
+                }
                 entry.rejected += 1;
                 entry.over_until = refusal.over_until.unwrap_or(0);
                 Err(refusal)
@@ -287,12 +314,22 @@ impl<K> Shared<K> {
     fn release_inflight(&self, ticket: &Ticket) {
         let hash = ticket.hash;
         let units = match ticket.held {
-            Held::Exact { generation, cost } => {
+            Held::Exact {
+                generation,
+                cost,
+                overload,
+            } => {
+                let outcome = if overload {
+                    Outcome::Overload
+                } else {
+                    Outcome::Success
+                };
                 self.exact.release(
                     hash,
                     generation,
                     cost,
                     || self.sketches.release(hash, cost),
+                    |entry, tracked| self.completed(entry, tracked, cost, outcome),
                     |entry| self.is_cool(entry),
                     || self.now(),
                 );
@@ -316,7 +353,13 @@ impl<K> Shared<K> {
     /// decide is below its promotion threshold. The in-flight units come back when the permit
     /// drops.
     pub(super) fn refund(&self, ticket: &Ticket, receipt: Receipt) {
-        if let (Held::Exact { generation, cost }, Some(bucket)) = (&ticket.held, receipt.window) {
+        if let (
+            Held::Exact {
+                generation, cost, ..
+            },
+            Some(bucket),
+        ) = (&ticket.held, receipt.window)
+        {
             let units = *cost as isize;
             self.exact.update(ticket.hash, *generation, |entry| {
                 entry.counts.rate.uncount(bucket, units);
@@ -324,10 +367,28 @@ impl<K> Shared<K> {
         }
     }
 
+    /// Tells a key learning its in-flight limit that `cost` units completed with `outcome`,
+    /// `tracked` in flight before they were given back (under its set's lock).
+    fn completed(&self, entry: &mut Entry<K>, tracked: isize, cost: u32, outcome: Outcome) {
+        let (Some(config), Some(learner)) = (&self.adaptive, entry.learner.as_deref_mut()) else {
+            return;
+        };
+        // Its ceiling: the in-flight limit of the last request it was judged under.
+        let Some(ceiling) = entry.thresholds.inflight else {
+            return;
+        };
+        let bound = entry.counts.inflight.bound();
+        let at = self.time.precise();
+        if learner.completed(config, &ceiling, at, tracked, bound, cost, outcome) {
+            // Well below its threshold for a round: judged as any key again.
+            entry.learner = None;
+        }
+    }
+
     /// Whether a promoted entry has cooled down, by the sketches now and its last thresholds.
     fn is_cool(&self, entry: &Entry<K>) -> bool {
         let now = self.sketches.reread(entry.hash);
-        decision::is_cool(&entry.counts, &now, 0, &entry.thresholds)
+        decision::is_cool(&entry.counts, &now, 0, &entry.thresholds) && self.exact.may_leave(entry)
     }
 
     /// The time now: on the rate windows' clock, or without a rate the limiter's coarse time

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::{Rejected, Shared};
+use super::{Outcome, Rejected, Shared};
 
 /// What a permit gives back: the key's hash, and where its in-flight slot is counted.
 pub(super) struct Ticket {
@@ -25,8 +25,14 @@ pub(super) enum Held {
     /// In the sketch.
     Sketch { cost: u32 },
     /// In the exact stage, by the entry of this generation (which counted its rate units too,
-    /// if the limiter counts a rate).
-    Exact { generation: u64, cost: u32 },
+    /// if the limiter counts a rate); `overload`: the request's outcome was recorded as an
+    /// overload of its origin ([`Outcome::Overload`]), for a learnt in-flight limit. In the
+    /// room the tag leaves too.
+    Exact {
+        generation: u64,
+        cost: u32,
+        overload: bool,
+    },
     /// Nowhere: a request its limits refuse, admitted in shadow, counted as the refusal it
     /// stands for. Boxed, so that a ticket stays as small as an admission's.
     Shadow(Box<Rejected>),
@@ -57,7 +63,11 @@ impl Held {
     #[inline]
     pub(super) fn of(generation: Option<u64>, cost: u32) -> Self {
         match generation {
-            Some(generation) => Held::Exact { generation, cost },
+            Some(generation) => Held::Exact {
+                generation,
+                cost,
+                overload: false,
+            },
             None => Held::Sketch { cost },
         }
     }
@@ -95,6 +105,14 @@ impl Ticket {
     fn exact(&self) -> bool {
         matches!(self.held, Held::Exact { .. })
     }
+
+    /// Records what its origin answered: only an exact-stage slot, whose key may be learning
+    /// its in-flight limit, keeps it.
+    fn record(&mut self, outcome: Outcome) {
+        if let Held::Exact { overload, .. } = &mut self.held {
+            *overload = outcome == Outcome::Overload;
+        }
+    }
 }
 
 /// An admitted request: holds its key's in-flight slot (its cost's units, for a request with
@@ -109,6 +127,32 @@ pub struct Permit<'a, K> {
 }
 
 impl<K> Permit<'_, K> {
+    /// Records what the origin answered this request, for an adaptive in-flight limit
+    /// ([`LimiterBuilder::adaptive_inflight`](super::LimiterBuilder::adaptive_inflight)): an
+    /// [`Outcome::Overload`] (a 5xx, a timeout) backs the key's learnt limit off when the
+    /// permit drops. A permit dropped without one is a success, its time from admission to
+    /// drop the request's latency. Without adaptive limits, or for a key whose limit is not
+    /// learnt, it changes nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use floodgate::{AdaptiveInflight, Limiter, Outcome};
+    ///
+    /// let limiter: Limiter<String> = Limiter::builder()
+    ///     .max_inflight(100)
+    ///     .adaptive_inflight(AdaptiveInflight::new())
+    ///     .build()
+    ///     .unwrap();
+    /// let mut permit = limiter.try_acquire("origin").unwrap();
+    /// // ... the origin answered 503:
+    /// permit.record(Outcome::Overload);
+    /// drop(permit);
+    /// ```
+    pub fn record(&mut self, outcome: Outcome) {
+        self.ticket.record(outcome);
+    }
+
     /// For a request admitted in shadow ([`Limits::shadow`](super::Limits::shadow),
     /// [`LimiterBuilder::shadow`](super::LimiterBuilder::shadow)), the rejection it would have
     /// had; `None` for a request its limits admit.
@@ -171,6 +215,11 @@ impl<K> OwnedPermit<K> {
     /// As [`Permit::shadow_rejection`].
     pub fn shadow_rejection(&self) -> Option<&Rejected> {
         self.ticket.shadow_rejection()
+    }
+
+    /// As [`Permit::record`].
+    pub fn record(&mut self, outcome: Outcome) {
+        self.ticket.record(outcome);
     }
 }
 

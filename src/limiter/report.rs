@@ -223,6 +223,10 @@ pub struct HeavyHitter<K> {
     /// rejections are not counted per key (that is what keeps a flood cheap); the metrics'
     /// `floodgate_requests_total` counts them all.
     pub rejected: u64,
+    /// The in-flight limit it is judged by now, where it is learnt from its latency
+    /// ([`LimiterBuilder::adaptive_inflight`](super::LimiterBuilder::adaptive_inflight));
+    /// `None` where it is the configured one.
+    pub inflight_limit: Option<u32>,
     /// `None` while the exact stage holds the key; how long ago it left, for a key it
     /// stopped counting within the retention
     /// ([`LimiterBuilder::heavy_hitters_retention`](super::LimiterBuilder::heavy_hitters_retention)).

@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 use async_trait::async_trait;
 use bytes::Bytes;
 use floodgate::fields::{host::request_host_key, ratelimit::Policies, retry::retry_after_secs};
-use floodgate::{Limiter, OwnedPermit, Rejected};
+use floodgate::{Limiter, Outcome, OwnedPermit, Rejected};
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::{HttpPeer, Result};
 use pingora::proxy::{ProxyHttp, Session};
@@ -75,6 +75,40 @@ impl ProxyHttp for LimitedProxy {
         _ctx: &mut RequestCtx,
     ) -> Result<Box<HttpPeer>> {
         Ok(Box::new(HttpPeer::new(self.upstream, false, String::new())))
+    }
+
+    /// The request is over: what the origin answered goes on the permit before the context
+    /// drops it, for a host whose in-flight limit is learnt from its latency
+    /// (`LimiterBuilder::adaptive_inflight`), as the tower layer does.
+    async fn logging(
+        &self,
+        session: &mut Session,
+        e: Option<&pingora::Error>,
+        ctx: &mut RequestCtx,
+    ) {
+        if let Some(permit) = ctx.permit.as_mut() {
+            let status = session.response_written().map(|r| r.status.as_u16());
+            permit.record(origin_outcome(e.is_some(), status));
+        }
+    }
+}
+
+/// What a proxied request says of its origin: an error (a timeout, a refused connection) or a
+/// 5xx is its overload; anything else, a success whose latency counts.
+///
+/// ```
+/// use floodgate::Outcome;
+/// use floodgate_pingora_proxy::origin_outcome;
+///
+/// assert_eq!(origin_outcome(false, Some(200)), Outcome::Success);
+/// assert_eq!(origin_outcome(false, Some(503)), Outcome::Overload);
+/// assert_eq!(origin_outcome(true, None), Outcome::Overload);
+/// ```
+pub fn origin_outcome(error: bool, status: Option<u16>) -> Outcome {
+    if error || status.is_some_and(|s| (500..600).contains(&s)) {
+        Outcome::Overload
+    } else {
+        Outcome::Success
     }
 }
 

@@ -13,17 +13,20 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use floodgate::Limiter;
+use floodgate::{AdaptiveInflight, Limiter};
 use floodgate_pingora_proxy::LimitedProxy;
 use pingora::prelude::Server;
 use pingora::proxy::http_proxy_service;
 
 const USAGE: &str = "usage: floodgate-pingora-proxy [--listen ADDR] [--upstream ADDR] \
-[--max-inflight N] [--max-rate N]
+[--max-inflight N] [--max-rate N] [--adaptive-inflight on|off]
   --listen ADDR       where the proxy accepts HTTP (env FLOODGATE_LISTEN, default 127.0.0.1:6188)
   --upstream ADDR     the origin it forwards to (env FLOODGATE_UPSTREAM, default 127.0.0.1:8080)
   --max-inflight N    requests in flight per host (env FLOODGATE_MAX_INFLIGHT, default 100)
-  --max-rate N        requests per second per host (env FLOODGATE_MAX_RATE, default 1000)";
+  --max-rate N        requests per second per host (env FLOODGATE_MAX_RATE, default 1000)
+  --adaptive-inflight on|off
+                      each hot host learns its in-flight limit from its latency, under
+                      --max-inflight (env FLOODGATE_ADAPTIVE_INFLIGHT, default off)";
 
 #[derive(Debug, PartialEq)]
 struct Config {
@@ -31,6 +34,7 @@ struct Config {
     upstream: SocketAddr,
     max_inflight: u32,
     max_rate: u32,
+    adaptive_inflight: bool,
 }
 
 impl Config {
@@ -46,7 +50,14 @@ impl Config {
                 Some((name, value)) => (name.to_string(), Some(value.to_string())),
                 None => (flag, None),
             };
-            if !["--listen", "--upstream", "--max-inflight", "--max-rate"].contains(&&*name) {
+            let known = [
+                "--listen",
+                "--upstream",
+                "--max-inflight",
+                "--max-rate",
+                "--adaptive-inflight",
+            ];
+            if !known.contains(&&*name) {
                 return Err(format!("unknown argument {name:?}"));
             }
             let value = match inline.or_else(|| args.next()) {
@@ -84,6 +95,15 @@ impl Config {
             upstream: address("--upstream", "FLOODGATE_UPSTREAM", "127.0.0.1:8080")?,
             max_inflight: limit("--max-inflight", "FLOODGATE_MAX_INFLIGHT", "100")?,
             max_rate: limit("--max-rate", "FLOODGATE_MAX_RATE", "1000")?,
+            adaptive_inflight: match &*setting(
+                "--adaptive-inflight",
+                "FLOODGATE_ADAPTIVE_INFLIGHT",
+                "off",
+            ) {
+                "on" => true,
+                "off" => false,
+                other => return Err(format!("--adaptive-inflight {other:?} is not on or off")),
+            },
         })
     }
 }
@@ -101,11 +121,16 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let limiter = match Limiter::<String>::builder()
+    let builder = Limiter::<String>::builder()
         .max_inflight(config.max_inflight)
-        .max_rate(config.max_rate, Duration::from_secs(1))
-        .build()
-    {
+        .max_rate(config.max_rate, Duration::from_secs(1));
+    // Each hot host learns its in-flight limit from its latency, under --max-inflight.
+    let builder = if config.adaptive_inflight {
+        builder.adaptive_inflight(AdaptiveInflight::new())
+    } else {
+        builder
+    };
+    let limiter = match builder.build() {
         Ok(limiter) => limiter,
         Err(e) => {
             eprintln!("cannot build the limiter: {e}");
@@ -157,6 +182,17 @@ mod tests {
         assert_eq!(config.listen, "127.0.0.1:6188".parse().unwrap());
         assert_eq!(config.upstream, "127.0.0.1:8080".parse().unwrap());
         assert_eq!((config.max_inflight, config.max_rate), (100, 1000));
+        assert!(!config.adaptive_inflight);
+    }
+
+    #[test]
+    fn adaptive_inflight_is_on_or_off() {
+        let on = parse(&["--adaptive-inflight", "on"], &[]).unwrap();
+        assert!(on.adaptive_inflight);
+        let env = [("FLOODGATE_ADAPTIVE_INFLIGHT", "on")];
+        assert!(parse(&[], &env).unwrap().adaptive_inflight);
+        let err = parse(&["--adaptive-inflight=yes"], &[]).unwrap_err();
+        assert!(err.contains("not on or off"), "{err}");
     }
 
     #[test]

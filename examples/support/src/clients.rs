@@ -22,6 +22,7 @@ use crate::origins::{
     healthy_host, rotating_host, Class, FLOODED_HOST, HEALTHY_ORIGINS, SLOW_HOST,
 };
 use crate::report::{kib, thousands};
+use crate::splitmix::SplitMix;
 use crate::tally::Stats;
 
 const SLOW_BACKOFF: Duration = Duration::from_millis(50);
@@ -43,23 +44,6 @@ static INVENTED: AtomicU64 = AtomicU64::new(0);
 /// Hosts the rotating attacker has invented so far.
 pub fn invented_hosts() -> u64 {
     INVENTED.load(Relaxed)
-}
-
-/// A small, fast PRNG (SplitMix64) for picking origins; one per client task.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (((self.next() >> 32) * n as u64) >> 32) as usize
-    }
 }
 
 type HttpClient = Client<HttpConnector, Empty<Bytes>>;

@@ -9,6 +9,8 @@
 //! - [`report`]: the report's tables and number formats.
 //! - [`fleet`]: the fleet example's redis-server, load, counts per node and second, and report.
 //! - [`accuracy`]: the exact models the accuracy example holds each decision procedure to.
+//! - [`capacity_sim`]: origins of a fixed capacity, one slowing down, behind adaptive or
+//!   static in-flight limits in simulated time (the adaptive limit's test, bench and figure).
 //!
 //! Used by the examples demo, fleet and accuracy (a dev-dependency of floodgate) and by the
 //! soak server (tools/soak), so that the demo and the soak server measure the same server.
@@ -17,10 +19,12 @@
 //! library does not choose one for them.
 
 pub mod accuracy;
+pub mod capacity_sim;
 pub mod clients;
 pub mod fleet;
 pub mod memory;
 pub mod origins;
 pub mod report;
 pub mod server;
+mod splitmix;
 pub mod tally;

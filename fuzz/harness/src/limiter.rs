@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use arbitrary::Arbitrary;
-use floodgate::{Limiter, Limits as KeyLimits, Reason, Rejected};
+use floodgate::{AdaptiveInflight, Limiter, Limits as KeyLimits, Outcome, Reason, Rejected};
 
 use super::time::{Advance, Time};
 use super::{bounded, key, slack, TICK_NANOS};
@@ -59,7 +59,8 @@ pub enum LimiterOp {
         key: u8,
         n: u8,
     },
-    /// Drops the held permit `pick % held`.
+    /// Drops the held permit `pick % held`, its origin's answer recorded as an overload when
+    /// the top bit of `pick` is set (a limiter learning its in-flight limits backs off).
     Drop {
         pick: u16,
     },
@@ -125,6 +126,9 @@ pub struct Settings {
     pub columns: usize,
     pub keys: usize,
     pub offset: u64,
+    /// Whether hot keys learn their in-flight limit (`adaptive_inflight`, floor 1), under the
+    /// configured one: then an in-flight refusal may come under a lower limit than the model's.
+    pub adaptive: bool,
 }
 
 impl LimiterConfig {
@@ -152,6 +156,7 @@ impl LimiterConfig {
             },
             keys: 1 + usize::from(self.keys % 24),
             offset: u64::from(self.offset) % (4 * TICK_NANOS),
+            adaptive: self.offset >= 1 << 31,
         }
     }
 }
@@ -186,7 +191,12 @@ impl Settings {
     /// re-promoted key may carry rejected requests in a window the exact stage did not see,
     /// since the rate sketch counts offered load; that may reject more, which is allowed.)
     fn lone(&self) -> bool {
-        self.keys == 1 && (self.max_inflight.is_none() || self.max_rate.is_none())
+        self.keys == 1 && (self.max_inflight.is_none() || self.max_rate.is_none()) && !self.learns()
+    }
+
+    /// Whether in-flight limits are learnt (a limit below the configured one is allowed).
+    fn learns(&self) -> bool {
+        self.adaptive && self.max_inflight.is_some()
     }
 }
 
@@ -330,6 +340,9 @@ pub fn run(input: &LimiterInput) {
         .clock(&time.clock);
     if let Some(limit) = s.max_inflight {
         builder = builder.max_inflight(limit);
+        if s.adaptive {
+            builder = builder.adaptive_inflight(AdaptiveInflight::new().floor(1));
+        }
     }
     if let Some(limit) = s.max_rate {
         builder = builder.max_rate(limit, Duration::from_nanos(s.interval_nanos));
@@ -407,7 +420,10 @@ impl<'a> Run<'a> {
             LimiterOp::Drop { pick } => {
                 if !self.permits.is_empty() {
                     let i = usize::from(pick) % self.permits.len();
-                    let (key, units, permit) = self.permits.swap_remove(i);
+                    let (key, units, mut permit) = self.permits.swap_remove(i);
+                    if pick >= 1 << 15 {
+                        permit.record(Outcome::Overload);
+                    }
                     self.model.in_flight[key] -= units;
                     drop(permit);
                 }
@@ -552,8 +568,10 @@ impl<'a> Run<'a> {
                 Model::record(&mut model.admitted, bucket, key, s.keys, units);
             }
             Err(rejected) => {
+                // A learnt in-flight limit may be under the configured one.
+                let learnt = s.learns() && rejected.reason == Reason::Inflight;
                 assert!(
-                    !must_admit,
+                    !must_admit || learnt,
                     "rejected key {key} ({rejected}) although all keys together are under \
                      the limits: {all_inflight} in flight, sliding {all_offered} offered"
                 );
@@ -638,7 +656,11 @@ impl<'a> Run<'a> {
                     Reason::Rate => limits.rate_limit(),
                     other => panic!("the pair ({a}, {b}) refused for {other:?}"),
                 };
-                assert_eq!(Some(r.limit), limit, "{r}");
+                if s.learns() && r.reason == Reason::Inflight {
+                    assert!(limit.is_some_and(|l| (1..=l).contains(&r.limit)), "{r}");
+                } else {
+                    assert_eq!(Some(r.limit), limit, "{r}");
+                }
                 assert!(r.estimate > r.limit, "{r}: estimate within the limit");
             }
         }
@@ -662,7 +684,11 @@ impl<'a> Run<'a> {
                 let limit = limits
                     .inflight_limit()
                     .expect("an in-flight rejection without an in-flight limit");
-                assert_eq!(r.limit, limit, "{r}");
+                if s.learns() {
+                    assert!((1..=limit).contains(&r.limit), "{r}: learnt over {limit}");
+                } else {
+                    assert_eq!(r.limit, limit, "{r}");
+                }
                 assert!(
                     r.estimate as isize >= own_inflight + units,
                     "{r}: estimate under the {own_inflight} units live + this one's {units}"
@@ -867,6 +893,14 @@ impl<'a> Run<'a> {
                 }
                 assert!(permits.len() <= alone(&limits), "key {key} over its limit");
             };
+            if s.learns() {
+                // A learnt limit lasts until its key has been idle for an epoch.
+                assert!(
+                    !permits.is_empty(),
+                    "key {key}: nothing admitted: {rejected}"
+                );
+                continue;
+            }
             assert_eq!(
                 permits.len(),
                 alone(&limits),

@@ -3,11 +3,21 @@
 
 use std::hash::Hash;
 
-use floodgate::{OwnedPermit, Permit};
+use floodgate::{Outcome, OwnedPermit, Permit};
 
-/// A permit of either kind, held only to be dropped.
+/// A permit of either kind, held to be dropped, with what its origin answered recorded first.
 #[derive(Debug)]
 pub enum AnyPermit<'a, K: Hash + Eq> {
-    Borrowed(#[allow(dead_code)] Permit<'a, K>),
-    Owned(#[allow(dead_code)] OwnedPermit<K>),
+    Borrowed(Permit<'a, K>),
+    Owned(OwnedPermit<K>),
+}
+
+impl<K: Hash + Eq> AnyPermit<'_, K> {
+    /// Records `outcome` on the permit.
+    pub fn record(&mut self, outcome: Outcome) {
+        match self {
+            AnyPermit::Borrowed(permit) => permit.record(outcome),
+            AnyPermit::Owned(permit) => permit.record(outcome),
+        }
+    }
 }

@@ -265,14 +265,17 @@ impl<K> ExactStage<K> {
     /// counted: `give_back` (the sketch's count) runs under the set's lock, together with the
     /// entry's, so that a
     /// rebase under the lock never sees the sketch without this permit while `tracked` still
-    /// counts it (which would lower `base` below the truth for good). The entry is demoted if
-    /// `cool` says so after; `now` is the time on the limiter's clock.
+    /// counts it (which would lower `base` below the truth for good). `completed` is then told
+    /// of it, with what was tracked before (the learnt in-flight limit's latency). The entry is
+    /// demoted if `cool` says so after; `now` is the time on the limiter's clock.
+    #[allow(clippy::too_many_arguments)] // the storage's steps, each the caller's to fill
     pub(crate) fn release(
         &self,
         hash: u64,
         generation: u64,
         cost: u32,
         give_back: impl FnOnce(),
+        completed: impl FnOnce(&mut Entry<K>, isize),
         cool: impl FnOnce(&Entry<K>) -> bool,
         now: impl FnOnce() -> u64,
     ) {
@@ -286,7 +289,9 @@ impl<K> ExactStage<K> {
         if entry.generation != generation {
             return;
         }
+        let tracked = entry.counts.inflight.tracked;
         entry.counts.inflight.tracked -= cost as isize;
+        completed(entry, tracked);
         if cool(entry) {
             let at = now();
             set.vacate(way, at);
@@ -315,12 +320,12 @@ impl<K> ExactStage<K> {
         }
     }
 
-    /// Calls `f` with the key's exact counts, if it is promoted.
-    pub(crate) fn with_counts<Q, R>(
+    /// Calls `f` with the key's entry, if it is promoted.
+    pub(crate) fn with_entry<Q, R>(
         &self,
         key: &Q,
         hash: u64,
-        f: impl FnOnce(Option<&Counts>) -> R,
+        f: impl FnOnce(Option<&Entry<K>>) -> R,
     ) -> R
     where
         K: Borrow<Q>,
@@ -330,12 +335,11 @@ impl<K> ExactStage<K> {
             return f(None);
         }
         let set = self.set(hash);
-        let counts = set
+        let entry = set
             .find(hash)
             .and_then(|way| set.get(way))
-            .filter(|e| e.key.borrow() == key)
-            .map(|e| &e.counts);
-        f(counts)
+            .filter(|e| e.key.borrow() == key);
+        f(entry)
     }
 
     /// Calls `f` on what is left of every key that left the stage and whose place has not
@@ -363,6 +367,15 @@ impl<K> ExactStage<K> {
         if let Some(entry) = set.get_mut(way).filter(|e| e.generation == generation) {
             f(entry);
         }
+    }
+
+    /// Whether a cooled entry may leave the stage: at once, unless it is learning its
+    /// in-flight limit, whose learnt state would go with it. Such a key leaves only once it
+    /// has had no request for a whole epoch (the sweep's, which starts a new one before it
+    /// looks): a key held to a few requests in flight often has none for a moment, and would
+    /// otherwise start learning again from its promotion threshold.
+    pub(crate) fn may_leave(&self, entry: &Entry<K>) -> bool {
+        entry.learner.is_none() || entry.idle(self.epoch.load(Ordering::Relaxed))
     }
 
     /// Keys promoted now.

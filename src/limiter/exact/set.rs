@@ -4,6 +4,7 @@
 use std::borrow::Borrow;
 
 use super::Counts;
+use crate::limiter::adaptive::Learner;
 use crate::limiter::limits::Thresholds;
 use crate::rate::Rolling;
 
@@ -34,9 +35,19 @@ pub(crate) struct Entry<K> {
     /// Until when (nanoseconds on the limiter's clock) the key's requests are rejected by the
     /// over-limit cache, which counts no hits: the entry keeps its place until then.
     pub(crate) over_until: u64,
+    /// The in-flight limit the key is learning from its latency, once its in flight reached
+    /// its promotion threshold under a limiter with adaptive in-flight limits. Boxed: a word
+    /// in every place, where the learner's 80 bytes in all 16,384 places of a default limiter
+    /// took 1.3 MB whether it learns or not; one allocation when a key starts learning.
+    pub(crate) learner: Option<Box<Learner>>,
 }
 
 impl<K> Entry<K> {
+    /// Whether no request was decided on it in `epoch` nor in the one before.
+    pub(crate) fn idle(&self, epoch: u64) -> bool {
+        self.hits.most(epoch) == 0
+    }
+
     /// What the entry has shown in the current epoch or the last: its requests, whichever
     /// epoch had more, and its permits in flight.
     fn evidence(&self, epoch: u64) -> u64 {
@@ -263,6 +274,7 @@ impl<K> Set<K> {
             rejected: 0,
             hits,
             over_until: 0,
+            learner: None,
         });
     }
 

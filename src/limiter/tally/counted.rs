@@ -141,6 +141,8 @@ impl Tally {
         set("floodgate_exact_keys", gauges.exact_keys as f64);
         set("floodgate_exact_capacity", gauges.exact_capacity as f64);
         set("floodgate_waiting", gauges.waiting as f64);
+        set("floodgate_learning_keys", gauges.learning as f64);
+        set("floodgate_learning_keys_held", gauges.learning_held as f64);
         for (kind, saturation) in [
             ("rate", gauges.rate_saturation),
             ("inflight", gauges.inflight_saturation),
@@ -199,6 +201,14 @@ fn describe() {
     describe_gauge!("floodgate_exact_keys", "Keys the exact stage holds");
     describe_gauge!("floodgate_exact_capacity", "Keys the exact stage can hold");
     describe_gauge!("floodgate_waiting", "Requests waiting for a permit");
+    describe_gauge!(
+        "floodgate_learning_keys",
+        "Keys whose in-flight limit is learnt from their latency"
+    );
+    describe_gauge!(
+        "floodgate_learning_keys_held",
+        "Keys whose learnt in-flight limit is below their max_inflight"
+    );
     describe_gauge!(
         "floodgate_saturation",
         "A sketch's noise against its promotion threshold: keys stop being told apart at 0.5"

@@ -32,6 +32,9 @@ pub(crate) struct Gauges {
     pub(crate) exact_capacity: usize,
     /// Requests waiting for a permit.
     pub(crate) waiting: usize,
+    /// Keys learning their in-flight limit, and of them those held below their ceiling.
+    pub(crate) learning: usize,
+    pub(crate) learning_held: usize,
     /// A sketch's noise against its promotion threshold (saturated at 0.5), per kind counted.
     pub(crate) rate_saturation: Option<f64>,
     pub(crate) inflight_saturation: Option<f64>,

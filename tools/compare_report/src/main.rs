@@ -13,12 +13,15 @@
 //! markers; the summary (the README's tables) also goes to standard output.
 //!
 //! `compare_report --overestimate-only [--docs DIR]` needs no run: it draws
-//! `DIR/overestimate.svg` alone and prints its table.
+//! `DIR/overestimate.svg` alone and prints its table. `compare_report --adaptive FILE [--docs
+//! DIR]` draws `DIR/adaptive.svg` from what `cargo run --release --example adaptive -- --json
+//! FILE` wrote.
 //!
 //! Which results to expect comes from `test-support/src/bench_ids.rs`, the module the benches
 //! take their ids from. Every input is read and every expected result checked before anything is
 //! written: a missing one fails the report, naming the file or the row.
 
+mod adaptive;
 mod inputs;
 mod parts;
 mod plots;
@@ -45,17 +48,26 @@ fn run() -> Result<(), String> {
     let mut docs = PathBuf::from("docs");
     let mut readme: Option<PathBuf> = None;
     let mut overestimate_only = false;
+    let mut adaptive: Option<PathBuf> = None;
     let mut args = std::env::args().skip(1);
     let usage = "usage: compare_report RUN_DIR [--docs DIR] [--readme README.md]\n       \
-                 compare_report --overestimate-only [--docs DIR]";
+                 compare_report --overestimate-only [--docs DIR]\n       \
+                 compare_report --adaptive FILE [--docs DIR]";
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--docs" => docs = args.next().ok_or(usage)?.into(),
             "--overestimate-only" => overestimate_only = true,
+            "--adaptive" => adaptive = Some(args.next().ok_or(usage)?.into()),
             "--readme" => readme = Some(args.next().ok_or(usage)?.into()),
             _ if run_dir.is_none() && !arg.starts_with('-') => run_dir = Some(arg.into()),
             _ => return Err(format!("unknown argument {arg:?}\n{usage}")),
         }
+    }
+    if let Some(json) = adaptive {
+        let svg = docs.join("adaptive.svg");
+        adaptive::draw(&json, &svg).map_err(|e| format!("{}: {e}", json.display()))?;
+        eprintln!("compare_report: wrote {}", svg.display());
+        return Ok(());
     }
     if overestimate_only {
         return draw_overestimates(&docs).map(|rows| {

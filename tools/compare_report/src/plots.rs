@@ -173,10 +173,10 @@ pub fn overestimate_table(rows: &[Overestimate]) -> (String, Vec<String>) {
     (heading, table)
 }
 
-const BLUE_DARK: RGBColor = RGBColor(31, 119, 180);
-const ORANGE: RGBColor = RGBColor(230, 85, 13);
+pub(crate) const BLUE_DARK: RGBColor = RGBColor(31, 119, 180);
+pub(crate) const ORANGE: RGBColor = RGBColor(230, 85, 13);
 const GREEN_DARK: RGBColor = RGBColor(44, 160, 44);
-const PURPLE: RGBColor = RGBColor(117, 107, 177);
+pub(crate) const PURPLE: RGBColor = RGBColor(117, 107, 177);
 
 pub fn draw_overestimates(rows: &[Overestimate], path: &Path) -> Result<()> {
     let root = SVGBackend::new(path, (1000, 680)).into_drawing_area();
