@@ -139,10 +139,12 @@ where
                 shadow_key,
             } => {
                 let result = ready!(future.poll(cx));
-                // On an error the permit drops here: there is no body to hold it. An error
-                // (a timeout layer's, a connection's) and a 5xx are the origin's overload, for
-                // a key learning its in-flight limit (`Permit::record`); an inner layer's
-                // refusal is not.
+                // On an error the permit drops here: there is no body to hold it. An error of
+                // the inner service (a timeout layer's inside this one, a connection's) and a
+                // 5xx are the origin's overload, for a key learning its in-flight limit
+                // (`Permit::record`); an inner layer's refusal is not (its admission is taken
+                // back, unmeasured). A timeout outside this layer drops the future: no answer,
+                // no overload.
                 let mut admission = admission.take();
                 let overloaded = match &result {
                     Ok(response) => {

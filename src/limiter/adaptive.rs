@@ -96,6 +96,10 @@ const MIN_GRADIENT: f64 = 0.5;
 /// percentile reach 2.0× the service time, ½√limit cost the goodput (0.84 of the capacity);
 /// ¾ gave 1.86× and 0.92.
 const HEADROOM: f64 = 0.75;
+/// No-load latencies without a completion after which a learnt limit that refuses a request is
+/// taken as stalled, and the least time that takes.
+const STALL: f64 = 8.0;
+const MIN_STALL_NANOS: f64 = 1e9;
 /// What the first probe divides the limit by.
 const FIRST_PROBE: f64 = 4.0;
 /// Rounds at the lowest gradient in a row after which the learner probes.
@@ -224,6 +228,14 @@ pub(crate) fn starts(
     learning || counts.inflight.bound().saturating_add(cost) >= ceiling.promote_at
 }
 
+/// What a completion changed: how many more requests the key may now have in flight (for
+/// its waiters), and whether its learner is done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Completed {
+    pub(crate) done: bool,
+    pub(crate) rise: u32,
+}
+
 /// Where a learner is in its cycle.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Phase {
@@ -259,6 +271,8 @@ pub(crate) struct Learner {
     /// limit.
     peak: isize,
     refused: bool,
+    /// When a request it measures last completed, or it started (nanoseconds).
+    completed_at: u64,
 }
 
 impl Learner {
@@ -277,7 +291,35 @@ impl Learner {
             overloads: 0,
             peak: 0,
             refused: false,
+            completed_at: now,
         }
+    }
+
+    /// The limit to judge a request that would bring the key's in flight to `wanted` by, at
+    /// `now`: the learnt one, unless no request it measures has completed for `STALL` no-load
+    /// latencies (at least a second) and `wanted` is over it. Then the requests in flight do
+    /// not end (streams, requests admitted before it started, which it does not see end), no
+    /// round can move the limit, and it is raised to `wanted` (any probe given up): a learnt
+    /// limit never holds a key for good.
+    pub(crate) fn unstalled(
+        &mut self,
+        config: &AdaptiveInflight,
+        ceiling: &InflightThreshold,
+        now: u64,
+        wanted: isize,
+    ) -> isize {
+        let limit = self.limit(config, ceiling.limit);
+        let stall = (STALL * self.no_load).max(MIN_STALL_NANOS);
+        if wanted <= limit || (now.saturating_sub(self.completed_at) as f64) < stall {
+            return limit;
+        }
+        self.limit = wanted.min(ceiling.limit) as f64;
+        self.completed_at = now;
+        if !matches!(self.phase, Phase::Track { .. }) {
+            self.phase = Phase::Track { rounds: 0, low: 0 };
+            self.begin_round(now, wanted);
+        }
+        self.limit(config, ceiling.limit)
     }
 
     /// The limit to judge a request by: the learnt one, between the floor and `ceiling` (the
@@ -314,12 +356,14 @@ impl Learner {
     }
 
     /// `units` completed at `now` with `outcome`, with `inflight` units tracked before they
-    /// were given back and `bound` the key's whole in-flight bound after, under `ceiling` (the
-    /// key's in-flight limit and promotion threshold). Ends the round when it is due, and
-    /// returns whether the learner is done: a whole round in which the key's in flight stayed
-    /// below half its promotion threshold (the level at which a key cools) with no refusal for
-    /// the learnt limit and no overload: its callers no longer ask for more than it serves
-    /// (the key is judged by `max_inflight` again, and may leave the exact stage).
+    /// were given back, under `ceiling` (the key's in-flight limit and promotion threshold);
+    /// `measured`: false for a request whose time says nothing of the origin (an inner layer
+    /// refused it), which counts in no round. Ends the round when it is due, and says how
+    /// much room the key gained and whether the learner is done: a whole round in which the
+    /// key's in flight stayed below half its promotion threshold (the level at which a key
+    /// cools) and half its learnt limit, with no refusal for the learnt limit and no overload:
+    /// its callers no longer ask for more than it serves (the key is judged by
+    /// `max_inflight` again).
     #[allow(clippy::too_many_arguments)] // one completion's parts
     pub(crate) fn completed(
         &mut self,
@@ -327,31 +371,51 @@ impl Learner {
         ceiling: &InflightThreshold,
         now: u64,
         inflight: isize,
-        bound: isize,
         units: u32,
         outcome: Outcome,
-    ) -> bool {
+        measured: bool,
+    ) -> Completed {
+        let before = self.limit(config, ceiling.limit);
+        let after = inflight.saturating_sub(units as isize);
         self.advance(now, inflight);
+        self.completed_at = self.completed_at.max(now);
+        let unchanged = Completed {
+            done: false,
+            rise: 0,
+        };
         if !self.measuring {
-            // A probe waits for the in-flight count to drain to its limit: what was admitted
-            // above it queued, and would inflate the probe's latency.
-            if bound <= self.limit(config, ceiling.limit) {
-                self.begin_round(now, bound);
+            // A probe waits for the requests it measures to drain to its limit: what was
+            // admitted above it queued, and would inflate the probe's latency.
+            if after <= before {
+                self.begin_round(now, after);
             }
-            return false;
+            return unchanged;
         }
-        self.done = self.done.saturating_add(units);
-        if outcome == Outcome::Overload {
-            self.overloads = self.overloads.saturating_add(1);
+        if measured {
+            self.done = self.done.saturating_add(units);
+            if outcome == Outcome::Overload {
+                self.overloads = self.overloads.saturating_add(1);
+            }
         }
         if self.done < ((self.limit / 2.0) as u32).max(MIN_ROUND) {
-            return false;
+            return unchanged;
         }
+        // Quiet: under half its threshold, and under half its learnt limit too (a limit that
+        // holds the key low keeps its peak low as well; a waiting caller is no refusal).
         let quiet = self.peak.saturating_mul(2) < ceiling.promote_at
+            && self.peak.saturating_mul(2) < self.limit as isize
             && self.overloads == 0
             && !self.refused;
-        self.end_round(config, ceiling.limit, now, bound);
-        quiet
+        self.end_round(config, ceiling.limit, now, after);
+        let now_allowed = if quiet {
+            ceiling.limit
+        } else {
+            self.limit(config, ceiling.limit)
+        };
+        Completed {
+            done: quiet,
+            rise: u32::try_from(now_allowed.saturating_sub(before)).unwrap_or(0),
+        }
     }
 
     fn begin_round(&mut self, now: u64, inflight: isize) {
@@ -364,24 +428,26 @@ impl Learner {
         self.refused = false;
     }
 
-    /// Starts a probe from a round of mean `mean`: the limit is divided by `by`, and the next
-    /// round begins once in flight has drained to it.
-    fn probe(&mut self, config: &AdaptiveInflight, mean: f64, saved: f64, steps: u32, by: f64) {
+    /// Starts a probe from a round of mean `mean`: the limit is divided by `by` (not under
+    /// `floor`), and the next round begins once in flight has drained to it.
+    fn probe(&mut self, floor: f64, mean: f64, saved: f64, steps: u32, by: f64) {
         self.phase = Phase::Probe {
             before: mean,
             saved,
             steps,
         };
-        self.limit = (self.limit / by).max(f64::from(config.floor));
+        self.limit = (self.limit / by).max(floor);
         self.measuring = false;
     }
 
     fn end_round(&mut self, config: &AdaptiveInflight, ceiling: isize, now: u64, bound: isize) {
         let mean = self.area / f64::from(self.done.max(1));
-        let (floor, top) = (f64::from(config.floor), ceiling.max(1) as f64);
+        // A key's own `max_inflight` can be under the configured floor: it holds.
+        let top = ceiling.max(1) as f64;
+        let floor = f64::from(config.floor).min(top);
         let (overloaded, grew_under_load, refused) = (
             self.overloads > 0,
-            self.peak * 2 >= self.limit as isize,
+            self.peak.saturating_mul(2) >= self.limit as isize,
             self.refused,
         );
         self.begin_round(now, bound);
@@ -391,6 +457,9 @@ impl Learner {
                 self.limit = (self.limit * BACKOFF).max(floor);
                 if let Phase::Probe { saved, .. } = self.phase {
                     self.limit = self.limit.min(saved);
+                }
+                if !matches!(self.phase, Phase::Track { .. }) {
+                    // No more halving nor doubling on an origin that says it is overloaded.
                     self.phase = Phase::Track { rounds: 0, low: 0 };
                 }
             }
@@ -405,7 +474,7 @@ impl Learner {
                 let known = self.no_load > 0.0 && mean <= config.tolerance * self.no_load;
                 let falling = mean < FALL * before;
                 if falling && !known && self.limit > floor {
-                    self.probe(config, mean, saved, steps + 1, 2.0);
+                    self.probe(floor, mean, saved, steps + 1, 2.0);
                     return;
                 }
                 self.no_load = mean;
@@ -434,7 +503,7 @@ impl Learner {
                     // quarter of the limit (a key that reached its threshold is often far
                     // into its queue: halving alone would take several rounds to see it).
                     let saved = self.limit;
-                    self.probe(config, mean, saved, 1, FIRST_PROBE);
+                    self.probe(floor, mean, saved, 1, FIRST_PROBE);
                     return;
                 }
                 if mean * config.tolerance < self.no_load {
@@ -453,11 +522,11 @@ impl Learner {
                 self.phase = Phase::Track { rounds, low };
                 if low >= LOW_ROUNDS || (refused && rounds >= config.probe_every) {
                     let saved = self.limit;
-                    self.probe(config, mean, saved, 1, 2.0);
+                    self.probe(floor, mean, saved, 1, 2.0);
                 }
             }
         }
-        self.limit = self.limit.clamp(floor.min(top), top);
+        self.limit = self.limit.clamp(floor, top);
     }
 }
 
@@ -494,16 +563,8 @@ mod tests {
         let step = latency / inflight as u64;
         for _ in 0..100_000 {
             *now += step;
-            let (tracked, after) = (inflight, inflight - 1);
-            learner.completed(
-                config,
-                &ceiling_of(ceiling),
-                *now,
-                tracked,
-                after,
-                1,
-                Outcome::Success,
-            );
+            let ceiling = ceiling_of(ceiling);
+            learner.completed(config, &ceiling, *now, inflight, 1, Outcome::Success, true);
             if refused {
                 learner.refused();
             }
@@ -639,25 +700,10 @@ mod tests {
             learner.admitted(now, n, 1);
         }
         now += 10 * MS;
-        learner.completed(
-            &config,
-            &ceiling_of(100),
-            now,
-            100,
-            99,
-            1,
-            Outcome::Overload,
-        );
+        let ceiling = ceiling_of(100);
+        learner.completed(&config, &ceiling, now, 100, 1, Outcome::Overload, true);
         for n in (0..99).rev() {
-            learner.completed(
-                &config,
-                &ceiling_of(100),
-                now,
-                n + 1,
-                n,
-                1,
-                Outcome::Success,
-            );
+            learner.completed(&config, &ceiling, now, n + 1, 1, Outcome::Success, true);
         }
         assert_eq!(learner.limit, 90.0);
     }

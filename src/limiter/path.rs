@@ -234,23 +234,27 @@ where
         let Some(entry) = held.decided_under(t) else {
             return decision::alone(s, t).map(|()| None); // unreachable: a held place has its entry
         };
-        // A key learning its in-flight limit is judged by the learnt one, and its admissions
-        // timed; the clock is read for those keys alone.
+        // A key learning its in-flight limit is judged by the learnt one too, and its
+        // admissions timed: the clock is read for those keys alone, at a start or an admission.
         let learnt = self
             .adaptive
             .as_ref()
             .zip(t.inflight)
             .and_then(|(config, ceiling)| {
-                let at = adaptive::starts(entry.learner.is_some(), &entry.counts, s.cost, &ceiling)
-                    .then(|| self.time.precise())?;
+                if !adaptive::starts(entry.learner.is_some(), &entry.counts, s.cost, &ceiling) {
+                    return None;
+                }
                 let inflight = entry.counts.inflight.bound().saturating_add(s.cost);
                 let learner = entry.learner.get_or_insert_with(|| {
+                    let at = self.time.precise();
                     Box::new(Learner::start(inflight.min(ceiling.limit), at))
                 });
-                let limit = learner.limit(config, ceiling.limit);
-                Some((at, Thresholds::with_inflight_limit(t, limit)))
+                // A limit no completion has moved for long is let up to this request (the
+                // coarse clock: a stall is seconds).
+                let limit = learner.unstalled(config, &ceiling, self.time.coarse(), inflight);
+                Some(Thresholds::with_inflight_limit(t, limit))
             });
-        let judged = learnt.as_ref().map_or(t, |(_, judged)| judged);
+        let judged = learnt.as_ref().unwrap_or(t);
         let tracked = entry.counts.inflight.tracked;
         let now = self.sketches.recount(s);
         let near = Tally::ON.then_some(NEAR_LIMIT);
@@ -259,8 +263,8 @@ where
                 if admitted.near {
                     self.tally.near();
                 }
-                if let (Some(learner), Some((at, _))) = (entry.learner.as_deref_mut(), learnt) {
-                    learner.admitted(at, tracked, s.cost as u32);
+                if let (Some(learner), Some(_)) = (entry.learner.as_deref_mut(), learnt) {
+                    learner.admitted(self.time.precise(), tracked, s.cost as u32);
                 }
                 if entry.over_until != 0 {
                     // A request of another cost fitted while the cache may hold a deadline for
@@ -317,23 +321,21 @@ impl<K> Shared<K> {
             Held::Exact {
                 generation,
                 cost,
-                overload,
+                outcome,
+                measured,
             } => {
-                let outcome = if overload {
-                    Outcome::Overload
-                } else {
-                    Outcome::Success
-                };
+                // Room a learnt limit gained with this completion, beyond its own units.
+                let mut rise = 0;
                 self.exact.release(
                     hash,
                     generation,
                     cost,
                     || self.sketches.release(hash, cost),
-                    |entry, tracked| self.completed(entry, tracked, cost, outcome),
+                    |entry, tracked| rise = self.completed(entry, tracked, cost, outcome, measured),
                     |entry| self.is_cool(entry),
                     || self.now(),
                 );
-                cost
+                cost.saturating_add(rise)
             }
             Held::Sketch { cost } => {
                 self.sketches.release(hash, cost);
@@ -367,22 +369,33 @@ impl<K> Shared<K> {
         }
     }
 
-    /// Tells a key learning its in-flight limit that `cost` units completed with `outcome`,
-    /// `tracked` in flight before they were given back (under its set's lock).
-    fn completed(&self, entry: &mut Entry<K>, tracked: isize, cost: u32, outcome: Outcome) {
+    /// Tells a key learning its in-flight limit that `cost` units completed with `outcome`
+    /// (`measured`: see `Held::Exact`), `tracked` in flight before they were given back
+    /// (under its set's lock).
+    /// Returns the room the key's learnt limit gained, which its waiters are told of with the
+    /// permit's own units (a waiter is woken per unit that came back).
+    fn completed(
+        &self,
+        entry: &mut Entry<K>,
+        tracked: isize,
+        cost: u32,
+        outcome: Outcome,
+        measured: bool,
+    ) -> u32 {
         let (Some(config), Some(learner)) = (&self.adaptive, entry.learner.as_deref_mut()) else {
-            return;
+            return 0;
         };
         // Its ceiling: the in-flight limit of the last request it was judged under.
         let Some(ceiling) = entry.thresholds.inflight else {
-            return;
+            return 0;
         };
-        let bound = entry.counts.inflight.bound();
         let at = self.time.precise();
-        if learner.completed(config, &ceiling, at, tracked, bound, cost, outcome) {
+        let completed = learner.completed(config, &ceiling, at, tracked, cost, outcome, measured);
+        if completed.done {
             // Well below its threshold for a round: judged as any key again.
             entry.learner = None;
         }
+        completed.rise
     }
 
     /// Whether a promoted entry has cooled down, by the sketches now and its last thresholds.

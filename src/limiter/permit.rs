@@ -25,13 +25,15 @@ pub(super) enum Held {
     /// In the sketch.
     Sketch { cost: u32 },
     /// In the exact stage, by the entry of this generation (which counted its rate units too,
-    /// if the limiter counts a rate); `overload`: the request's outcome was recorded as an
-    /// overload of its origin ([`Outcome::Overload`]), for a learnt in-flight limit. In the
-    /// room the tag leaves too.
+    /// if the limiter counts a rate); `outcome`: what its origin answered, as recorded
+    /// ([`Permit::record`]); `measured`: whether its time says anything of its origin (not
+    /// for an admission another key's refusal took back). For a learnt in-flight limit; in the
+    /// room the tag leaves, too.
     Exact {
         generation: u64,
         cost: u32,
-        overload: bool,
+        outcome: Outcome,
+        measured: bool,
     },
     /// Nowhere: a request its limits refuse, admitted in shadow, counted as the refusal it
     /// stands for. Boxed, so that a ticket stays as small as an admission's.
@@ -66,7 +68,8 @@ impl Held {
             Some(generation) => Held::Exact {
                 generation,
                 cost,
-                overload: false,
+                outcome: Outcome::Success,
+                measured: true,
             },
             None => Held::Sketch { cost },
         }
@@ -109,8 +112,16 @@ impl Ticket {
     /// Records what its origin answered: only an exact-stage slot, whose key may be learning
     /// its in-flight limit, keeps it.
     fn record(&mut self, outcome: Outcome) {
-        if let Held::Exact { overload, .. } = &mut self.held {
-            *overload = outcome == Outcome::Overload;
+        if let Held::Exact { outcome: held, .. } = &mut self.held {
+            *held = outcome;
+        }
+    }
+
+    /// Marks it as saying nothing of its origin: another key refused its request.
+    #[cfg(feature = "tower")]
+    fn unmeasured(&mut self) {
+        if let Held::Exact { measured, .. } = &mut self.held {
+            *measured = false;
         }
     }
 }
@@ -208,7 +219,8 @@ impl<K> OwnedPermit<K> {
     /// Takes this admission back, counted in `receipt`'s window, because another key refused
     /// the request (see [`Shared::refund`]): its exact rate units, then its in-flight units.
     #[cfg(feature = "tower")]
-    pub(crate) fn take_back(self, receipt: Receipt) {
+    pub(crate) fn take_back(mut self, receipt: Receipt) {
+        self.ticket.unmeasured();
         self.shared.refund(&self.ticket, receipt);
     }
 

@@ -9,7 +9,9 @@ use crate::rate::WindowView;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Reason {
-    /// The key has `max_inflight` requests in flight already.
+    /// The key has `max_inflight` requests in flight already, or as many as the in-flight
+    /// limit it learnt ([`LimiterBuilder::adaptive_inflight`](super::LimiterBuilder::adaptive_inflight));
+    /// `limit` says which.
     Inflight,
     /// The key's sliding-window rate would exceed `max_rate`.
     Rate,

@@ -88,13 +88,15 @@ impl ProxyHttp for LimitedProxy {
     ) {
         if let Some(permit) = ctx.permit.as_mut() {
             let status = session.response_written().map(|r| r.status.as_u16());
-            permit.record(origin_outcome(e.is_some(), status));
+            let upstream = e.is_some_and(|e| e.esource == pingora::ErrorSource::Upstream);
+            permit.record(origin_outcome(upstream, status));
         }
     }
 }
 
-/// What a proxied request says of its origin: an error (a timeout, a refused connection) or a
-/// 5xx is its overload; anything else, a success whose latency counts.
+/// What a proxied request says of its origin: an error of the upstream (`error`: a timeout, a
+/// refused connection; not the client's going away) or a 5xx is its overload; anything else,
+/// a success whose latency counts.
 ///
 /// ```
 /// use floodgate::Outcome;

@@ -16,11 +16,13 @@ use std::collections::BinaryHeap;
 use std::time::Duration;
 
 use floodgate::clock::ManualClock;
-use floodgate::{AdaptiveInflight, Limiter, OwnedPermit};
+use floodgate::{AdaptiveInflight, Limiter, LimiterBuilder, OwnedPermit};
 
 use crate::splitmix::SplitMix;
 
 const STEP_NS: u64 = 1_000_000;
+/// The builder of the run's limiter.
+pub type Builder = LimiterBuilder<usize>;
 /// How long after the slowdown the figures "once settled" begin: the limiter finds the origin
 /// slow only once its in flight reaches the promotion threshold, with a queue that deep
 /// already, which its first probe then drains.
@@ -78,7 +80,7 @@ pub enum Policy {
 }
 
 impl Policy {
-    fn limiter(&self, clock: &ManualClock) -> Limiter<usize> {
+    fn limiter(&self, clock: &ManualClock, tune: impl Fn(Builder) -> Builder) -> Limiter<usize> {
         let builder = Limiter::builder().clock(clock).peak_rate(20_000);
         let builder = match *self {
             Policy::Static(limit) => builder.max_inflight(limit),
@@ -86,7 +88,7 @@ impl Policy {
                 builder.max_inflight(ceiling).adaptive_inflight(config)
             }
         };
-        builder.build().expect("a valid limiter")
+        tune(builder).build().expect("a valid limiter")
     }
 }
 
@@ -176,8 +178,15 @@ impl Ord for InFlight {
 
 /// Runs `scenario` under `policy`. The slow origin is origin 0.
 pub fn run(scenario: &Scenario, policy: Policy) -> Report {
+    run_with(scenario, policy, |builder| builder)
+}
+
+/// [`run`] with the limiter's builder passed through `tune` last: a test fixes its hash keys
+/// there (`hash_seed`, a test hook), so that which keys share counters is the same at every
+/// run, as the traffic is.
+pub fn run_with(scenario: &Scenario, policy: Policy, tune: impl Fn(Builder) -> Builder) -> Report {
     let clock = ManualClock::new();
-    let limiter = policy.limiter(&clock);
+    let limiter = policy.limiter(&clock, tune);
     let mut servers: Vec<Origin> = (0..=scenario.healthy)
         .map(|_| Origin {
             free_at: vec![0; scenario.servers],
