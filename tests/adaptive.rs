@@ -357,3 +357,29 @@ fn a_ceiling_below_the_floor_holds_and_nothing_panics() {
         drop(permit);
     }
 }
+
+/// `set_limits` checks a learnt in-flight limit against its new ceiling as the builder does: a
+/// push without `max_inflight`, or with one under the floor, is refused, and the limits in force
+/// stay.
+#[test]
+fn set_limits_refuses_a_ceiling_the_builder_would_refuse() {
+    let limiter: Limiter<String> = Limiter::builder()
+        .max_inflight(100)
+        .adaptive_inflight(AdaptiveInflight::new().floor(4))
+        .build()
+        .unwrap();
+    let under = limiter.set_limits(floodgate::Limits::new().max_inflight(3));
+    assert!(
+        matches!(under, Err(floodgate::ConfigError::InvalidAdaptive(_))),
+        "{under:?}"
+    );
+    let none = limiter.set_limits(floodgate::Limits::new().max_rate(10));
+    assert!(
+        matches!(none, Err(floodgate::ConfigError::InvalidAdaptive(_))),
+        "{none:?}"
+    );
+    assert_eq!(limiter.limits(), floodgate::Limits::new().max_inflight(100));
+    assert!(limiter
+        .set_limits(floodgate::Limits::new().max_inflight(4))
+        .is_ok());
+}

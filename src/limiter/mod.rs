@@ -457,8 +457,11 @@ where
     /// unchanged on an error: [`ConfigError::InvalidLimit`] when `limits` has no limit at all
     /// (it would limit nothing), a limit below 1 (it would refuse every key), or a kind the
     /// limiter does not count (its builder set no `max_inflight`, or no `max_rate`);
-    /// [`ConfigError::LimitTooLarge`] above [`Limits::MAX_LIMIT`]. A key's own limit of 0, through
-    /// [`with_limits`](Self::with_limits), still refuses that key.
+    /// [`ConfigError::LimitTooLarge`] above [`Limits::MAX_LIMIT`]; with
+    /// [`LimiterBuilder::adaptive_inflight`], [`ConfigError::InvalidAdaptive`] without a
+    /// `max_inflight` or with one under the floor. A key's own limit of 0, through
+    /// [`with_limits`](Self::with_limits), still refuses that key (and a key's own
+    /// `max_inflight` under the floor caps its learnt limit).
     ///
     /// # Examples
     ///
@@ -478,6 +481,10 @@ where
     /// ```
     pub fn set_limits(&self, limits: Limits) -> Result<(), ConfigError> {
         builder::check_defaults(limits.inflight_limit(), limits.rate_limit())?;
+        // The builder's check of a learnt in-flight limit against its ceiling, too.
+        if let Some(adaptive) = &self.shared.adaptive {
+            adaptive.check(limits.inflight_limit())?;
+        }
         // Checked above: the only refusal left is a kind the limiter does not count.
         let thresholds = self.shared.thresholds(&limits).map_err(|rejected| {
             ConfigError::InvalidLimit(match rejected.reason {
