@@ -118,12 +118,14 @@ impl OverLimit {
     #[inline]
     #[cfg(test)]
     fn remaining(&self, spread: u64, limit_mix: u64, now: u64, cap: Duration) -> Option<Duration> {
+        let cap = u64::try_from(cap.as_nanos()).unwrap_or(u64::MAX);
         Self::remaining_of(self.held(spread, limit_mix)?, now, cap)
     }
 
-    /// [`remaining`](Self::remaining) for the `word` that [`held`](Self::held) returned.
+    /// [`remaining`](Self::remaining) for the `word` that [`held`](Self::held) returned,
+    /// `cap` in nanoseconds (see `Rate::longest_wait_nanos`).
     #[inline]
-    pub(crate) fn remaining_of(word: u64, now: u64, cap: Duration) -> Option<Duration> {
+    pub(crate) fn remaining_of(word: u64, now: u64, cap: u64) -> Option<Duration> {
         // Units from now's unit to the deadline's, modulo the deadline's range.
         let ahead = (word.wrapping_sub(now >> UNIT_SHIFT)) & DEADLINE_MASK;
         if ahead >= MAX_AHEAD {
@@ -134,7 +136,7 @@ impl OverLimit {
         if until_deadline == 0 {
             return None;
         }
-        Some(Duration::from_nanos(until_deadline + UNIT).min(cap))
+        Some(Duration::from_nanos((until_deadline + UNIT).min(cap)))
     }
 
     /// Remembers that the key is over its rate limit `limit` until `deadline` (nanoseconds on

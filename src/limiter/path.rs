@@ -164,9 +164,7 @@ where
         // The time the usual path would decide on; near a window's end that is the exact time,
         // and the request goes the usual way.
         let now = rate.settled_now()?;
-        // No rate rejection waits more than two windows.
-        let cap = rate.interval().saturating_mul(2);
-        let remaining = OverLimit::remaining_of(word, now, cap)?;
+        let remaining = OverLimit::remaining_of(word, now, rate.longest_wait_nanos())?;
         Some(Rejected::still_over(limit, remaining))
     }
 
