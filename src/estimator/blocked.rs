@@ -66,6 +66,17 @@ pub(crate) struct Blocked {
     /// [`reset`](Self::reset) must zero. `None` for tables never reset (in-flight counts).
     /// `Relaxed`: a mark publishes nothing; a missed one only leaves counts over (module docs).
     dirty: Option<Box<[AtomicU64]>>,
+    /// `rows × per_row` when it is a shape [`for_each_counter`](Self::for_each_counter) has
+    /// unrolled: decided once here, so a request tests one field, not two.
+    shape: Shape,
+}
+
+/// The shapes of a block with their own unrolled code: the limiter's default (2 × 8) and 4 × 4.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    TwoByEight,
+    FourByFour,
+    Other,
 }
 
 impl Blocked {
@@ -91,11 +102,17 @@ impl Blocked {
                 .map(|_| AtomicU64::new(0))
                 .collect()
         });
+        let shape = match (rows, per_row) {
+            (2, 8) => Shape::TwoByEight,
+            (4, 4) => Shape::FourByFour,
+            _ => Shape::Other,
+        };
         Ok(Blocked {
             blocks: table.into_boxed_slice(),
             rows,
             per_row,
             dirty,
+            shape,
         })
     }
 
@@ -119,7 +136,7 @@ impl Blocked {
     /// increment included: the least count the adds returned, re-read in its row after all of
     /// them, as `CountMin::incr` does (and for the same reason: of m concurrent increments of
     /// a key, the j-th to read sees at least j).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn incr(&self, hash: u64, value: u32) -> isize {
         let Some(block) = self.block(hash) else {
             return CEILING as isize;
@@ -153,7 +170,7 @@ impl Blocked {
     }
 
     /// The key's estimate: the least of its counters.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn get(&self, hash: u64) -> isize {
         let Some(block) = self.block(hash) else {
             return CEILING as isize;
@@ -216,20 +233,23 @@ impl Blocked {
     }
 
     /// Calls `f` on the key's counter in every row of its `block`, row 0 first.
-    #[inline]
+    #[inline(always)]
     fn for_each_counter<'s>(&self, block: &'s Block, hash: u64, mut f: impl FnMut(&'s AtomicU32)) {
         // The limiter's default shape (2 × 8) and 4 × 4, with the bounds known to the compiler:
         // the same counters as below (4 bits scaled to 0..2^k are their top k), unrolled.
-        if self.rows == 2 && self.per_row == 8 {
-            f(&block.0[((hash >> 1) & 7) as usize]);
-            f(&block.0[8 + ((hash >> 5) & 7) as usize]);
-            return;
-        }
-        if self.rows == 4 && self.per_row == 4 {
-            for row in 0..4 {
-                f(&block.0[row * 4 + ((hash >> (4 * row + 2)) & 3) as usize]);
+        match self.shape {
+            Shape::TwoByEight => {
+                f(&block.0[((hash >> 1) & 7) as usize]);
+                f(&block.0[8 + ((hash >> 5) & 7) as usize]);
+                return;
             }
-            return;
+            Shape::FourByFour => {
+                for row in 0..4 {
+                    f(&block.0[row * 4 + ((hash >> (4 * row + 2)) & 3) as usize]);
+                }
+                return;
+            }
+            Shape::Other => {}
         }
         let mut visit = |row: usize, bits: u64| {
             // 4 bits scaled to 0..per_row (exact for the powers of two; 16 and 5 otherwise).
