@@ -177,6 +177,16 @@ struct Slot {
     counts: Table,
 }
 
+/// The time as the request path reads it, once: the current bucket, its slot's index, the
+/// nanoseconds since `start` and since the bucket began.
+#[derive(Debug, Clone, Copy)]
+struct Now {
+    bucket: u64,
+    index: usize,
+    elapsed: u64,
+    into: u64,
+}
+
 struct RateCore {
     slots: Box<[Slot]>,
     /// The one hasher of every slot's table.
@@ -541,13 +551,13 @@ impl RateCore {
     /// The current bucket and the time since `start`, in nanoseconds.
     #[inline]
     fn now(&self) -> (u64, u64) {
-        let (bucket, _, elapsed) = self.now_indexed();
-        (bucket, elapsed)
+        let now = self.now_indexed();
+        (now.bucket, now.elapsed)
     }
 
-    /// [`now`](Self::now), with the index of the bucket's slot.
+    /// [`now`](Self::now), with the index of the bucket's slot and the time into the bucket.
     #[inline]
-    fn now_indexed(&self) -> (u64, usize, u64) {
+    fn now_indexed(&self) -> Now {
         match self.settled() {
             Some(now) => now,
             None => self.now_precise(),
@@ -557,24 +567,34 @@ impl RateCore {
     /// The current bucket and the time since `start` by the coarse time, when that is as good
     /// as the exact time: in the bucket the ticker last saw, and not within the coarse time's
     /// lag of its end (where an event may already belong to the next bucket).
-    /// Returns the bucket, its slot's index and the time.
     #[inline]
-    fn settled(&self) -> Option<(u64, usize, u64)> {
+    fn settled(&self) -> Option<Now> {
         let elapsed = self.elapsed_at(self.time.coarse());
         let hint = self.current_hint.load(Ordering::Relaxed);
         let (bucket, index) = unpack_hint(hint);
         let begin = bucket.saturating_mul(self.bucket_nanos);
         let end = begin.saturating_add(self.bucket_nanos);
-        (elapsed >= begin && elapsed.saturating_add(self.margin) < end)
-            .then_some((bucket, index, elapsed))
+        (elapsed >= begin && elapsed.saturating_add(self.margin) < end).then(|| Now {
+            bucket,
+            index,
+            elapsed,
+            // No underflow: `elapsed >= begin`. Worked out here, where `begin` is at hand, so
+            // the request's window view multiplies nothing again.
+            into: elapsed - begin,
+        })
     }
 
     /// Near a boundary (or before the ticker has caught up): the exact bucket.
     #[inline(never)]
-    fn now_precise(&self) -> (u64, usize, u64) {
+    fn now_precise(&self) -> Now {
         let elapsed = self.elapsed_at(self.time.precise());
         let bucket = elapsed / self.bucket_nanos;
-        (bucket, self.slot_index(bucket), elapsed)
+        Now {
+            bucket,
+            index: self.slot_index(bucket),
+            elapsed,
+            into: elapsed % self.bucket_nanos,
+        }
     }
 
     /// Nanoseconds since the anchor at time `t` on the clock (0 before it).

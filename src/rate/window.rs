@@ -241,17 +241,17 @@ impl Rate {
     pub(crate) fn observe_hashed(&self, hash: u64, cost: u32) -> WindowView {
         let core = &*self.core;
         debug_assert_eq!(core.sub_windows, 1, "the limiter uses plain windows");
-        let (bucket, index, elapsed) = core.now_indexed();
+        let now = core.now_indexed();
         let curr = core
-            .slot_to_count_in(index)
+            .slot_to_count_in(now.index)
             .counts
             .incr(hash, cost as isize);
         // The slot before, without a second division.
-        let prev = match bucket {
+        let prev = match now.bucket {
             0 => 0,
-            _ => core.slots[core.index_before(index)].counts.get(hash),
+            _ => core.slots[core.index_before(now.index)].counts.get(hash),
         };
-        core.window_view(bucket, index, elapsed, prev, curr)
+        core.window_view(now, prev, curr)
     }
 
     /// The key's counts in `view`'s windows now: (previous, current).
@@ -314,7 +314,7 @@ impl Rate {
     #[inline]
     pub(crate) fn settled_now(&self) -> Option<u64> {
         let core = &*self.core;
-        core.settled().map(|(_, _, elapsed)| core.time_at(elapsed))
+        core.settled().map(|now| core.time_at(now.elapsed))
     }
 
     /// The longest a rate rejection waits, in nanoseconds: two windows (the key's count in
@@ -330,33 +330,25 @@ impl Rate {
 
     /// The current window as `observe_hashed` would see it, without counting anything.
     pub(crate) fn view(&self, hash: u64) -> WindowView {
-        let (bucket, index, elapsed) = self.core.now_indexed();
-        let mut view = self.core.window_view(bucket, index, elapsed, 0, 0);
+        let mut view = self.core.window_view(self.core.now_indexed(), 0, 0);
         (view.prev, view.curr) = self.counts_in(hash, &view);
         view
     }
 }
 
 impl super::RateCore {
-    /// The window of `bucket` at time `elapsed`, with the key's counts in it (`curr`) and in
-    /// the bucket before (`prev`; 0 before the Rate existed).
+    /// The window of the bucket `now` is in, with the key's counts in it (`curr`) and in the
+    /// bucket before (`prev`; 0 before the Rate existed).
     #[inline]
-    fn window_view(
-        &self,
-        bucket: u64,
-        index: usize,
-        elapsed: u64,
-        prev: isize,
-        curr: isize,
-    ) -> WindowView {
+    fn window_view(&self, now: super::Now, prev: isize, curr: isize) -> WindowView {
         WindowView {
-            bucket,
-            index,
+            bucket: now.bucket,
+            index: now.index,
             prev,
             curr,
-            into: self.offset_in_bucket(bucket, elapsed),
+            into: now.into,
             len: self.bucket_nanos,
-            at: self.time_at(elapsed),
+            at: self.time_at(now.elapsed),
         }
     }
 }
