@@ -68,7 +68,7 @@ where
         if let Some(rejected) = t.refuses(cost) {
             return self.refused_uncounted(plan_shadow, counted, rejected, permit);
         }
-        // One remix for the over-limit cache and the filter.
+        // One spread for the over-limit cache and the filter.
         let spread = spread(hash);
         if let Some(rejected) = self.over_limit_now(spread, t, cost) {
             if counted {
