@@ -243,13 +243,6 @@ proptest! {
     }
 }
 
-/// A waker for futures polled by hand.
-struct NoWake;
-
-impl std::task::Wake for NoWake {
-    fn wake(self: std::sync::Arc<Self>) {}
-}
-
 /// Requests that never end (streams, here admitted before the key learns, whose completions it
 /// never sees) beside a flow of short ones: a learnt limit that no completion moves is let up
 /// after a second, so the key is not held for good (the review's case: refused for the whole
@@ -295,11 +288,11 @@ fn requests_that_never_end_do_not_freeze_a_learning_key() {
 fn waiters_fill_a_learnt_limit_that_rose() {
     use std::future::Future;
     use std::pin::Pin;
-    use std::task::{Context, Poll, Waker};
+    use std::task::{Context, Poll};
 
     let clock = ManualClock::new();
     let limiter = learning(&clock, AdaptiveInflight::new());
-    let waker = Waker::from(std::sync::Arc::new(NoWake));
+    let waker = floodgate_test_support::waker::noop();
     let mut cx = Context::from_waker(&waker);
     let mut held = std::collections::VecDeque::new();
     while let Ok(permit) = limiter.try_acquire_owned("origin") {

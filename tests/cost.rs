@@ -192,7 +192,7 @@ fn a_cost_over_its_limit_is_refused_at_once_and_counted_nowhere() {
     assert_eq!((estimate.inflight, estimate.rate), (Some(0), Some(0.0)));
 
     let mut waiting = limiter.with_cost(6).acquire("origin", SECOND);
-    let waker = Waker::from(Arc::new(NoWake));
+    let waker = floodgate_test_support::waker::noop();
     let polled = Pin::new(&mut waiting).poll(&mut Context::from_waker(&waker));
     match polled {
         Poll::Ready(Err(r)) => assert_eq!(r.reason, Reason::CostOverLimit),
@@ -225,7 +225,7 @@ fn a_waiting_request_with_a_cost_is_admitted_when_its_units_fit() {
     let first = limiter.with_cost(3).try_acquire_owned("origin").unwrap();
     let second = limiter.with_cost(3).try_acquire_owned("origin").unwrap();
     let mut waiting = limiter.with_cost(7).acquire("origin", SECOND);
-    let waker = Waker::from(Arc::new(NoWake));
+    let waker = floodgate_test_support::waker::noop();
     let mut cx = Context::from_waker(&waker);
     assert!(Pin::new(&mut waiting).poll(&mut cx).is_pending());
     drop(first);
@@ -336,11 +336,4 @@ impl Wake for CountWakes {
     fn wake(self: Arc<Self>) {
         self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
-}
-
-/// A waker for futures polled by hand, whose wake-ups the test does not count.
-struct NoWake;
-
-impl Wake for NoWake {
-    fn wake(self: Arc<Self>) {}
 }

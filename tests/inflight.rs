@@ -8,8 +8,8 @@ use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::pin;
 use std::sync::mpsc;
-use std::sync::{Arc, LazyLock};
-use std::task::{Context, Poll, Wake, Waker};
+use std::sync::LazyLock;
+use std::task::{Context, Poll};
 use std::thread;
 
 use floodgate::{inflight::BorrowedGuard, Guard, Inflight};
@@ -152,16 +152,10 @@ fn guard_dropped_during_panic_unwind_on_another_thread_gives_count_back() {
     assert_eq!(inflight.get("origin-b"), 0);
 }
 
-struct NoopWake;
-
-impl Wake for NoopWake {
-    fn wake(self: Arc<Self>) {}
-}
-
 #[test]
 fn guard_held_across_await_is_given_back_when_the_future_is_cancelled() {
     let inflight = Inflight::new();
-    let waker = Waker::from(Arc::new(NoopWake));
+    let waker = floodgate_test_support::waker::noop();
     let mut cx = Context::from_waker(&waker);
     {
         let mut request = pin!(async {

@@ -1428,7 +1428,7 @@ fn poll_ready_is_the_inner_services() {
         },
         limiter,
     );
-    let waker = std::task::Waker::from(Arc::new(NoopWake));
+    let waker = floodgate_test_support::waker::noop();
     let mut cx = Context::from_waker(&waker);
     assert!(service.poll_ready(&mut cx).is_pending());
     *state.lock().unwrap() = Poll::Ready(Err("inner not available"));
@@ -1438,12 +1438,6 @@ fn poll_ready_is_the_inner_services() {
     );
     *state.lock().unwrap() = Poll::Ready(Ok(()));
     assert_eq!(service.poll_ready(&mut cx), Poll::Ready(Ok(())));
-}
-
-struct NoopWake;
-
-impl std::task::Wake for NoopWake {
-    fn wake(self: Arc<Self>) {}
 }
 
 /// Over loopback: a limit in shadow serves what it would refuse, the inner service is called

@@ -298,10 +298,6 @@ async fn a_waiting_request_is_counted_once_by_its_answer() {
 
 /// Polls a future once, with a waker that does nothing.
 fn futures_poll<F: std::future::Future>(f: std::pin::Pin<&mut F>) -> std::task::Poll<F::Output> {
-    struct Noop;
-    impl std::task::Wake for Noop {
-        fn wake(self: std::sync::Arc<Self>) {}
-    }
-    let waker = std::task::Waker::from(std::sync::Arc::new(Noop));
+    let waker = floodgate_test_support::waker::noop();
     f.poll(&mut std::task::Context::from_waker(&waker))
 }

@@ -10,6 +10,7 @@
 //! - [`panics`]: the message of a panic, caught or in a hook.
 //! - [`redis_server`]: real `redis-server`s (one, or a Cluster) on free loopback ports for the
 //!   fleet's tests and bench, and the fleet example's own server.
+//! - [`waker`]: a waker that does nothing, for futures polled by hand.
 //!
 //! It does not depend on floodgate: floodgate's unit tests use it too (the Redis harness, in
 //! `src/fleet/store/tests.rs`), and a crate built on floodgate would hand them a second copy
@@ -23,3 +24,4 @@ pub mod counting_alloc;
 pub mod loom;
 pub mod panics;
 pub mod redis_server;
+pub mod waker;
