@@ -6,12 +6,16 @@
 //! `clock` lives in `static`s and always uses std; loom models drive a `ManualClock`.)
 
 #[cfg(not(floodgate_loom))]
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU32, AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{
+    AtomicBool, AtomicIsize, AtomicU32, AtomicU64, AtomicU8, Ordering,
+};
 #[cfg(not(floodgate_loom))]
 pub(crate) use std::sync::{Mutex, MutexGuard};
 
 #[cfg(floodgate_loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicIsize, AtomicU32, AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{
+    AtomicBool, AtomicIsize, AtomicU32, AtomicU64, AtomicU8, Ordering,
+};
 #[cfg(floodgate_loom)]
 pub(crate) use loom::sync::{Mutex, MutexGuard};
 
