@@ -13,7 +13,7 @@ use super::adaptive::AdaptiveInflight;
 use super::exact::ExactStage;
 use super::fleet::FleetSetup;
 use super::limits::{HighestRatePromotion, Thresholds};
-use super::overlimit::{OverLimit, SLOTS_PER_EXACT_KEY};
+use super::overlimit::{LimitTag, OverLimit, SLOTS_PER_EXACT_KEY};
 use super::sketches::Sketches;
 use super::tally::Tally;
 use super::wait::Waiters;
@@ -667,6 +667,7 @@ impl<K> LimiterBuilder<K> {
             Shared {
                 sketches,
                 defaults: AtomicCell::new(defaults),
+                default_tag: LimitTag::new(defaults.rate_tag()),
                 promotion: self.promotion,
                 adaptive: self.adaptive,
                 shadow: AtomicBool::new(self.shadow),

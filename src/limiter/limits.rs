@@ -267,6 +267,13 @@ impl Thresholds {
         Rejected::cost_over_limit(cost, limit.min(Limits::MAX_LIMIT))
     }
 
+    /// The rate limit's over-limit tag mix and the limit, for a [`LimitTag`], if there is one.
+    ///
+    /// [`LimitTag`]: super::overlimit::LimitTag
+    pub(crate) fn rate_tag(&self) -> Option<(u64, isize)> {
+        self.rate.map(|rate| (rate.tag_mix, rate.limit))
+    }
+
     /// The limits these thresholds were made from.
     pub(crate) fn limits(&self) -> Limits {
         let given = |limit: isize| u32::try_from(limit.max(0)).unwrap_or(u32::MAX);

@@ -75,7 +75,7 @@ use crate::error::ConfigError;
 use crate::sync::{lock, AtomicBool, AtomicU64, Mutex, Ordering};
 use exact::ExactStage;
 use limits::{HighestRatePromotion, Thresholds};
-use overlimit::OverLimit;
+use overlimit::{LimitTag, OverLimit};
 pub(crate) use permit::Receipt;
 use permit::Ticket;
 use sketches::Sketches;
@@ -157,6 +157,9 @@ struct Shared<K> {
     /// writes nothing and takes no lock unless it races a `set_limits` (then it waits for
     /// it), and always sees one `set_limits`'s value whole.
     defaults: AtomicCell<Thresholds>,
+    /// The defaults' rate limit and its over-limit tag, in one word: what a flooding key's
+    /// requests under the defaults read instead of `defaults`. Stored after it.
+    default_tag: LimitTag,
     /// The fraction of each limit at which a key is promoted.
     promotion: f64,
     /// Every decision in shadow, whatever a plan says: the defaults' [`Limits::shadow`],
@@ -272,10 +275,7 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let shared = &*self.shared;
-        shared.acquire(key, 1, &shared.defaults.load(), false, |ticket, _| Permit {
-            shared,
-            ticket,
-        })
+        shared.acquire_one(key, |ticket, _| Permit { shared, ticket })
     }
 
     /// As [`try_acquire`](Self::try_acquire), but the permit owns a reference to the limiter,
@@ -301,9 +301,7 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let shared = &self.shared;
-        shared.acquire(key, 1, &shared.defaults.load(), false, |ticket, _| {
-            OwnedPermit::new(shared, ticket)
-        })
+        shared.acquire_one(key, |ticket, _| OwnedPermit::new(shared, ticket))
     }
 
     /// The same admissions against the key's own `limits` instead of the limiter's defaults:
@@ -507,6 +505,7 @@ where
             self.shared.shadow.store(true, Ordering::Release);
         }
         self.shared.defaults.store(thresholds);
+        self.shared.default_tag.set(thresholds.rate_tag());
         if !shadow {
             self.shared.shadow.store(false, Ordering::Release);
         }

@@ -70,12 +70,68 @@ where
         }
         // One spread for the over-limit cache and the filter.
         let spread = spread(hash);
-        if let Some(rejected) = self.over_limit_now(spread, t, cost) {
+        let refused = t
+            .rate
+            .and_then(|rate| self.over_limit_now(spread, rate.tag_mix, rate.limit, cost));
+        if let Some(rejected) = refused {
             if counted {
                 self.tally.refused(&rejected, false);
             }
             return Err(rejected);
         }
+        self.decide(key, hash, spread, cost, t, plan_shadow, counted, permit)
+    }
+
+    /// [`acquire`](Self::acquire) of one unit against the default limits, with the over-limit
+    /// cache looked up by the defaults' [`LimitTag`](super::overlimit::LimitTag) (one word)
+    /// and their thresholds (a sequence lock's copy of 80 bytes) read only for a request the
+    /// cache does not refuse: a flooding key's refusals read no thresholds.
+    #[inline]
+    pub(super) fn acquire_one<Q, P>(
+        &self,
+        key: &Q,
+        permit: impl FnOnce(Ticket, Receipt) -> P,
+    ) -> Result<P, Rejected>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let hash = self.sketches.hash(key);
+        let spread = spread(hash);
+        let refused = self
+            .default_tag
+            .get()
+            .and_then(|(mix, limit)| self.over_limit_now(spread, mix, limit, 1));
+        if let Some(rejected) = refused {
+            self.tally.refused(&rejected, false);
+            return Err(rejected);
+        }
+        let t = self.defaults.load();
+        // No `t.refuses(1)`: it refuses a request of one unit only under a limit of 0, and the
+        // builder and `set_limits` refuse such defaults.
+        debug_assert!(t.refuses(1).is_none(), "defaults that refuse every request");
+        self.decide(key, hash, spread, 1, &t, false, true, permit)
+    }
+
+    /// The decision past the over-limit cache of the limits `t`: the fleet's, the sketches',
+    /// and for hot or flagged keys the exact stage's.
+    #[allow(clippy::too_many_arguments)] // the request's parts, each read on its path
+    #[inline(always)] // the request path, from its two callers
+    fn decide<Q, P>(
+        &self,
+        key: &Q,
+        hash: u64,
+        spread: u64,
+        cost: u32,
+        t: &Thresholds,
+        plan_shadow: bool,
+        counted: bool,
+        permit: impl FnOnce(Ticket, Receipt) -> P,
+    ) -> Result<P, Rejected>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         // In a fleet, after the cache: a flooded key's refusal costs nothing more. A share
         // (Redis away) is a limit of its own, whose deadlines the cache holds under its tag.
         let in_fleet = self
@@ -86,7 +142,10 @@ where
             Some(fleet) => {
                 let tag = |t: &Thresholds| t.rate.map(|rate| rate.tag_mix);
                 if tag(fleet) != tag(t) {
-                    if let Some(rejected) = self.over_limit_now(spread, fleet, cost) {
+                    let refused = fleet.rate.and_then(|rate| {
+                        self.over_limit_now(spread, rate.tag_mix, rate.limit, cost)
+                    });
+                    if let Some(rejected) = refused {
                         if counted {
                             self.tally.refused(&rejected, false);
                         }
@@ -147,20 +206,23 @@ where
         }
     }
 
-    /// The rejection of a key still over its rate limit `t.rate` from an earlier rejection
-    /// under the same limit.
+    /// The rejection of a key still over its rate limit `limit` (whose over-limit tags mix in
+    /// `tag_mix`) from an earlier rejection under the same limit.
     ///
     /// Always inlined: with the request's cost among its arguments the compiler stopped
     /// inlining it into `try_acquire` (two callers), and the single-key flood's path, which is
     /// this function, took 25 instructions more a request (213 to 238, callgrind).
     #[inline(always)]
-    fn over_limit_now(&self, spread: u64, t: &Thresholds, cost: u32) -> Option<Rejected> {
-        let (rate, threshold) = (self.sketches.rate.as_ref()?, t.rate?);
+    fn over_limit_now(
+        &self,
+        spread: u64,
+        tag_mix: u64,
+        limit: isize,
+        cost: u32,
+    ) -> Option<Rejected> {
+        let rate = self.sketches.rate.as_ref()?;
         // Most keys hold no deadline: one load says so, before the time is worked out.
-        let word = self
-            .over_limit
-            .held(spread, threshold.tag_mix ^ cost_mix(cost))?;
-        let limit = threshold.limit;
+        let word = self.over_limit.held(spread, tag_mix ^ cost_mix(cost))?;
         // The time the usual path would decide on; near a window's end that is the exact time,
         // and the request goes the usual way.
         let now = rate.settled_now()?;
