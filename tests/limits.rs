@@ -147,6 +147,27 @@ fn a_key_rejected_for_its_rate_is_judged_again_under_a_raised_limit() {
     assert!(limiter.with_limits(gold).try_acquire("origin").is_ok());
 }
 
+/// A key the sketches admitted alone under a high default limit is judged by a lowered one
+/// from its next request: what a healthy request reads of the defaults (their promotion
+/// thresholds, one word) follows `set_limits` as the thresholds do.
+#[test]
+fn a_lowered_default_limit_holds_for_a_key_the_sketches_admitted_alone() {
+    let clock = ManualClock::new();
+    let limiter: Limiter<String> = Limiter::builder()
+        .max_rate(100, SECOND)
+        .promotion_threshold(0.5)
+        .clock(&clock)
+        .build()
+        .unwrap();
+    for _ in 0..20 {
+        drop(limiter.try_acquire("origin").unwrap());
+    }
+    assert_eq!(limiter.stats().promoted, 0, "20 of 100: below its threshold");
+    limiter.set_limits(Limits::new().max_rate(10)).unwrap();
+    let rejected = limiter.try_acquire("origin").unwrap_err();
+    assert_eq!((rejected.reason, rejected.limit), (Reason::Rate, 10));
+}
+
 #[test]
 fn limits_of_a_kind_the_limiter_does_not_count_are_refused_clearly() {
     let clock = ManualClock::new();

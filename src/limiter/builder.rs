@@ -10,15 +10,15 @@ use crate::sync::{AtomicBool, Mutex};
 use crate::Rate;
 
 use super::adaptive::AdaptiveInflight;
+use super::defaults::Defaults;
 use super::exact::ExactStage;
 use super::fleet::FleetSetup;
 use super::limits::{HighestRatePromotion, Thresholds};
-use super::overlimit::{LimitTag, OverLimit, SLOTS_PER_EXACT_KEY};
+use super::overlimit::{OverLimit, SLOTS_PER_EXACT_KEY};
 use super::sketches::Sketches;
 use super::tally::Tally;
 use super::wait::Waiters;
 use super::{Limiter, Limits, Shared, Sweeper};
-use crossbeam_utils::atomic::AtomicCell;
 
 /// Default rows of the limiter's sketches: 2, of 8 counters each in a key's cache line. Each
 /// row costs a request a locked add; a key's rows share one line's other keys, so more rows
@@ -666,8 +666,7 @@ impl<K> LimiterBuilder<K> {
             let registration = time.register(user);
             Shared {
                 sketches,
-                defaults: AtomicCell::new(defaults),
-                default_tag: LimitTag::new(defaults.rate_tag()),
+                defaults: Defaults::new(defaults),
                 promotion: self.promotion,
                 adaptive: self.adaptive,
                 shadow: AtomicBool::new(self.shadow),

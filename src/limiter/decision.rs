@@ -28,17 +28,18 @@
 
 use super::exact::{Counts, InflightCount};
 use super::fleet::{FleetRate, FleetState};
-use super::limits::{RateThreshold, Thresholds};
+use super::limits::{Promotion, RateThreshold, Thresholds};
 use super::overlimit::limit_mix;
 use super::sketches::{Recount, Reread, Sketched};
 use super::{Estimate, Rejected};
 use crate::rate::{ExactWindows, WindowView};
 
-/// Whether an estimate of the request reached its promotion threshold.
+/// Whether an estimate of the request reached its promotion threshold (`p`: see
+/// [`Thresholds::promotion`]).
 #[inline]
-pub(crate) fn is_hot(s: &Sketched, t: &Thresholds) -> bool {
-    let inflight = matches!((t.inflight, s.inflight), (Some(t), Some(n)) if n >= t.promote_at);
-    let rate = matches!((t.rate, s.window), (Some(t), Some(w)) if w.reaches(t.promote_at));
+pub(crate) fn is_hot(s: &Sketched, p: Promotion) -> bool {
+    let inflight = s.inflight.is_some_and(|n| p.inflight_reached(n));
+    let rate = s.window.is_some_and(|w| w.reaches(p.rate()));
     inflight || rate
 }
 
@@ -372,12 +373,18 @@ mod tests {
     #[test]
     fn a_request_is_hot_from_its_promotion_threshold_on() {
         let t = thresholds();
-        assert!(!is_hot(&sketched(1, 0, 4), &t), "4 of 10, 1 of 4 in flight");
-        assert!(is_hot(&sketched(1, 0, 5), &t), "5 of 10: half");
-        assert!(is_hot(&sketched(2, 0, 1), &t), "2 of 4 in flight: half");
+        assert!(
+            !is_hot(&sketched(1, 0, 4), t.promotion()),
+            "4 of 10, 1 of 4 in flight"
+        );
+        assert!(is_hot(&sketched(1, 0, 5), t.promotion()), "5 of 10: half");
+        assert!(
+            is_hot(&sketched(2, 0, 1), t.promotion()),
+            "2 of 4 in flight: half"
+        );
         // prev·(1 − 1/4) + curr = 6·0.75 + 1 = 5.5.
         assert!(
-            is_hot(&sketched(1, 6, 1), &t),
+            is_hot(&sketched(1, 6, 1), t.promotion()),
             "the previous window counts too"
         );
     }

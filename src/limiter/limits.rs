@@ -170,6 +170,57 @@ pub(crate) struct Thresholds {
     pub(crate) rate: Option<RateThreshold>,
 }
 
+/// The promotion thresholds of a set of limits, in one word: all that a request the sketches
+/// admit alone needs of its limits (see `Defaults`, which keeps the defaults' in an atomic
+/// word). The rate's threshold is an `f32` rounded down, so a key is hot no later than at its
+/// exact threshold: fewer admissions by the sketch alone, never more (the exact stage's proofs
+/// rest on a key admitted alone being below its threshold).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Promotion {
+    /// The in-flight estimate that makes a key hot; `u32::MAX` (past every count) for none.
+    inflight: u32,
+    /// The sliding-window count that makes a key hot; infinite for none.
+    rate: f32,
+}
+
+impl Promotion {
+    /// As one word: the rate's bits above the in-flight threshold's.
+    pub(crate) fn to_bits(self) -> u64 {
+        (u64::from(self.rate.to_bits()) << 32) | u64::from(self.inflight)
+    }
+
+    /// From [`to_bits`](Self::to_bits).
+    pub(crate) fn from_bits(word: u64) -> Self {
+        Promotion {
+            inflight: word as u32,
+            rate: f32::from_bits((word >> 32) as u32),
+        }
+    }
+
+    /// Whether an in-flight estimate of `n` reaches its threshold.
+    #[inline]
+    pub(crate) fn inflight_reached(&self, n: isize) -> bool {
+        n >= self.inflight as isize
+    }
+
+    /// The sliding-window count that makes a key hot.
+    #[inline]
+    pub(crate) fn rate(&self) -> f64 {
+        f64::from(self.rate)
+    }
+}
+
+/// The largest `f32` at most `x` (for `x` ≥ 0, finite or not).
+fn f32_at_most(x: f64) -> f32 {
+    let nearest = x as f32;
+    if f64::from(nearest) > x {
+        // Positive and finite (a nearest above a non-negative `x`): the next one down.
+        f32::from_bits(nearest.to_bits() - 1)
+    } else {
+        nearest
+    }
+}
+
 /// An in-flight limit and the estimate at which a key is promoted for it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct InflightThreshold {
@@ -267,6 +318,20 @@ impl Thresholds {
         Rejected::cost_over_limit(cost, limit.min(Limits::MAX_LIMIT))
     }
 
+    /// The promotion thresholds, in one word (see [`Promotion`]).
+    #[inline]
+    pub(crate) fn promotion(&self) -> Promotion {
+        Promotion {
+            // A threshold is at most its limit, at most `Limits::MAX_LIMIT`: it fits.
+            inflight: self.inflight.map_or(u32::MAX, |t| {
+                t.promote_at.clamp(0, u32::MAX as isize) as u32
+            }),
+            rate: self
+                .rate
+                .map_or(f32::INFINITY, |t| f32_at_most(t.promote_at)),
+        }
+    }
+
     /// The rate limit's over-limit tag mix and the limit, for a [`LimitTag`], if there is one.
     ///
     /// [`LimitTag`]: super::overlimit::LimitTag
@@ -300,6 +365,40 @@ mod tests {
         let t = Thresholds::new(&Limits::new().max_inflight(0).max_rate(0), 0.5);
         assert_eq!(t.limits(), Limits::new().max_inflight(0).max_rate(0));
         assert_eq!(Thresholds::new(&Limits::new(), 0.5).limits(), Limits::new());
+    }
+
+    /// The one word of promotion thresholds is hot no later than the thresholds themselves:
+    /// its rate threshold is at most theirs (and equal where an `f32` holds it), its in-flight
+    /// one equal; limits left unset are never reached.
+    #[test]
+    fn a_promotion_word_is_hot_no_later_than_its_thresholds() {
+        for limit in [1, 3, 7, 10, 100, 333, 1_000_003, Limits::MAX_LIMIT] {
+            for promotion in [0.1, 0.3, 0.5, 0.77, 1.0] {
+                let t = Thresholds::new(
+                    &Limits::new().max_inflight(limit).max_rate(limit),
+                    promotion,
+                );
+                let word = Promotion::from_bits(t.promotion().to_bits());
+                let rate = t.rate.unwrap().promote_at;
+                assert!(
+                    word.rate() <= rate,
+                    "{limit} × {promotion}: {} > {rate}",
+                    word.rate()
+                );
+                assert!(
+                    rate - word.rate() <= rate * f64::from(f32::EPSILON),
+                    "{limit} × {promotion}"
+                );
+                if rate == f64::from(rate as f32) {
+                    assert_eq!(word.rate(), rate);
+                }
+                let inflight = t.inflight.unwrap().promote_at;
+                assert!(word.inflight_reached(inflight) && !word.inflight_reached(inflight - 1));
+            }
+        }
+        let none = Promotion::from_bits(Thresholds::new(&Limits::new(), 0.5).promotion().to_bits());
+        assert!(!none.inflight_reached(Limits::MAX_LIMIT as isize * 2));
+        assert!(none.rate().is_infinite());
     }
 }
 

@@ -50,6 +50,7 @@
 mod adaptive;
 mod builder;
 mod decision;
+mod defaults;
 mod exact;
 mod fleet;
 mod inspect;
@@ -68,14 +69,13 @@ use std::hash::Hash;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use crossbeam_utils::atomic::AtomicCell;
-
 use crate::clock::{Registration, Tick, TimeSource, TICK_NANOS};
 use crate::error::ConfigError;
 use crate::sync::{lock, AtomicBool, AtomicU64, Mutex, Ordering};
+use defaults::Defaults;
 use exact::ExactStage;
 use limits::{HighestRatePromotion, Thresholds};
-use overlimit::{LimitTag, OverLimit};
+use overlimit::OverLimit;
 pub(crate) use permit::Receipt;
 use permit::Ticket;
 use sketches::Sketches;
@@ -153,13 +153,8 @@ impl<K> Clone for Limiter<K> {
 struct Shared<K> {
     sketches: Sketches,
     /// The default limits with their promotion thresholds, replaced whole by
-    /// [`Limiter::set_limits`]. `AtomicCell` (a sequence lock for a value this size): a read
-    /// writes nothing and takes no lock unless it races a `set_limits` (then it waits for
-    /// it), and always sees one `set_limits`'s value whole.
-    defaults: AtomicCell<Thresholds>,
-    /// The defaults' rate limit and its over-limit tag, in one word: what a flooding key's
-    /// requests under the defaults read instead of `defaults`. Stored after it.
-    default_tag: LimitTag,
+    /// [`Limiter::set_limits`]: read whole, or a word of them (see `defaults.rs`).
+    defaults: Defaults,
     /// The fraction of each limit at which a key is promoted.
     promotion: f64,
     /// Every decision in shadow, whatever a plan says: the defaults' [`Limits::shadow`],
@@ -505,7 +500,6 @@ where
             self.shared.shadow.store(true, Ordering::Release);
         }
         self.shared.defaults.store(thresholds);
-        self.shared.default_tag.set(thresholds.rate_tag());
         if !shadow {
             self.shared.shadow.store(false, Ordering::Release);
         }

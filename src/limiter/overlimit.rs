@@ -77,14 +77,12 @@ pub(crate) const SHADOW_MIX: u64 = 0x7368_6164_6f77_2121;
 
 /// A rate limit and the bits of its mix that tags are made of, in one word: what a request
 /// under the limiter's default limits reads on the flood path in place of their thresholds
-/// (a sequence lock's copy of 80 bytes, 28 instructions of the 176 a refusal from the cache
-/// took, callgrind). A tag is the top `64 − DEADLINE_BITS` bits of `spread ^ mix`, so only
+/// (see `Defaults`). A tag is the top `64 − DEADLINE_BITS` bits of `spread ^ mix`, so only
 /// those bits of the mix are kept, and the limit (at most `Limits::MAX_LIMIT`, under
 /// 2^`DEADLINE_BITS`) takes the others.
 ///
-/// `Release` store and `Acquire` load: a request that reads a new word reads the thresholds
-/// stored before it (see `Limiter::set_limits`), never a new tag with older thresholds. The
-/// word itself is the whole of what the flood path needs, so it is never torn.
+/// `Release` store and `Acquire` load, for the order `Defaults` keeps its words in; the word
+/// itself is all the flood path needs, and is never torn.
 pub(crate) struct LimitTag(AtomicU64);
 
 impl LimitTag {
@@ -102,7 +100,7 @@ impl LimitTag {
         LimitTag(AtomicU64::new(Self::word(rate)))
     }
 
-    /// Replaces the limit (after the thresholds it belongs with are stored).
+    /// Replaces the limit.
     pub(crate) fn set(&self, rate: Option<(u64, isize)>) {
         self.0.store(Self::word(rate), Ordering::Release);
     }

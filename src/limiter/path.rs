@@ -82,10 +82,10 @@ where
         self.decide(key, hash, spread, cost, t, plan_shadow, counted, permit)
     }
 
-    /// [`acquire`](Self::acquire) of one unit against the default limits, with the over-limit
-    /// cache looked up by the defaults' [`LimitTag`](super::overlimit::LimitTag) (one word)
-    /// and their thresholds (a sequence lock's copy of 80 bytes) read only for a request the
-    /// cache does not refuse: a flooding key's refusals read no thresholds.
+    /// [`acquire`](Self::acquire) of one unit against the default limits, reading of them
+    /// only what the request needs (see `defaults.rs`): the over-limit cache looked up by
+    /// their rate limit's tag, then, outside a fleet, the sketches' estimates judged by their
+    /// promotion thresholds; the thresholds whole only for a key that is hot or flagged.
     #[inline]
     pub(super) fn acquire_one<Q, P>(
         &self,
@@ -99,18 +99,30 @@ where
         let hash = self.sketches.hash(key);
         let spread = spread(hash);
         let refused = self
-            .default_tag
-            .get()
+            .defaults
+            .tag()
             .and_then(|(mix, limit)| self.over_limit_now(spread, mix, limit, 1));
         if let Some(rejected) = refused {
             self.tally.refused(&rejected, false);
             return Err(rejected);
         }
+        // No `refuses(1)` on the defaults: it refuses a request of one unit only under a limit
+        // of 0, and the builder and `set_limits` refuse such defaults.
+        if self.fleet.is_joined() {
+            let t = self.defaults.load();
+            debug_assert!(t.refuses(1).is_none(), "defaults that refuse every request");
+            return self.decide(key, hash, spread, 1, &t, false, true, permit);
+        }
+        let promotion = self.defaults.promotion();
+        let sketched = self.sketches.observe(hash, 1);
+        // The request's half of the promotion handshake: after the sketch increments.
+        if !decision::is_hot(&sketched, promotion) && !self.exact.flagged(spread) {
+            return Ok(self.admitted(&sketched, 1, None, true, permit));
+        }
+        // Judged whole, on the thresholds read now (`set_limits` may have run since).
         let t = self.defaults.load();
-        // No `t.refuses(1)`: it refuses a request of one unit only under a limit of 0, and the
-        // builder and `set_limits` refuse such defaults.
-        debug_assert!(t.refuses(1).is_none(), "defaults that refuse every request");
-        self.decide(key, hash, spread, 1, &t, false, true, permit)
+        let hot = decision::is_hot(&sketched, t.promotion());
+        self.conclude(key, spread, &sketched, 1, &t, hot, false, true, permit)
     }
 
     /// The decision past the over-limit cache of the limits `t`: the fleet's, the sketches',
@@ -157,32 +169,55 @@ where
             None => t,
         };
         let sketched = self.sketches.observe(hash, cost);
-        let hot = decision::is_hot(&sketched, t);
+        let hot = decision::is_hot(&sketched, t.promotion());
+        self.conclude(
+            key,
+            spread,
+            &sketched,
+            cost,
+            t,
+            hot,
+            plan_shadow,
+            counted,
+            permit,
+        )
+    }
+
+    /// The decision on what the sketches said of a request (`hot`: by `t`'s promotion
+    /// thresholds): by the sketch alone for a key that is neither hot nor flagged, by the exact
+    /// stage otherwise; then the answer, and for a refusal its deadline in the over-limit
+    /// cache.
+    #[allow(clippy::too_many_arguments)] // the request's parts, each read on its path
+    #[inline(always)] // the request path, from its two callers
+    fn conclude<Q, P>(
+        &self,
+        key: &Q,
+        spread: u64,
+        sketched: &Sketched,
+        cost: u32,
+        t: &Thresholds,
+        hot: bool,
+        plan_shadow: bool,
+        counted: bool,
+        permit: impl FnOnce(Ticket, Receipt) -> P,
+    ) -> Result<P, Rejected>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         // The request's half of the promotion handshake: after the sketch increments.
         let decision = if !hot && !self.exact.flagged(spread) {
             Ok(None)
         } else {
-            self.decide_hot(key, &sketched, t, hot)
+            self.decide_hot(key, sketched, t, hot)
         };
         match decision {
-            Ok(exact) => {
-                if counted {
-                    self.tally.admitted();
-                }
-                let ticket = Ticket {
-                    hash,
-                    held: Held::of(exact.map(|e| e.generation), cost),
-                };
-                let window = match exact {
-                    Some(exact) => exact.window,
-                    None => sketched.window.map(|w| w.bucket),
-                };
-                Ok(permit(ticket, Receipt { window }))
-            }
+            Ok(exact) => Ok(self.admitted(sketched, cost, exact, counted, permit)),
             Err(Refusal {
                 rejected,
                 over_until,
             }) => {
+                let hash = sketched.hash;
                 self.sketches.release(hash, cost);
                 let shadow = self.in_shadow(plan_shadow);
                 if counted {
@@ -204,6 +239,31 @@ where
                 Err(rejected)
             }
         }
+    }
+
+    /// The permit of an admitted request of `cost` units, which the exact stage counted if
+    /// `exact` says so (the sketches did in any case).
+    #[inline(always)] // the request path
+    fn admitted<P>(
+        &self,
+        sketched: &Sketched,
+        cost: u32,
+        exact: Option<CountedExactly>,
+        counted: bool,
+        permit: impl FnOnce(Ticket, Receipt) -> P,
+    ) -> P {
+        if counted {
+            self.tally.admitted();
+        }
+        let ticket = Ticket {
+            hash: sketched.hash,
+            held: Held::of(exact.map(|e| e.generation), cost),
+        };
+        let window = match exact {
+            Some(exact) => exact.window,
+            None => sketched.window.map(|w| w.bucket),
+        };
+        permit(ticket, Receipt { window })
     }
 
     /// The rejection of a key still over its rate limit `limit` (whose over-limit tags mix in

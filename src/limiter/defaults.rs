@@ -1,0 +1,77 @@
+//! The limiter's default limits as the request path reads them: whole, or in the one word of
+//! them that a request needs on its most common paths.
+//!
+//! Whole, they are 80 bytes of thresholds behind a sequence lock (crossbeam's `AtomicCell`):
+//! a copy of 28 instructions a request, out of 132 on a flooding key's path and 279 on a
+//! healthy key's (callgrind, at 100k requests a second). Most requests need less of them:
+//!
+//! - a request the over-limit cache refuses needs the rate limit and its tag
+//!   ([`LimitTag`]);
+//! - a request the sketches admit alone (its key below its promotion thresholds and not
+//!   flagged, outside a fleet) needs those two thresholds ([`Promotion`]).
+//!
+//! Each is one atomic word, read whole, so a decision made on one never mixes the limits of
+//! two `set_limits`; the thresholds are read whole for every other request.
+//!
+//! # Orderings
+//!
+//! [`store`](Defaults::store) writes the thresholds, then the promotion word, then the tag,
+//! each publishing with `Release`; the request path reads them in the opposite order with
+//! `Acquire`. So a request that read a newer word reads thresholds at least as new after it
+//! (it may read older words and newer thresholds, which only means it decided on a
+//! `set_limits` that came before the one it then read in full: each decision is made on one
+//! of them whole).
+
+use crossbeam_utils::atomic::AtomicCell;
+
+use super::limits::{Promotion, Thresholds};
+use super::overlimit::LimitTag;
+use crate::sync::{AtomicU64, Ordering};
+
+/// The default limits (see the module docs).
+pub(crate) struct Defaults {
+    /// Whole. `AtomicCell` (a sequence lock for a value this size): a read writes nothing and
+    /// takes no lock unless it races a store (then it waits for it).
+    thresholds: AtomicCell<Thresholds>,
+    /// [`Promotion::to_bits`] of `thresholds`.
+    promotion: AtomicU64,
+    /// The rate limit and its over-limit tag.
+    tag: LimitTag,
+}
+
+impl Defaults {
+    pub(crate) fn new(t: Thresholds) -> Self {
+        Defaults {
+            thresholds: AtomicCell::new(t),
+            promotion: AtomicU64::new(t.promotion().to_bits()),
+            tag: LimitTag::new(t.rate_tag()),
+        }
+    }
+
+    /// Replaces them. Stores from several threads must be serialised by the caller (two
+    /// interleaved could leave one's words with the other's thresholds).
+    pub(crate) fn store(&self, t: Thresholds) {
+        self.thresholds.store(t);
+        self.promotion
+            .store(t.promotion().to_bits(), Ordering::Release);
+        self.tag.set(t.rate_tag());
+    }
+
+    /// The thresholds, whole.
+    #[inline]
+    pub(crate) fn load(&self) -> Thresholds {
+        self.thresholds.load()
+    }
+
+    /// The promotion thresholds.
+    #[inline]
+    pub(crate) fn promotion(&self) -> Promotion {
+        Promotion::from_bits(self.promotion.load(Ordering::Acquire))
+    }
+
+    /// The rate limit's over-limit tag mix and the limit, if there is a rate limit.
+    #[inline]
+    pub(crate) fn tag(&self) -> Option<(u64, isize)> {
+        self.tag.get()
+    }
+}
