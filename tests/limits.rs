@@ -162,7 +162,11 @@ fn a_lowered_default_limit_holds_for_a_key_the_sketches_admitted_alone() {
     for _ in 0..20 {
         drop(limiter.try_acquire("origin").unwrap());
     }
-    assert_eq!(limiter.stats().promoted, 0, "20 of 100: below its threshold");
+    assert_eq!(
+        limiter.stats().promoted,
+        0,
+        "20 of 100: below its threshold"
+    );
     limiter.set_limits(Limits::new().max_rate(10)).unwrap();
     let rejected = limiter.try_acquire("origin").unwrap_err();
     assert_eq!((rejected.reason, rejected.limit), (Reason::Rate, 10));

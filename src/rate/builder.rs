@@ -222,7 +222,7 @@ impl RateBuilder {
             bucket_nanos: interval_nanos / k64,
             sub_windows: k64,
             interval: self.interval,
-            margin,
+            settled_span: (interval_nanos / k64).saturating_sub(margin),
             current_hint: AtomicU64::new(0),
         });
         let weak: Weak<dyn Tick> = Arc::downgrade(&core) as Weak<dyn Tick>;

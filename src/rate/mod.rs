@@ -185,6 +185,8 @@ struct Now {
     index: usize,
     elapsed: u64,
     into: u64,
+    /// The time on the Rate's clock (`time_at(elapsed)`).
+    at: u64,
 }
 
 struct RateCore {
@@ -206,9 +208,11 @@ struct RateCore {
     bucket_nanos: u64,
     sub_windows: u64,
     interval: Duration,
-    /// How close to a bucket's end the coarse time may come before the precise clock is read:
-    /// two ticks on the shared clock, none on a manual clock (whose time is exact).
-    margin: u64,
+    /// How far into a bucket the coarse time is taken as it is: the bucket's length less the
+    /// coarse time's lag (two ticks on the shared clock, none on a manual clock, whose time is
+    /// exact). Past it the precise clock is read; 0 (always precise) for a bucket no longer
+    /// than the lag.
+    settled_span: u64,
     /// The bucket the ticker last saw as current, with its slot's index in the low
     /// [`HINT_INDEX_BITS`] ([`pack_hint`]): lets the request path find its bucket and slot
     /// without a division. Only ever raised (`fetch_max`; the bucket is in the high bits);
@@ -567,20 +571,26 @@ impl RateCore {
     /// The current bucket and the time since `start` by the coarse time, when that is as good
     /// as the exact time: in the bucket the ticker last saw, and not within the coarse time's
     /// lag of its end (where an event may already belong to the next bucket).
+    ///
+    /// In wrapping arithmetic, one comparison for both ends: a coarse time before the anchor,
+    /// or before the hint's bucket began (the ticker can run ahead of the coarse time), wraps
+    /// to far past `settled_span` and is left to the precise path, which clamps it. Nothing
+    /// else wraps: a time is a `u64` of nanoseconds, and the hint's bucket began at a time the
+    /// ticker saw. So `elapsed` is exact here, and the time on the Rate's clock is the coarse
+    /// time itself.
     #[inline]
     fn settled(&self) -> Option<Now> {
-        let elapsed = self.elapsed_at(self.time.coarse());
+        let t = self.time.coarse();
+        let elapsed = t.wrapping_add(self.shift).wrapping_sub(self.start);
         let hint = self.current_hint.load(Ordering::Relaxed);
         let (bucket, index) = unpack_hint(hint);
-        let begin = bucket.saturating_mul(self.bucket_nanos);
-        let end = begin.saturating_add(self.bucket_nanos);
-        (elapsed >= begin && elapsed.saturating_add(self.margin) < end).then(|| Now {
+        let into = elapsed.wrapping_sub(bucket.wrapping_mul(self.bucket_nanos));
+        (into < self.settled_span).then_some(Now {
             bucket,
             index,
             elapsed,
-            // No underflow: `elapsed >= begin`. Worked out here, where `begin` is at hand, so
-            // the request's window view multiplies nothing again.
-            into: elapsed - begin,
+            into,
+            at: t,
         })
     }
 
@@ -594,6 +604,7 @@ impl RateCore {
             index: self.slot_index(bucket),
             elapsed,
             into: elapsed % self.bucket_nanos,
+            at: self.time_at(elapsed),
         }
     }
 
@@ -692,5 +703,31 @@ impl Tick for RateCore {
         self.prepare(current + 1);
         self.prepare(current + 2);
         self.time_at(current.saturating_add(1).saturating_mul(self.bucket_nanos))
+    }
+}
+
+#[cfg(all(test, not(floodgate_loom)))]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+
+    /// A ticker that already saw the next bucket begin (it runs ahead of the coarse time,
+    /// which lags) leaves the request path to the precise time: the coarse time is not read
+    /// as being in that bucket, whose start it has not reached.
+    #[test]
+    fn a_coarse_time_before_the_hints_bucket_is_not_settled() {
+        let clock = ManualClock::new();
+        let rate = Rate::builder(Duration::from_secs(1))
+            .clock(&clock)
+            .build()
+            .unwrap();
+        clock.advance(Duration::from_millis(2500));
+        let core = &*rate.core;
+        let now = core.settled().expect("in bucket 2, as the ticker saw");
+        assert_eq!((now.bucket, now.into), (2, 500_000_000));
+        core.current_hint
+            .fetch_max(pack_hint(3, core.slot_index(3)), Ordering::Relaxed);
+        assert!(core.settled().is_none(), "bucket 3 has not begun");
+        assert_eq!(core.now_indexed().bucket, 2);
     }
 }

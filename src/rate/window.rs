@@ -314,7 +314,7 @@ impl Rate {
     #[inline]
     pub(crate) fn settled_now(&self) -> Option<u64> {
         let core = &*self.core;
-        core.settled().map(|now| core.time_at(now.elapsed))
+        core.settled().map(|now| now.at)
     }
 
     /// The longest a rate rejection waits, in nanoseconds: two windows (the key's count in
@@ -348,7 +348,7 @@ impl super::RateCore {
             curr,
             into: now.into,
             len: self.bucket_nanos,
-            at: self.time_at(now.elapsed),
+            at: now.at,
         }
     }
 }
