@@ -119,7 +119,27 @@ where
         if !decision::is_hot(&sketched, promotion) && !self.exact.flagged(spread) {
             return Ok(self.admitted(&sketched, 1, None, true, permit));
         }
-        // Judged whole, on the thresholds read now (`set_limits` may have run since).
+        self.acquire_one_hot(key, spread, sketched, permit)
+    }
+
+    /// [`acquire_one`](Self::acquire_one) for a key the promotion word found hot, or that is
+    /// flagged: judged whole, on the thresholds read now (`set_limits` may have run since).
+    ///
+    /// Out of line, with `sketched` passed by value: then the request path keeps what the
+    /// sketches said in registers, where a reference to it had every request write it all to
+    /// the stack.
+    #[inline(never)]
+    fn acquire_one_hot<Q, P>(
+        &self,
+        key: &Q,
+        spread: u64,
+        sketched: Sketched,
+        permit: impl FnOnce(Ticket, Receipt) -> P,
+    ) -> Result<P, Rejected>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         let t = self.defaults.load();
         let hot = decision::is_hot(&sketched, t.promotion());
         self.conclude(key, spread, &sketched, 1, &t, hot, false, true, permit)
