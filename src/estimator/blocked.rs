@@ -138,7 +138,15 @@ impl Blocked {
     /// a key, the j-th to read sees at least j).
     #[inline(always)]
     pub(crate) fn incr(&self, hash: u64, value: u32) -> isize {
-        let Some(block) = self.block(hash) else {
+        self.incr_in(self.block_index(hash), hash, value)
+    }
+
+    /// [`incr`](Self::incr) for a key whose block is `index` ([`block_index`](Self::block_index),
+    /// the same in every table of this one's number of blocks). An index out of range (a
+    /// table of another shape) reads as saturated: an over-estimate, never an under-count.
+    #[inline(always)]
+    pub(crate) fn incr_in(&self, index: usize, hash: u64, value: u32) -> isize {
+        let Some(block) = self.block_at(index) else {
             return CEILING as isize;
         };
         let mut added = u32::MAX;
@@ -155,7 +163,7 @@ impl Blocked {
             }
         });
         if left_zero {
-            self.mark(hash);
+            self.mark(index);
         }
         crate::sync::seqcst_fence_for_loom();
         narrow::load(lowest).max(added) as isize
@@ -172,7 +180,13 @@ impl Blocked {
     /// The key's estimate: the least of its counters.
     #[inline(always)]
     pub(crate) fn get(&self, hash: u64) -> isize {
-        let Some(block) = self.block(hash) else {
+        self.get_in(self.block_index(hash), hash)
+    }
+
+    /// [`get`](Self::get) for a key whose block is `index`, as for [`incr_in`](Self::incr_in).
+    #[inline(always)]
+    pub(crate) fn get_in(&self, index: usize, hash: u64) -> isize {
+        let Some(block) = self.block_at(index) else {
             return CEILING as isize;
         };
         let mut estimate = u32::MAX;
@@ -220,15 +234,19 @@ impl Blocked {
     /// The key's block: the top 32 bits of its hash, scaled to the number of blocks.
     #[inline]
     fn block(&self, hash: u64) -> Option<&Block> {
-        let index = self.block_index(hash);
+        self.block_at(self.block_index(hash))
+    }
+
+    #[inline(always)]
+    fn block_at(&self, index: usize) -> Option<&Block> {
         debug_assert!(index < self.blocks.len(), "block {index} out of range");
         self.blocks.get(index)
     }
 
-    /// `⌊top · blocks / 2^32⌋` for the hash's top 32 bits: below `blocks`, which is at most
-    /// 2^24 (`MAX_COUNTERS` / 16), so the product fits in 64 bits.
+    /// The index of the key's block: `⌊top · blocks / 2^32⌋` for the hash's top 32 bits, below
+    /// `blocks`, which is at most 2^24 (`MAX_COUNTERS` / 16), so the product fits in 64 bits.
     #[inline]
-    fn block_index(&self, hash: u64) -> usize {
+    pub(crate) fn block_index(&self, hash: u64) -> usize {
         (((hash >> 32) * self.blocks.len() as u64) >> 32) as usize
     }
 
@@ -270,11 +288,10 @@ impl Blocked {
         }
     }
 
-    /// Marks the key's block as written (tracked tables only).
+    /// Marks block `index` as written (tracked tables only).
     #[inline]
-    fn mark(&self, hash: u64) {
+    fn mark(&self, index: usize) {
         let Some(dirty) = &self.dirty else { return };
-        let index = self.block_index(hash);
         let bit = 1u64 << (index % 64);
         if let Some(word) = dirty.get(index / 64) {
             if word.load(Relaxed) & bit == 0 {

@@ -128,6 +128,41 @@ impl Table {
         }
     }
 
+    /// Where the key's counters are, for [`incr_in`](Self::incr_in) and
+    /// [`get_in`](Self::get_in) on this table and any other of its shape (a `Rate`'s slots):
+    /// the block of a blocked table, worked out once for a request that reads two of them.
+    #[inline(always)]
+    pub(crate) fn block_of(&self, hash: u64) -> usize {
+        match self {
+            Table::Flat(_) => 0,
+            Table::Blocked(t) => t.block_index(hash),
+        }
+    }
+
+    /// [`incr`](Self::incr) for a key whose counters are at `block` ([`block_of`](Self::block_of)
+    /// on a table of this shape).
+    #[inline(always)] // as `incr`
+    pub(crate) fn incr_in(&self, block: usize, hash: u64, value: isize) -> isize {
+        match self {
+            Table::Flat(t) => t.incr(hash, value),
+            Table::Blocked(t) if value >= 0 => t.incr_in(block, hash, narrow(value)),
+            Table::Blocked(t) => {
+                t.decr(hash, narrow(value.saturating_neg()));
+                t.get(hash)
+            }
+        }
+    }
+
+    /// [`get`](Self::get) for a key whose counters are at `block`, as for
+    /// [`incr_in`](Self::incr_in).
+    #[inline(always)] // as `incr`
+    pub(crate) fn get_in(&self, block: usize, hash: u64) -> isize {
+        match self {
+            Table::Flat(t) => t.get(hash),
+            Table::Blocked(t) => t.get_in(block, hash),
+        }
+    }
+
     /// Zeroes the table (a blocked one: the blocks written since the last reset).
     pub(crate) fn reset(&self) {
         match self {

@@ -242,14 +242,16 @@ impl Rate {
         let core = &*self.core;
         debug_assert_eq!(core.sub_windows, 1, "the limiter uses plain windows");
         let now = core.now_indexed();
-        let curr = core
-            .slot_to_count_in(now.index)
-            .counts
-            .incr(hash, cost as isize);
+        let counts = &core.slot_to_count_in(now.index).counts;
+        // Every slot's table has the same shape: the key's block is found once for both.
+        let block = counts.block_of(hash);
+        let curr = counts.incr_in(block, hash, cost as isize);
         // The slot before, without a second division.
         let prev = match now.bucket {
             0 => 0,
-            _ => core.slots[core.index_before(now.index)].counts.get(hash),
+            _ => core.slots[core.index_before(now.index)]
+                .counts
+                .get_in(block, hash),
         };
         core.window_view(now, prev, curr)
     }
