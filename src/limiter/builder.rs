@@ -14,7 +14,6 @@ use super::defaults::Defaults;
 use super::exact::ExactStage;
 use super::fleet::FleetSetup;
 use super::limits::{HighestRatePromotion, Thresholds};
-use super::overlimit::{OverLimit, SLOTS_PER_EXACT_KEY};
 use super::sketches::Sketches;
 use super::tally::Tally;
 use super::wait::Waiters;
@@ -675,7 +674,6 @@ impl<K> LimiterBuilder<K> {
                 tally: Tally::new(&self.name),
                 retention: crate::clock::saturating_nanos(self.retention),
                 exact: ExactStage::new(capacity),
-                over_limit: OverLimit::new(capacity * SLOTS_PER_EXACT_KEY),
                 waiters: Waiters::new(self.max_waiters, self.max_waiters_per_key, time.coarse()),
                 fleet: fleet.clone(),
                 time,

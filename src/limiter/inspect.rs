@@ -245,7 +245,6 @@ where
         std::mem::size_of::<Shared<K>>()
             + s.sketches.memory_bytes()
             + s.exact.memory_bytes()
-            + s.over_limit.memory_bytes()
             + s.waiters.memory_bytes()
     }
 }

@@ -54,6 +54,7 @@ mod defaults;
 mod exact;
 mod fleet;
 mod inspect;
+mod key_lines;
 mod limits;
 mod overlimit;
 mod path;
@@ -75,7 +76,6 @@ use crate::sync::{lock, AtomicBool, AtomicU64, Mutex, Ordering};
 use defaults::Defaults;
 use exact::ExactStage;
 use limits::{HighestRatePromotion, Thresholds};
-use overlimit::OverLimit;
 pub(crate) use permit::Receipt;
 use permit::Ticket;
 use sketches::Sketches;
@@ -175,7 +175,6 @@ struct Shared<K> {
     /// How long `heavy_hitters` lists a key after it left the exact stage (nanoseconds).
     retention: u64,
     exact: ExactStage<K>,
-    over_limit: OverLimit,
     /// Requests waiting for a permit ([`Limiter::acquire`]).
     waiters: Waiters,
     /// The fleet this limiter holds its rate limit with (feature `redis`; none without).
@@ -209,7 +208,7 @@ impl<K: Send + Sync> Tick for Sweeper<K> {
         let mut next_sweep = self.next_sweep.load(Ordering::Relaxed);
         if now >= next_sweep {
             shared.sweep_exact();
-            shared.over_limit.forget_expired(now);
+            shared.over_limit().forget_expired(now);
             if tally::Tally::ON {
                 shared.tally.publish(&shared.gauges());
             }

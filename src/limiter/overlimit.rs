@@ -14,8 +14,8 @@
 //!
 //! # Layout
 //!
-//! One `AtomicU64` per slot, indexed by the key's spread hash: 24 bits of tag (other bits of
-//! the spread) and the deadline's low 40 bits, in units of 2^16 ns (65.5 µs), compared with
+//! One `AtomicU64` per slot, found by the key's spread hash in the line that holds its exact
+//! stage filter cell too (`key_lines.rs`): 24 bits of tag (other bits of the spread) and the deadline's low 40 bits, in units of 2^16 ns (65.5 µs), compared with
 //! wrapping arithmetic so the clock may run for any length of time; deadlines more than 2^39
 //! units (2^55 ns, about 417 days) ahead are not cached. The deadline is rounded down: the cache lets a key
 //! through up to a unit early, to be decided the usual way, and never rejects it at or past
@@ -37,6 +37,8 @@ use std::time::Duration;
 
 use crate::estimator::remix;
 use crate::sync::{AtomicU64, Ordering};
+
+use super::key_lines::{KeyLine, KeyLines};
 
 /// Bits of a slot's deadline; the rest is the tag.
 const DEADLINE_BITS: u32 = 40;
@@ -113,26 +115,15 @@ impl LimitTag {
     }
 }
 
-/// Slots per key the exact stage can hold: over-limit keys are a subset of the keys near
-/// their limits, and spare slots keep two flooding keys from taking turns in one.
-pub(crate) const SLOTS_PER_EXACT_KEY: usize = 4;
+/// The deadlines of keys known to be over their rate limit, in the slots of the exact
+/// stage's filter lines (`key_lines.rs`): a request reads its slot and, after its sketches,
+/// its filter cell from one line.
+#[derive(Clone, Copy)]
+pub(crate) struct OverLimit<'a>(pub(crate) &'a KeyLines);
 
-/// The deadlines of keys known to be over their rate limit.
-pub(crate) struct OverLimit {
-    slots: Box<[AtomicU64]>,
-}
-
-impl OverLimit {
-    /// A cache of at least `slots` slots (rounded up to a power of two).
-    pub(crate) fn new(slots: usize) -> Self {
-        let slots = slots.max(1).next_power_of_two();
-        OverLimit {
-            slots: (0..slots).map(|_| AtomicU64::new(0)).collect(),
-        }
-    }
-
+impl OverLimit<'_> {
     fn slot(&self, spread: u64) -> &AtomicU64 {
-        &self.slots[spread as usize & (self.slots.len() - 1)]
+        self.0.key_line(spread).slot()
     }
 
     /// The tag of a key under a rate limit whose [`limit_mix`] is `mix`: a deadline holds
@@ -142,13 +133,13 @@ impl OverLimit {
         (spread ^ mix) >> DEADLINE_BITS
     }
 
-    /// The slot's word if it holds a deadline of the key with spread hash `spread` under the
-    /// limit whose [`limit_mix`] is `mix` (passed or not): `None` for most keys, with one
-    /// load and no clock. [`remaining_of`](Self::remaining_of) reads the deadline.
+    /// The slot's word if it holds a deadline of the key on `line` under the limit whose
+    /// [`limit_mix`] is `mix` (passed or not): `None` for most keys, with one load and no
+    /// clock. [`remaining_of`](Self::remaining_of) reads the deadline.
     #[inline]
-    pub(crate) fn held(&self, spread: u64, limit_mix: u64) -> Option<u64> {
-        let word = self.slot(spread).load(Ordering::Relaxed);
-        (word != 0 && word >> DEADLINE_BITS == Self::tag(spread, limit_mix)).then_some(word)
+    pub(crate) fn held(line: KeyLine<'_>, limit_mix: u64) -> Option<u64> {
+        let word = line.slot().load(Ordering::Relaxed);
+        (word != 0 && word >> DEADLINE_BITS == Self::tag(line.spread(), limit_mix)).then_some(word)
     }
 
     /// How long the key with spread hash `spread` is still over its limit at time `now`
@@ -157,7 +148,7 @@ impl OverLimit {
     #[cfg(test)]
     fn remaining(&self, spread: u64, limit_mix: u64, now: u64, cap: Duration) -> Option<Duration> {
         let cap = u64::try_from(cap.as_nanos()).unwrap_or(u64::MAX);
-        Self::remaining_of(self.held(spread, limit_mix)?, now, cap)
+        Self::remaining_of(Self::held(self.0.key_line(spread), limit_mix)?, now, cap)
     }
 
     /// [`remaining`](Self::remaining) for the `word` that [`held`](Self::held) returned,
@@ -199,17 +190,13 @@ impl OverLimit {
     /// range it is read in (the clock's deadline field wraps every 2^56 ns, 2.3 years). Run by
     /// the limiter's sweep, off the request path; a slot rewritten meanwhile is left alone.
     pub(crate) fn forget_expired(&self, now: u64) {
-        for slot in self.slots.iter() {
+        for slot in self.0.slots() {
             let word = slot.load(Ordering::Relaxed);
             let ahead = (word.wrapping_sub(now >> UNIT_SHIFT)) & DEADLINE_MASK;
             if word != 0 && (ahead == 0 || ahead >= MAX_AHEAD) {
                 let _ = slot.compare_exchange(word, 0, Ordering::Relaxed, Ordering::Relaxed);
             }
         }
-    }
-
-    pub(crate) fn memory_bytes(&self) -> usize {
-        std::mem::size_of_val(&*self.slots)
     }
 }
 
@@ -223,7 +210,8 @@ mod tests {
 
     #[test]
     fn a_key_is_rejected_until_its_deadline_and_not_at_it() {
-        let cache = OverLimit::new(16);
+        let lines = KeyLines::new(1);
+        let cache = OverLimit(&lines);
         let key = 0xABCD_EF01_2345_6789;
         assert_eq!(cache.remaining(key, limit_mix(L), 0, CAP), None);
         cache.insert(key, limit_mix(L), 0, 5_000_000);
@@ -250,7 +238,8 @@ mod tests {
 
     #[test]
     fn deadlines_wrap_with_the_clock() {
-        let cache = OverLimit::new(16);
+        let lines = KeyLines::new(1);
+        let cache = OverLimit(&lines);
         let key = 7;
         // Past the deadline field's range: 2^56 ns is about 2.3 years.
         let now = (1 << 56) + 123_456_789;
@@ -269,7 +258,8 @@ mod tests {
 
     #[test]
     fn another_key_in_the_same_slot_is_not_rejected() {
-        let cache = OverLimit::new(16);
+        let lines = KeyLines::new(1);
+        let cache = OverLimit(&lines);
         let key = 0x1111_0000_0000_0003;
         let same_slot = 0x2222_0000_0000_0003;
         cache.insert(key, limit_mix(L), 0, 1_000_000_000);
@@ -287,17 +277,20 @@ mod tests {
     /// `LimitTag` keeps of it, which gives the limit back.
     #[test]
     fn a_limit_tag_finds_the_deadlines_of_its_limit_and_keeps_the_limit() {
-        let cache = OverLimit::new(16);
+        let lines = KeyLines::new(1);
+        let cache = OverLimit(&lines);
         for limit in [1, 2, 10, 100, 1_000_000, crate::Limits::MAX_LIMIT as isize] {
             let key = 0xABCD_EF01_2345_6789 ^ limit as u64;
             let tag = LimitTag::new(Some((limit_mix(limit), limit)));
             let (mix, kept) = tag.get().unwrap();
             assert_eq!(kept, limit);
             cache.insert(key, limit_mix(limit), 0, 1_000_000_000);
-            assert!(cache.held(key, mix).is_some(), "limit {limit}");
             assert!(
-                cache
-                    .held(key, limit_mix(limit + 1) & !DEADLINE_MASK)
+                OverLimit::held(lines.key_line(key), mix).is_some(),
+                "limit {limit}"
+            );
+            assert!(
+                OverLimit::held(lines.key_line(key), limit_mix(limit + 1) & !DEADLINE_MASK)
                     .is_none(),
                 "another limit's tag misses: {limit}"
             );
@@ -310,7 +303,8 @@ mod tests {
 
     #[test]
     fn a_deadline_holds_only_for_the_limit_it_was_computed_under() {
-        let cache = OverLimit::new(16);
+        let lines = KeyLines::new(1);
+        let cache = OverLimit(&lines);
         let key = 0xABCD_EF01_2345_6789;
         cache.insert(key, limit_mix(L), 0, 1_000_000_000);
         assert!(cache.remaining(key, limit_mix(L), 0, CAP).is_some());

@@ -6,7 +6,8 @@ use std::hash::Hash;
 
 use super::adaptive::{self, Learner, Outcome};
 use super::decision::{self, Refusal};
-use super::exact::{spread, Entry, Place};
+use super::exact::{spread, Entry, ExactStage, Place};
+use super::key_lines::KeyLine;
 use super::limits::Thresholds;
 use super::overlimit::{cost_mix, OverLimit};
 use super::permit::{self, Held, Receipt, Ticket};
@@ -68,18 +69,18 @@ where
         if let Some(rejected) = t.refuses(cost) {
             return self.refused_uncounted(plan_shadow, counted, rejected, permit);
         }
-        // One spread for the over-limit cache and the filter.
-        let spread = spread(hash);
+        // One line for the over-limit cache and the filter.
+        let line = self.exact.lines().key_line(spread(hash));
         let refused = t
             .rate
-            .and_then(|rate| self.over_limit_now(spread, rate.tag_mix, rate.limit, cost));
+            .and_then(|rate| self.over_limit_now(line, rate.tag_mix, rate.limit, cost));
         if let Some(rejected) = refused {
             if counted {
                 self.tally.refused(&rejected, false);
             }
             return Err(rejected);
         }
-        self.decide(key, hash, spread, cost, t, plan_shadow, counted, permit)
+        self.decide(key, hash, line, cost, t, plan_shadow, counted, permit)
     }
 
     /// [`acquire`](Self::acquire) of one unit against the default limits, reading of them
@@ -97,11 +98,11 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let hash = self.sketches.hash(key);
-        let spread = spread(hash);
+        let line = self.exact.lines().key_line(spread(hash));
         let refused = self
             .defaults
             .tag()
-            .and_then(|(mix, limit)| self.over_limit_now(spread, mix, limit, 1));
+            .and_then(|(mix, limit)| self.over_limit_now(line, mix, limit, 1));
         if let Some(rejected) = refused {
             self.tally.refused(&rejected, false);
             return Err(rejected);
@@ -111,15 +112,15 @@ where
         if self.fleet.is_joined() {
             let t = self.defaults.load();
             debug_assert!(t.refuses(1).is_none(), "defaults that refuse every request");
-            return self.decide(key, hash, spread, 1, &t, false, true, permit);
+            return self.decide(key, hash, line, 1, &t, false, true, permit);
         }
         let promotion = self.defaults.promotion();
         let sketched = self.sketches.observe(hash, 1);
         // The request's half of the promotion handshake: after the sketch increments.
-        if !decision::is_hot(&sketched, promotion) && !self.exact.flagged(spread) {
+        if !decision::is_hot(&sketched, promotion) && !ExactStage::<K>::flagged(line) {
             return Ok(self.admitted(&sketched, 1, None, true, permit));
         }
-        self.acquire_one_hot(key, spread, sketched, permit)
+        self.acquire_one_hot(key, line, sketched, permit)
     }
 
     /// [`acquire_one`](Self::acquire_one) for a key the promotion word found hot, or that is
@@ -132,7 +133,7 @@ where
     fn acquire_one_hot<Q, P>(
         &self,
         key: &Q,
-        spread: u64,
+        line: KeyLine<'_>,
         sketched: Sketched,
         permit: impl FnOnce(Ticket, Receipt) -> P,
     ) -> Result<P, Rejected>
@@ -142,7 +143,7 @@ where
     {
         let t = self.defaults.load();
         let hot = decision::is_hot(&sketched, t.promotion());
-        self.conclude(key, spread, &sketched, 1, &t, hot, false, true, permit)
+        self.conclude(key, line, &sketched, 1, &t, hot, false, true, permit)
     }
 
     /// The decision past the over-limit cache of the limits `t`: the fleet's, the sketches',
@@ -153,7 +154,7 @@ where
         &self,
         key: &Q,
         hash: u64,
-        spread: u64,
+        line: KeyLine<'_>,
         cost: u32,
         t: &Thresholds,
         plan_shadow: bool,
@@ -174,9 +175,9 @@ where
             Some(fleet) => {
                 let tag = |t: &Thresholds| t.rate.map(|rate| rate.tag_mix);
                 if tag(fleet) != tag(t) {
-                    let refused = fleet.rate.and_then(|rate| {
-                        self.over_limit_now(spread, rate.tag_mix, rate.limit, cost)
-                    });
+                    let refused = fleet
+                        .rate
+                        .and_then(|rate| self.over_limit_now(line, rate.tag_mix, rate.limit, cost));
                     if let Some(rejected) = refused {
                         if counted {
                             self.tally.refused(&rejected, false);
@@ -192,7 +193,7 @@ where
         let hot = decision::is_hot(&sketched, t.promotion());
         self.conclude(
             key,
-            spread,
+            line,
             &sketched,
             cost,
             t,
@@ -212,7 +213,7 @@ where
     fn conclude<Q, P>(
         &self,
         key: &Q,
-        spread: u64,
+        line: KeyLine<'_>,
         sketched: &Sketched,
         cost: u32,
         t: &Thresholds,
@@ -226,7 +227,7 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         // The request's half of the promotion handshake: after the sketch increments.
-        let decision = if !hot && !self.exact.flagged(spread) {
+        let decision = if !hot && !ExactStage::<K>::flagged(line) {
             Ok(None)
         } else {
             self.decide_hot(key, sketched, t, hot)
@@ -249,8 +250,8 @@ where
                 if let (Some(deadline), Some(window), Some(rate)) =
                     (over_until, sketched.window, t.rate)
                 {
-                    self.over_limit.insert(
-                        spread,
+                    self.over_limit().insert(
+                        line.spread(),
                         rate.tag_mix ^ cost_mix(cost),
                         window.at,
                         deadline,
@@ -295,14 +296,14 @@ where
     #[inline(always)]
     fn over_limit_now(
         &self,
-        spread: u64,
+        line: KeyLine<'_>,
         tag_mix: u64,
         limit: isize,
         cost: u32,
     ) -> Option<Rejected> {
         let rate = self.sketches.rate.as_ref()?;
         // Most keys hold no deadline: one load says so, before the time is worked out.
-        let word = self.over_limit.held(spread, tag_mix ^ cost_mix(cost))?;
+        let word = OverLimit::held(line, tag_mix ^ cost_mix(cost))?;
         // The time the usual path would decide on; near a window's end that is the exact time,
         // and the request goes the usual way.
         let now = rate.settled_now()?;
@@ -412,7 +413,7 @@ where
                     // be admitted, and is now early. The slot goes (another key's, sharing it,
                     // is then decided the usual way); the next refusal sets a new one.
                     entry.over_until = 0;
-                    self.over_limit.forget(spread(s.hash));
+                    self.over_limit().forget(spread(s.hash));
                 }
                 Ok(Some(CountedExactly {
                     generation: entry.generation,
@@ -444,6 +445,12 @@ pub(super) struct CountedExactly {
 /// What needs no look at the key itself: a permit's release, the sweep. Unbounded, so that
 /// permits and their `Drop` need no bound on the key type.
 impl<K> Shared<K> {
+    /// The over-limit cache, whose slots are in the exact stage's filter lines.
+    #[inline(always)] // the flood path
+    pub(super) fn over_limit(&self) -> OverLimit<'_> {
+        OverLimit(self.exact.lines())
+    }
+
     /// Gives back what an admitted request took, and wakes a waiter of its key if any.
     #[inline]
     pub(super) fn release(&self, ticket: &Ticket) {

@@ -14,7 +14,9 @@
 //!
 //! - A counting filter of promoted keys, read lock-free by every request: a zero means the
 //!   key is certainly not promoted and the request is decided by the sketch alone. A non-zero
-//!   cell (the key, or another promoted key in the same cell) sends it here.
+//!   cell (the key, or another promoted key in the same cell) sends it here. Its cells
+//!   share cache lines with the over-limit cache's slots (`key_lines.rs`): a request reads
+//!   one line for both.
 //! - A fixed table of entries in sets of [`WAYS`], each set behind its own lock, which only
 //!   requests for promoted keys (or keys about to be) take. A key can live only in its set,
 //!   so every operation looks at one set: O(`WAYS`), never a scan of the stage, and nothing
@@ -78,18 +80,15 @@ use crate::rate::ExactWindows;
 use crate::sync::{lock, AtomicU64, AtomicU8, Mutex, MutexGuard, Ordering};
 
 use super::fleet::FleetView;
+use super::key_lines::{KeyLine, KeyLines};
 use super::limits::Thresholds;
 use set::Set;
 pub(crate) use set::{Departed, Entry, Hits, WAYS};
 
-/// Filter cells per entry: with every entry in use, about 1 in 8 requests for an unpromoted
-/// key that is already near its threshold takes a lock needlessly.
-const FILTER_CELLS_PER_ENTRY: usize = 8;
-
 /// A filter cell's count sticks here: a cell that reached it stays flagged for good (its
 /// keys take the lock needlessly; none is missed). A byte a cell, because every request
-/// loads its key's cell: at a 1M/s peak the filter is 128 KiB, not the 512 KiB of `u32`
-/// cells, and stays in a core's L2 beside the request's other lines. 255 promoted keys in one
+/// loads its key's cell: 16 of them fit in a line beside 6 over-limit slots
+/// (`key_lines.rs`), where `u32` cells would take the whole line. 255 promoted keys in one
 /// cell of 8 per entry does not happen with a seeded hash.
 const FILTER_CELL_STUCK: u8 = u8::MAX;
 
@@ -162,9 +161,10 @@ struct Counters {
 
 /// The filter and the sets.
 pub(crate) struct ExactStage<K> {
-    /// Per cell, how many promoted keys hash to it, up to [`FILTER_CELL_STUCK`]. See the
-    /// module docs for the handshake.
-    filter: Box<[AtomicU8]>,
+    /// The filter: per cell, how many promoted keys hash to it, up to [`FILTER_CELL_STUCK`]
+    /// (see the module docs for the handshake). Its lines hold the over-limit cache's slots
+    /// too, so that a request reads one line for both (`key_lines.rs`).
+    lines: KeyLines,
     sets: Box<[CachePadded<Mutex<Set<K>>>]>,
     /// The epoch the door counts and entries' evidence are kept in; advanced by the sweep.
     /// Relaxed: a request that reads the old epoch just after a sweep counts its evidence
@@ -178,9 +178,8 @@ impl<K> ExactStage<K> {
     /// all allocated now.
     pub(crate) fn new(capacity: usize) -> Self {
         let sets = capacity.div_ceil(WAYS).max(1);
-        let cells = (sets * WAYS * FILTER_CELLS_PER_ENTRY).next_power_of_two();
         ExactStage {
-            filter: (0..cells).map(|_| AtomicU8::new(0)).collect(),
+            lines: KeyLines::new(sets * WAYS),
             sets: (0..sets)
                 .map(|_| CachePadded::new(Mutex::new(Set::new())))
                 .collect(),
@@ -194,15 +193,20 @@ impl<K> ExactStage<K> {
         self.sets.len() * WAYS
     }
 
-    fn cell(&self, spread: u64) -> &AtomicU8 {
-        &self.filter[spread as usize & (self.filter.len() - 1)]
+    /// The filter's lines, which hold the over-limit cache's slots too.
+    pub(crate) fn lines(&self) -> &KeyLines {
+        &self.lines
     }
 
-    /// Whether the key may be promoted (false: certainly not). The request's half of the
-    /// handshake, after its sketch increments.
+    /// Whether the key on `line` may be promoted (false: certainly not). The request's half
+    /// of the handshake, after its sketch increments.
     #[inline]
-    pub(crate) fn flagged(&self, spread: u64) -> bool {
-        self.cell(spread).load(Ordering::SeqCst) != 0
+    pub(crate) fn flagged(line: KeyLine<'_>) -> bool {
+        line.cell().load(Ordering::SeqCst) != 0
+    }
+
+    fn cell(&self, spread: u64) -> &AtomicU8 {
+        self.lines.key_line(spread).cell()
     }
 
     /// Marks the key promoted. The promotion's half of the handshake: read the sketch after.
@@ -363,7 +367,7 @@ impl<K> ExactStage<K> {
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        if !self.flagged(spread(hash)) {
+        if !Self::flagged(self.lines.key_line(spread(hash))) {
             return f(None);
         }
         let set = self.set(hash);
@@ -438,10 +442,10 @@ impl<K> ExactStage<K> {
         self.counters.locks.load(Ordering::Relaxed)
     }
 
-    /// Bytes allocated up front for the filter and the sets (not counting heap data that the
-    /// keys themselves own).
+    /// Bytes allocated up front for the filter (with the over-limit slots in its lines) and
+    /// the sets (not counting heap data that the keys themselves own).
     pub(crate) fn memory_bytes(&self) -> usize {
-        std::mem::size_of_val(&*self.filter)
+        self.lines.memory_bytes()
             + std::mem::size_of_val(&*self.sets)
             + self.sets.len() * Set::<K>::heap_bytes()
     }
@@ -568,39 +572,40 @@ mod tests {
             stage.cell(spread(crowded)) as *const _,
             stage.cell(spread(quiet)) as *const _
         );
+        let flagged = |hash| ExactStage::<u64>::flagged(stage.lines.key_line(spread(hash)));
         for _ in 0..=u8::MAX {
             stage.flag(crowded);
         }
-        assert!(stage.flagged(spread(crowded)), "256 flags wrapped the cell");
+        assert!(flagged(crowded), "256 flags wrapped the cell");
         for _ in 0..=u8::MAX {
             stage.unflag(crowded);
         }
-        assert!(stage.flagged(spread(crowded)), "a stuck cell was unflagged");
+        assert!(flagged(crowded), "a stuck cell was unflagged");
         for _ in 0..3 {
             stage.flag(quiet);
         }
         for _ in 0..3 {
             stage.unflag(quiet);
         }
-        assert!(!stage.flagged(spread(quiet)));
+        assert!(!flagged(quiet));
     }
 
     /// Keys whose hashes share a sketch block (top bits) and their counters in it (low bits)
-    /// must not share a filter cell (nor an over-limit slot, indexed the same way) or a set
+    /// must not share a filter cell (nor a line, which holds their over-limit slots) or a set
     /// any more than keys at random: otherwise a heavy key's neighbours in the sketch would
     /// also be its neighbours here. A multiply alone fails this: its low bits depend only on
     /// the hash's low bits.
     #[test]
     fn keys_sharing_sketch_counters_spread_over_filter_cells_and_sets() {
         let stage = ExactStage::<u64>::new(16_384);
-        let (cells, sets) = (stage.filter.len(), stage.sets.len());
+        let (cells, sets) = (stage.lines.cells(), stage.sets.len());
         assert!(cells >= 1 << 17 && sets >= 1_024);
         let hashes: Vec<u64> = (0..1_024u64)
             .map(|i| 0xA5A5_5A5A_0000_0000 | i << 8 | 0x6B)
             .collect();
         let mut cell_of: Vec<usize> = hashes
             .iter()
-            .map(|&h| spread(h) as usize & (cells - 1))
+            .map(|&h| stage.lines.cell_number(spread(h)))
             .collect();
         cell_of.sort_unstable();
         cell_of.dedup();

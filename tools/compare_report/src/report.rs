@@ -469,9 +469,10 @@ impl<'a> Report<'a> {
              do on the lines it must touch: 2 locked adds on one line of the current window's \
              table and 2 loads on one line of the previous window's, on indexes worked out \
              before timing, tables as large as floodgate's; in parentheses, floodgate ÷ floor. \
-             A request of floodgate's touches one line of each window's table, the over-limit \
-             cache's slot and the exact stage's filter cell: 4 lines, and a 5th, a word of the \
-             window's dirty bitmap, when its add takes a counter up from zero."
+             A request of floodgate's touches one line of each window's table and one line \
+             holding both its over-limit cache slot and its exact stage filter cell: 3 lines, \
+             and a 4th, a word of the window's dirty bitmap, when its add takes a counter up \
+             from zero."
                 .to_string(),
             String::new(),
         ];
