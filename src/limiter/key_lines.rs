@@ -5,9 +5,9 @@
 //! Every request reads both, the slot before its sketches and the cell after. In tables of
 //! their own they were two more lines a request, each a random one of tables that outgrow a
 //! core's caches at the rates the limiter is sized for (640 KiB at a million requests a
-//! second); in one line they are one. Callgrind, with a 1 MiB last-level cache, put the
-//! over-limit slot's own line at half a miss to memory for every healthy request of the
-//! uniform trace at a million a second.
+//! second); in one line they are one. Callgrind (a 32 KiB L1) counted 3.2 L1 misses per
+//! healthy request of the uniform trace at 100k requests a second with the two tables, and
+//! 2.4 with the lines.
 //!
 //! # Layout
 //!
