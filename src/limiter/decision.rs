@@ -171,8 +171,8 @@ pub(crate) fn exact(
         // Tracked whatever the limit, so that the release finds it counted here.
         tracked = true;
     }
-    if let (Some((prev, curr)), Some(mut view)) = (now.window, s.window) {
-        (view.prev, view.curr) = (prev, curr);
+    if let (Some(counts_now), Some(view)) = (now.window, s.window) {
+        let mut view = view.with_counts(counts_now);
         counts.rate.roll_to(view.bucket);
         view.lower_to(&counts.rate, cost);
         if let Some(rate) = t.rate {

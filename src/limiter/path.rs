@@ -11,7 +11,7 @@ use super::key_lines::KeyLine;
 use super::limits::Thresholds;
 use super::overlimit::{cost_mix, OverLimit};
 use super::permit::{self, Held, Receipt, Ticket};
-use super::sketches::{Reread, Sketched};
+use super::sketches::Sketched;
 use super::tally::{Tally, NEAR_LIMIT};
 use super::{Reason, Rejected, Shared};
 
@@ -335,14 +335,13 @@ where
             Place::Twin => return decision::alone(s, t).map(|()| None),
             Place::Held(held) => {
                 // A request the sketch admits alone, for a key that has cooled down apart
-                // from it: demote the key.
+                // from it: demote the key. Cool by the sketches now, this request included:
+                // its own count may be from before the key was hot (its thread held up
+                // between counting and this lock), and would demote a key still hot.
                 let cool = !hot
                     && held.entry().is_some_and(|e| {
-                        let own = Reread {
-                            inflight: self.sketches.inflight_now(s.hash),
-                            window: s.window,
-                        };
-                        decision::is_cool(&e.counts, &own, s.cost, t) && self.exact.may_leave(e)
+                        let now = self.sketches.reread_in(s);
+                        decision::is_cool(&e.counts, &now, s.cost, t) && self.exact.may_leave(e)
                     });
                 if cool {
                     held.demote();
@@ -563,5 +562,49 @@ impl<K> Shared<K> {
     /// The exact stage's sweep (the clock's periodic work).
     pub(super) fn sweep_exact(&self) {
         self.exact.sweep(|entry| self.is_cool(entry), || self.now());
+    }
+}
+
+#[cfg(all(test, not(floodgate_loom)))]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::Limiter;
+
+    /// A request counted in the sketch early, then held up before the exact stage's lock
+    /// (its thread preempted) while the key's other requests promoted it, reaches the lock
+    /// with a count from before the key was hot. The key is still hot: that old count must
+    /// not demote it, or its exact counts are lost and it is judged by the sketch again,
+    /// which keeps every request refused further in (several keys) as offered load.
+    #[test]
+    fn a_request_that_counted_its_key_before_it_was_hot_does_not_demote_it() {
+        let clock = ManualClock::new();
+        let limiter: Limiter<String> = Limiter::builder()
+            .max_rate(100, Duration::from_secs(1))
+            .clock(&clock)
+            .build()
+            .unwrap();
+        let shared = &*limiter.shared;
+        let hash = shared.sketches.hash("host");
+        for _ in 0..16 {
+            drop(limiter.try_acquire("host").unwrap());
+        }
+        // The 17th request counts itself, then waits.
+        let early = shared.sketches.observe(hash, 1);
+        for _ in 0..60 {
+            drop(limiter.try_acquire("host").unwrap());
+        }
+        assert_eq!(limiter.stats().promoted, 1, "promoted at 50");
+        let t = shared.defaults.load();
+        let hot = decision::is_hot(&early, t.promotion());
+        assert!(!hot, "its own count was from before the key was hot");
+        let decided = shared.decide_hot("host", &early, &t, hot);
+        assert!(
+            matches!(decided, Ok(Some(_))),
+            "decided and counted by the exact stage"
+        );
+        assert_eq!(limiter.stats().promoted, 1, "demoted by a stale count");
     }
 }

@@ -101,6 +101,21 @@ impl Sketches {
         }
     }
 
+    /// The request's key's estimates now, in the request's windows, as views: what a
+    /// coolness judged under the exact stage's lock reads. Not the request's own counts:
+    /// its thread may have been held up between counting and the lock while the key's other
+    /// requests made it hot.
+    pub(crate) fn reread_in(&self, s: &Sketched) -> Reread {
+        let now = self.recount(s);
+        Reread {
+            inflight: now.inflight,
+            window: s
+                .window
+                .zip(now.window)
+                .map(|(view, counts)| view.with_counts(counts)),
+        }
+    }
+
     /// The key's in-flight estimate now (`None` when the limiter counts none).
     #[inline]
     pub(crate) fn inflight_now(&self, hash: u64) -> Option<isize> {

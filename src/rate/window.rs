@@ -54,6 +54,13 @@ impl WindowView {
         self.prev.max(0) as f64 * (len - into) + self.curr as f64 * len >= threshold * len
     }
 
+    /// The same window with the key's (previous, current) counts read again.
+    #[inline]
+    pub(crate) fn with_counts(mut self, (prev, curr): (isize, isize)) -> Self {
+        (self.prev, self.curr) = (prev, curr);
+        self
+    }
+
     /// The sliding-window count: `prev·(1−f) + curr`, with `f = into / len`.
     pub(crate) fn sliding(&self) -> f64 {
         let fraction = self.into.min(self.len) as f64 / self.len as f64;
@@ -332,9 +339,9 @@ impl Rate {
 
     /// The current window as `observe_hashed` would see it, without counting anything.
     pub(crate) fn view(&self, hash: u64) -> WindowView {
-        let mut view = self.core.window_view(self.core.now_indexed(), 0, 0);
-        (view.prev, view.curr) = self.counts_in(hash, &view);
-        view
+        let view = self.core.window_view(self.core.now_indexed(), 0, 0);
+        let counts = self.counts_in(hash, &view);
+        view.with_counts(counts)
     }
 }
 

@@ -59,8 +59,8 @@
 //!
 //! # Off the request path
 //!
-//! Requests demote only their own key (when it has cooled down) and replace at most one entry
-//! of their set. Everything else runs on the clock's thread in [`ExactStage::sweep`], once an
+//! Requests demote only their own key (when it has cooled down, by the sketches read under the
+//! set's lock) and replace at most one entry of their set. Everything else runs on the clock's thread in [`ExactStage::sweep`], once an
 //! epoch: it starts the next epoch and demotes every entry that has cooled down.
 //!
 //! # The promotion handshake
