@@ -61,22 +61,30 @@ pub(crate) fn load(counter: &AtomicIsize) -> isize {
 pub(crate) fn add(counter: &AtomicIsize, delta: isize) -> isize {
     if (0..=FAST_STEP).contains(&delta) {
         let old = counter.fetch_add(delta, ORDER);
-        if old >= SATURATED {
-            // Already parked: undo, so parked values stay near PARK.
-            counter.fetch_sub(delta, ORDER);
-            return CEILING;
+        // One comparison on the common path: from at most `CEILING - delta`, the add neither
+        // met a parked counter nor crossed the ceiling. (A raw value below FLOOR is a
+        // decrement's, in flight: read as FLOOR.)
+        if old <= CEILING - delta {
+            return (old + delta).max(FLOOR);
         }
-        // Cannot overflow: `old` is below SATURATED plus what threads in flight added.
-        let new = old + delta;
-        if new > CEILING {
-            // Saturated from now on: park it.
-            counter.fetch_max(PARK, ORDER);
-            return CEILING;
-        }
-        logical(new)
+        added_past_ceiling(counter, old, delta)
     } else {
         update_slow(counter, delta)
     }
+}
+
+/// [`add`]'s fast path for an add of `delta` that found `old` and ended above the ceiling:
+/// the counter is saturated from now on.
+#[cold]
+fn added_past_ceiling(counter: &AtomicIsize, old: isize, delta: isize) -> isize {
+    if old >= SATURATED {
+        // Already parked: undo, so parked values stay near PARK.
+        counter.fetch_sub(delta, ORDER);
+    } else {
+        // Cannot overflow: `old` is below SATURATED plus what threads in flight added.
+        counter.fetch_max(PARK, ORDER);
+    }
+    CEILING
 }
 
 /// Subtracts `delta`. A saturated counter stays saturated.
@@ -158,18 +166,11 @@ pub(crate) mod narrow {
     pub(crate) fn add(counter: &AtomicU32, delta: u32) -> u32 {
         if delta <= FAST_STEP {
             let old = counter.fetch_add(delta, ORDER);
-            if old >= SATURATED {
-                // Already parked: undo, so parked values stay near PARK.
-                counter.fetch_sub(delta, ORDER);
-                return CEILING;
+            // One comparison on the common path, as above.
+            if old <= CEILING - delta {
+                return old + delta;
             }
-            // Cannot overflow: `old` is below SATURATED plus what threads in flight added.
-            let new = old + delta;
-            if new > CEILING {
-                counter.fetch_max(PARK, ORDER);
-                return CEILING;
-            }
-            new
+            added_past_ceiling(counter, old, delta)
         } else {
             // As `update_slow` above: the value of the last step, the one that wrote (a
             // saturated counter reads the ceiling, written or not).
@@ -181,6 +182,19 @@ pub(crate) mod narrow {
             });
             written
         }
+    }
+
+    /// [`add`]'s fast path for an add past the ceiling, as above.
+    #[cold]
+    fn added_past_ceiling(counter: &AtomicU32, old: u32, delta: u32) -> u32 {
+        if old >= SATURATED {
+            // Already parked: undo, so parked values stay near PARK.
+            counter.fetch_sub(delta, ORDER);
+        } else {
+            // Cannot overflow: `old` is below SATURATED plus what threads in flight added.
+            counter.fetch_max(PARK, ORDER);
+        }
+        CEILING
     }
 
     /// Subtracts `delta` (given back by whoever added it). A saturated counter stays
