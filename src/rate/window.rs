@@ -271,11 +271,16 @@ impl Rate {
             core.slot_index(view.bucket),
             "a view of this Rate"
         );
+        let counts = &core.slots[view.index].counts;
+        // Every slot's table has the same shape: the key's block is found once for both.
+        let block = counts.block_of(hash);
         let prev = match view.bucket {
             0 => 0,
-            _ => core.slots[core.index_before(view.index)].counts.get(hash),
+            _ => core.slots[core.index_before(view.index)]
+                .counts
+                .get_in(block, hash),
         };
-        (prev, core.slots[view.index].counts.get(hash))
+        (prev, counts.get_in(block, hash))
     }
 
     /// The sliding-window count that a counter carries on average now, `prev·(1−f) + curr`
