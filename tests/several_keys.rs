@@ -55,6 +55,39 @@ fn a_key_is_charged_only_for_what_every_key_admitted() {
     assert_eq!(hosts.estimate("api.example").rate, Some(5.0));
 }
 
+/// A request of the key refused while another's admission of it is being decided further in
+/// holds a deadline that counted that admission; when the admission is taken back, the
+/// deadline is late, and must go with it, or the key is refused the room the refund left.
+#[test]
+fn an_admission_taken_back_leaves_its_key_no_deadline() {
+    let clock = ManualClock::new();
+    let hosts: Limiter<String> = per_second(5, &clock);
+    for n in 1..=4 {
+        drop(
+            hosts
+                .try_acquire("api.example")
+                .unwrap_or_else(|r| panic!("request {n}: {r}")),
+        );
+    }
+    // The 5th admission fills the host; within its decision another request is refused and
+    // holds the host's deadline; the rest refuse the 5th, which is taken back.
+    let refused = hosts.try_acquire_and("api.example", || {
+        let meanwhile = hosts.try_acquire("api.example").map(drop);
+        assert_eq!(
+            meanwhile.as_ref().map_err(|r| r.reason),
+            Err(Reason::Rate),
+            "the 6th"
+        );
+        meanwhile
+    });
+    assert_eq!(refused.map(drop).map_err(|r| r.reason), Err(Reason::Rate));
+    assert_eq!(hosts.estimate("api.example").rate, Some(4.0), "taken back");
+    assert!(
+        hosts.try_acquire("api.example").is_ok(),
+        "the host refused the room the refund left"
+    );
+}
+
 /// Requests refused further in before the first key's promotion stay in its rate sketch as
 /// offered load: once the key is promoted they count against it up to its promotion threshold
 /// less one unit (here 4 of the 19 a client's limit refused), and those refused after its

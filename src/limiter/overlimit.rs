@@ -7,6 +7,10 @@
 //! flood of one key costs each core a read of a line that stays in its cache. (envoy's
 //! ratelimit keeps a local cache of over-limit keys for the same reason.)
 //!
+//! A deadline enters under the key's set lock in the exact stage, which a refund (an
+//! admission `try_acquire_and` takes back) takes too: the refund forgets the deadline that the
+//! units it gives back make late, or the key would be refused the room they leave.
+//!
 //! Requests rejected here are not counted in the sketches, and that is what makes the
 //! deadline exact: `retry_after` assumed that nothing else arrives. The deadline is checked
 //! against the time the usual path would decide on: the rate's coarse time, except within

@@ -230,14 +230,11 @@ where
         let decision = if !hot && !ExactStage::<K>::flagged(line) {
             Ok(None)
         } else {
-            self.decide_hot(key, sketched, t, hot)
+            self.decide_hot(key, line, sketched, t, hot, plan_shadow)
         };
         match decision {
             Ok(exact) => Ok(self.admitted(sketched, cost, exact, counted, permit)),
-            Err(Refusal {
-                rejected,
-                over_until,
-            }) => {
+            Err(Refusal { rejected, .. }) => {
                 let hash = sketched.hash;
                 self.sketches.release(hash, cost);
                 let shadow = self.in_shadow(plan_shadow);
@@ -247,17 +244,34 @@ where
                 if shadow {
                     return permit::shadow_admission(rejected, permit);
                 }
-                if let (Some(deadline), Some(window), Some(rate)) =
-                    (over_until, sketched.window, t.rate)
-                {
-                    self.over_limit().insert(
-                        line.spread(),
-                        rate.tag_mix ^ cost_mix(cost),
-                        window.at,
-                        deadline,
-                    );
-                }
                 Err(rejected)
+            }
+        }
+    }
+
+    /// Puts in the over-limit cache that the key on `line` stays over its rate limit under `t`
+    /// until `deadline` for requests of its cost (`s`: the decision's count, for its time and
+    /// cost), unless the decision is in shadow (`plan_shadow`, or the whole limiter), which
+    /// holds none: its refusals are decided anew.
+    ///
+    /// Under the key's set lock, with the deadline kept in its entry: a refund, which takes
+    /// the lock, then either forgets it or comes before it.
+    fn hold_over_limit(
+        &self,
+        line: KeyLine<'_>,
+        s: &Sketched,
+        t: &Thresholds,
+        plan_shadow: bool,
+        deadline: u64,
+    ) {
+        if let (Some(window), Some(rate)) = (s.window, t.rate) {
+            if !self.in_shadow(plan_shadow) {
+                self.over_limit().insert(
+                    line.spread(),
+                    rate.tag_mix ^ cost_mix(s.cost as u32),
+                    window.at,
+                    deadline,
+                );
             }
         }
     }
@@ -322,9 +336,11 @@ where
     fn decide_hot<Q>(
         &self,
         key: &Q,
+        line: KeyLine<'_>,
         s: &Sketched,
         t: &Thresholds,
         hot: bool,
+        plan_shadow: bool,
     ) -> Result<Option<CountedExactly>, Refusal>
     where
         K: Borrow<Q>,
@@ -427,6 +443,9 @@ where
                 }
                 entry.rejected += 1;
                 entry.over_until = refusal.over_until.unwrap_or(0);
+                if let Some(deadline) = refusal.over_until {
+                    self.hold_over_limit(line, s, t, plan_shadow, deadline);
+                }
                 Err(refusal)
             }
         }
@@ -509,9 +528,16 @@ impl<K> Shared<K> {
         ) = (&ticket.held, receipt.window)
         {
             let units = *cost as isize;
+            let mut held = false;
             self.exact.update(ticket.hash, *generation, |entry| {
                 entry.counts.rate.uncount(bucket, units);
+                // A deadline held for the key assumed these units stay: it is late now, and
+                // would refuse the room they leave.
+                held = std::mem::take(&mut entry.over_until) != 0;
             });
+            if held {
+                self.over_limit().forget(spread(ticket.hash));
+            }
         }
     }
 
@@ -600,7 +626,8 @@ mod tests {
         let t = shared.defaults.load();
         let hot = decision::is_hot(&early, t.promotion());
         assert!(!hot, "its own count was from before the key was hot");
-        let decided = shared.decide_hot("host", &early, &t, hot);
+        let line = shared.exact.lines().key_line(spread(hash));
+        let decided = shared.decide_hot("host", line, &early, &t, hot, false);
         assert!(
             matches!(decided, Ok(Some(_))),
             "decided and counted by the exact stage"
