@@ -368,8 +368,8 @@ where
             // Flagged by another key in the same filter cell, and not hot: the sketch admits.
             Place::Free(_) if !hot => return Ok(None),
             Place::Free(free) => {
-                // What the threshold proves holds only if no key of the set was admitted
-                // otherwise since the window before this one began.
+                // What the threshold proves holds only if the key was not admitted otherwise
+                // since the window before this one began.
                 let kept_since = s
                     .window
                     .map_or(0, |w| w.at.saturating_sub(w.into).saturating_sub(w.len));

@@ -36,9 +36,10 @@
 //! most `⌈P⌉ − 1` of a key's requests in a window were admitted that way. A key promoted now
 //! is therefore bounded by that in this window and the one before, unless it was admitted
 //! some other way in them: by this stage (it was promoted, then left), or by the sketch alone
-//! while hot (no place, or a twin hash). Each set records the latest time one of its keys was
-//! (`Set::lost`), and the bound is used only if that is before the window before this one
-//! began. `P` is the highest rate threshold any request was judged by so far (the limiter
+//! while hot (no place, or a twin hash). Each set records, for the last few keys it lost that
+//! way, the latest time each was, and the latest time of a loss it no longer lists
+//! (`Set::lost`); the bound is used for a key only if neither its own record nor that time
+//! falls in the window before this one or since. `P` is the highest rate threshold any request was judged by so far (the limiter
 //! raises it before a request counts in the sketches, and it is read after the promotion
 //! reads them), unbounded once a request was judged with no rate limit; a fleet's limiter
 //! does not use the bound.
@@ -265,7 +266,7 @@ impl<K> ExactStage<K> {
             }),
             // Another key with the same 64-bit hash is promoted: only the sketch can judge.
             Some(_) => {
-                set.lost(at);
+                set.lost(hash, at);
                 Place::Twin
             }
             None => Place::Free(Free {
@@ -290,7 +291,7 @@ impl<K> ExactStage<K> {
             return None;
         }
         if let Some(old) = set.vacate(way, now) {
-            set.lost(now);
+            set.lost(old, now);
             self.unflag(old);
         }
         self.counters.replaced.fetch_add(1, Ordering::Relaxed);
@@ -331,7 +332,7 @@ impl<K> ExactStage<K> {
         if cool(entry) {
             let at = now();
             set.vacate(way, at);
-            set.lost(at);
+            set.lost(hash, at);
             self.unflag(hash);
         }
     }
@@ -348,7 +349,7 @@ impl<K> ExactStage<K> {
                     // Read under the lock, after every admission the entry counted.
                     let at = now();
                     if let Some(hash) = set.vacate(way, at) {
-                        set.lost(at);
+                        set.lost(hash, at);
                         self.unflag(hash);
                     }
                 }
@@ -491,7 +492,7 @@ impl<K> Held<'_, K> {
     /// Takes the key out of the stage (it has cooled down).
     pub(crate) fn demote(mut self) {
         if let Some(hash) = self.set.vacate(self.way, self.at) {
-            self.set.lost(self.at);
+            self.set.lost(hash, self.at);
             self.stage.unflag(hash);
         }
     }
@@ -508,8 +509,8 @@ pub(crate) struct Free<'a, K> {
 impl<'a, K> Free<'a, K> {
     /// Promotes `key` if its set has a place for it (see "Who gets a place" in the module
     /// docs): flags it, then asks `counts` for the counts it starts from, which reads the
-    /// sketches (the promotion's half of the handshake) and is told whether no key of the set
-    /// was lost since `kept_since` (nanoseconds on the limiter's clock); the entry keeps
+    /// sketches (the promotion's half of the handshake) and is told whether the key was not
+    /// lost since `kept_since` (nanoseconds on the limiter's clock); the entry keeps
     /// `t`. `None`, with the loss recorded, when the key must wait: the sketch decides alone.
     pub(crate) fn promote<Q>(
         mut self,
@@ -526,12 +527,12 @@ impl<'a, K> Free<'a, K> {
         let stage = self.stage;
         let Some((way, knocks)) = stage.place_for(&mut self.set, hash, self.epoch, self.at) else {
             stage.counters.decided_alone.fetch_add(1, Ordering::Relaxed);
-            self.set.lost(self.at);
+            self.set.lost(hash, self.at);
             return None;
         };
         stage.flag(hash);
         stage.counters.promotions.fetch_add(1, Ordering::Relaxed);
-        let counts = counts(self.set.kept_since(kept_since));
+        let counts = counts(self.set.kept_since(hash, kept_since));
         let hits = Hits::at_promotion(self.epoch, knocks);
         self.set.occupy(way, hash, key, counts, *t, hits);
         Some(Held {

@@ -103,6 +103,18 @@ impl Knock {
 /// is never recorded as earlier than a window an admission it undoes was counted in.
 const LOST_MARGIN: u64 = 2 * crate::clock::TICK_NANOS;
 
+/// Lost keys a set remembers one by one (see [`Set::lost`]). A set loses a key when one leaves
+/// the stage, or one that is hot finds no place or a twin: at most a few in two windows but
+/// under churn. 4 records cost a set 64 bytes (64 KiB for 1,024 sets).
+const LOST_KEYS: usize = 4;
+
+/// A key a set lost: its hash and the latest time it was lost, margin added (0: no key).
+#[derive(Debug, Clone, Copy, Default)]
+struct Lost {
+    hash: u64,
+    at: u64,
+}
+
 /// A place: its entry, and what is left of the last entry it held (for the reports, until
 /// the next entry reuses its key's buffer).
 #[derive(Debug)]
@@ -127,11 +139,14 @@ pub(crate) struct Set<K> {
     ways: Box<[Way<K>]>,
     door: [Knock; DOOR],
     next_generation: u64,
-    /// The latest time (nanoseconds on the limiter's clock, plus the coarse time's lag) at
-    /// which a key of this set left the stage or was admitted by the sketch alone while hot:
-    /// before that, a key promoted now may have been admitted past its promotion threshold
-    /// (see [`Set::lost`]).
-    lost_at: u64,
+    /// The keys of this set lost most recently, each with the latest time (nanoseconds on the
+    /// limiter's clock, plus the coarse time's lag) at which it left the stage or was
+    /// admitted by the sketch alone while hot: before that, the key, promoted now, may have
+    /// been admitted past its promotion threshold (see [`Set::lost`]).
+    lost: [Lost; LOST_KEYS],
+    /// The latest time of a loss `lost` no longer lists (0: none): any key not listed may
+    /// have been lost then.
+    forgotten_at: u64,
 }
 
 impl<K> Set<K> {
@@ -145,22 +160,49 @@ impl<K> Set<K> {
                 .collect(),
             door: [Knock::default(); DOOR],
             next_generation: 0,
-            lost_at: 0,
+            lost: [Lost::default(); LOST_KEYS],
+            forgotten_at: 0,
         }
     }
 
-    /// Records that at time `at` a key of this set was admitted other than by the sketch
+    /// Records that at time `at` the key of hash `hash` was admitted other than by the sketch
     /// below its threshold or by this stage: it left the stage (with what the stage admitted
-    /// of it) or was admitted by the sketch alone while hot.
-    pub(crate) fn lost(&mut self, at: u64) {
-        self.lost_at = self.lost_at.max(at.saturating_add(LOST_MARGIN));
+    /// of it) or was admitted by the sketch alone while hot. Per key, because what the
+    /// threshold proves of a key depends on that key's admissions alone: a set that recorded
+    /// only that some key was lost denied the bound to every key promoted in it for two
+    /// windows, and a fresh key sharing a heavy key's counters was refused on the heavy key's
+    /// counts. A key already listed keeps its place; otherwise the oldest record makes room,
+    /// its time kept in `forgotten_at`.
+    pub(crate) fn lost(&mut self, hash: u64, at: u64) {
+        let at = at.saturating_add(LOST_MARGIN);
+        let place = self
+            .lost
+            .iter()
+            .position(|l| l.at != 0 && l.hash == hash)
+            .unwrap_or_else(|| (0..LOST_KEYS).min_by_key(|&i| self.lost[i].at).unwrap_or(0));
+        let Some(record) = self.lost.get_mut(place) else {
+            return;
+        };
+        if record.at != 0 && record.hash != hash {
+            self.forgotten_at = self.forgotten_at.max(record.at);
+            record.at = 0;
+        }
+        *record = Lost {
+            hash,
+            at: record.at.max(at),
+        };
     }
 
-    /// Whether nothing was lost since `since`: every key of the set not in the stage now was
-    /// admitted since then only by the sketch, below its promotion threshold.
-    pub(crate) fn kept_since(&self, since: u64) -> bool {
+    /// Whether the key of hash `hash` was not lost since `since`: admitted since then, if at
+    /// all, only by the sketch below its promotion threshold (it is not in the stage now).
+    pub(crate) fn kept_since(&self, hash: u64, since: u64) -> bool {
         // 0: never (`lost` adds a margin, so a recorded time is never 0).
-        self.lost_at == 0 || self.lost_at < since
+        let forgotten = self.forgotten_at != 0 && self.forgotten_at >= since;
+        let listed = self
+            .lost
+            .iter()
+            .any(|l| l.at != 0 && l.hash == hash && l.at >= since);
+        !forgotten && !listed
     }
 
     /// Bytes a set allocates for its ways.
@@ -295,5 +337,51 @@ impl<K> Set<K> {
     /// What is left of the keys that left this set's ways and whose buffers are not reused.
     pub(crate) fn departed(&self) -> impl Iterator<Item = &Departed<K>> {
         self.ways.iter().filter_map(|w| w.departed.as_ref())
+    }
+}
+
+#[cfg(all(test, not(floodgate_loom)))]
+mod tests {
+    use super::*;
+
+    /// A loss is the lost key's: another key of the set keeps what its threshold proves, the
+    /// lost one does not until its loss is before the span asked about.
+    #[test]
+    fn a_loss_counts_against_the_lost_key_only() {
+        let mut set = Set::<u64>::new();
+        set.lost(7, 1_000);
+        assert!(set.kept_since(8, 0), "another key");
+        assert!(!set.kept_since(7, 1_000), "the lost key");
+        assert!(
+            set.kept_since(7, 1_000 + LOST_MARGIN + 1),
+            "a span after its loss"
+        );
+    }
+
+    /// Past `LOST_KEYS` lost keys the set forgets the oldest record, and then cannot say which
+    /// key it was: every key not listed counts as lost at that time, never as kept.
+    #[test]
+    fn a_forgotten_loss_counts_against_every_key_not_listed() {
+        let mut set = Set::<u64>::new();
+        for (hash, at) in (0..LOST_KEYS as u64).map(|i| (100 + i, 1_000 + i)) {
+            set.lost(hash, at);
+        }
+        assert!(set.kept_since(1, 0), "nothing forgotten yet");
+        // The same key again keeps its record (the later time).
+        set.lost(100, 5_000);
+        assert!(set.kept_since(1, 0));
+        assert!(!set.kept_since(100, 5_000));
+        // A new key forgets the oldest: 101, lost at 1,001.
+        set.lost(200, 6_000);
+        assert!(!set.kept_since(101, 1_001), "forgotten, so not kept");
+        assert!(
+            !set.kept_since(1, 1_001),
+            "any key may be the forgotten one"
+        );
+        assert!(
+            set.kept_since(1, 1_001 + LOST_MARGIN + 1),
+            "after the forgotten loss"
+        );
+        assert!(!set.kept_since(200, 6_000));
     }
 }
