@@ -150,13 +150,14 @@ fn sync_once<L: Member + ?Sized>(
     match store.sync(&node.id, now_ms, window_ms, &pushes) {
         Ok(synced) => {
             let len = saturating_nanos(rate.interval());
+            let sync = saturating_nanos(node.config.get_sync_interval());
             for (pushed, totals) in keys.iter().zip(synced.totals) {
                 limiter.learnt(pushed.hash, pushed.generation, &mut |view| {
                     *view = view.synced(
                         (bucket, at, into),
                         totals,
                         (pushed.count, pushed.previous),
-                        len,
+                        (len, sync),
                     );
                 });
             }

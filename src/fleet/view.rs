@@ -13,7 +13,8 @@
 //! ```
 //!
 //! where `r` is the pace at which the other nodes admitted the key between the last two
-//! syncs and `t` the time since the last sync. The second form is `(k+1)·(m+1) ≤ R`: this
+//! syncs (over a sync interval at least: two syncs close together can see a whole push of
+//! another node land between them) and `t` the time since the last sync. The second form is `(k+1)·(m+1) ≤ R`: this
 //! node takes at most its share of the room.
 //!
 //! Why two forms: a node that refuses the key will take any room the window leaves, so its
@@ -43,8 +44,8 @@ pub(crate) struct FleetView {
     pub(crate) own: u64,
     /// When the sync's counts were taken, on the limiter's clock (nanoseconds).
     pub(crate) at: u64,
-    /// The other nodes' admissions of the key per nanosecond, between the last two syncs (or
-    /// over the window before, at a window's first sync), in fixed point: 2^32 is one per
+    /// The other nodes' admissions of the key per nanosecond, between the last two syncs but
+    /// over a sync interval at least (or over the window before, at a window's first sync), in fixed point: 2^32 is one per
     /// nanosecond, so that the request path applies it with integer arithmetic (the sync
     /// works it out in floats).
     pub(crate) others_pace: Pace,
@@ -85,19 +86,23 @@ impl FleetView {
 
     /// The view after a sync at `at`, `into` nanoseconds into its window `window`, that found
     /// the fleet's `synced` counts, with this node's count `own` in that window and
-    /// `own_previous` in the window before; `len` is a window's length in nanoseconds.
+    /// `own_previous` in the window before; `len` and `sync` are the lengths of a window and
+    /// of a sync interval in nanoseconds.
     pub(crate) fn synced(
         &self,
         (window, at, into): (u64, u64, u64),
         synced: &KeyTotals,
         (own, own_previous): (u64, u64),
-        len: u64,
+        (len, sync): (u64, u64),
     ) -> FleetView {
         let others = synced.current.saturating_sub(own) as f64;
         let others_pace = match self.window {
             Some(w) if w == window && at > self.at => {
                 let before = self.total.saturating_sub(self.own) as f64;
-                Pace::of(((others - before) / (at - self.at) as f64).max(0.0))
+                // Over a sync interval at least: each other node's push carries up to an
+                // interval of its admissions, and one may land between two close syncs.
+                let span = (at - self.at).max(sync);
+                Pace::of(((others - before) / span as f64).max(0.0))
             }
             // Two syncs at one time: nothing learnt of the pace.
             Some(w) if w == window => self.others_pace,
@@ -261,10 +266,10 @@ mod tests {
     #[test]
     fn this_nodes_counts_are_exact_and_the_others_are_extrapolated_from_their_pace() {
         // First sync of window 5 at t=100: fleet 30 (10 ours); the window before: 90 (30 ours).
-        let v = FleetView::default().synced((5, 100, 100), &totals(30, 90), (10, 30), 1_000);
+        let v = FleetView::default().synced((5, 100, 100), &totals(30, 90), (10, 30), (1_000, 100));
         assert_eq!(v.others_pace.over(1_000), 60, "{v:?}"); // 60 others over 1,000 ns
                                                             // Next sync at t=200: fleet 50, 15 ours: the others went from 20 to 35 in 100 ns.
-        let v = v.synced((5, 200, 200), &totals(50, 90), (15, 30), 1_000);
+        let v = v.synced((5, 200, 200), &totals(50, 90), (15, 30), (1_000, 100));
         assert_eq!(v.others_pace.over(100), 15, "{v:?}");
         // At t=300 with 40 of ours: 50 + 25 (ours since) + 15 (the others' pace) + 1.
         assert_eq!(judged(&v, 5, local(300, 300), (40, 30)), Some((90, 91)));
@@ -272,9 +277,27 @@ mod tests {
         assert_eq!(judged(&v, 5, local(200, 200), (115, 30)), Some((90, 151)));
     }
 
+    /// A sync that comes soon after a late one (the sync thread does not catch up, but the
+    /// next is due on its schedule) can see a whole push of each other node land between the
+    /// two: an interval's admissions. Taken as the pace of the few nanoseconds between, and
+    /// extrapolated until the next sync, they made the others look several times as busy as
+    /// they were, and refused a key well under the limit fleet-wide.
+    #[test]
+    fn what_the_others_pushed_between_two_close_syncs_is_spread_over_a_sync_interval() {
+        // The others admit 0.2/ns (20 a sync interval of 100 ns), and push once an interval.
+        let v = FleetView::default().synced((5, 100, 100), &totals(30, 90), (10, 30), (1_000, 100));
+        // A late sync at 190 saw nothing new; one due at 200 runs at 195 and sees their push.
+        let v = v.synced((5, 190, 190), &totals(32, 90), (12, 30), (1_000, 100));
+        let v = v.synced((5, 195, 195), &totals(52, 90), (12, 30), (1_000, 100));
+        assert_eq!(v.others_pace.over(100), 20, "{v:?}");
+        // 100 ns after it, 10 of ours since: 52 + 10 + the others' 20 + 1, not their 20 of 5
+        // ns times 20 (400).
+        assert_eq!(judged(&v, 5, local(295, 295), (22, 30)), Some((90, 83)));
+    }
+
     #[test]
     fn a_key_only_this_node_sends_is_judged_on_its_own_count() {
-        let v = FleetView::default().synced((5, 100, 100), &totals(30, 40), (30, 40), 1_000);
+        let v = FleetView::default().synced((5, 100, 100), &totals(30, 40), (30, 40), (1_000, 100));
         assert_eq!(v.others_pace, Pace::default());
         assert_eq!(judged(&v, 5, local(900, 900), (34, 40)), Some((40, 35)));
     }
@@ -286,7 +309,7 @@ mod tests {
             refusers: 2,
             ..totals(30, 90)
         };
-        let v = FleetView::default().synced((5, 100, 100), &refusing, (10, 30), 1_000);
+        let v = FleetView::default().synced((5, 100, 100), &refusing, (10, 30), (1_000, 100));
         assert_eq!(v.refusers, 2);
         // 4 of ours since the sync: 30 + 3·(4 + 1) = 45, more than the pace's 30 + 4 + 6 + 1.
         assert_eq!(judged(&v, 5, local(200, 200), (14, 30)), Some((90, 45)));
@@ -299,7 +322,7 @@ mod tests {
     #[test]
     fn a_view_from_the_window_before_becomes_the_previous_total() {
         // At t=400 of window 5: fleet 60 (20 ours): the others admitted 40 in 400 ns.
-        let v = FleetView::default().synced((5, 400, 400), &totals(60, 90), (20, 30), 1_000);
+        let v = FleetView::default().synced((5, 400, 400), &totals(60, 90), (20, 30), (1_000, 100));
         // Window 6, 100 ns in: the previous total is 60 at the sync, plus this node's 5
         // after it, plus the others' 600 ns left of it at their average 0.1/ns (60); this
         // window: our 4, and the others' 0.06/ns (their pace over window 4) for 100 ns, + 1.
@@ -317,9 +340,9 @@ mod tests {
         // This node's first sync of window 6, at 1,050: Redis has the window before as the
         // nodes last pushed it, which lacks the end of those yet to sync in window 6; the
         // view keeps its own estimate of it when that is larger (125, as above).
-        let next = v.synced((6, 1_050, 50), &totals(5, 100), (3, 25), 1_000);
+        let next = v.synced((6, 1_050, 50), &totals(5, 100), (3, 25), (1_000, 100));
         assert_eq!(next.previous, 125);
-        let next = v.synced((6, 1_050, 50), &totals(5, 140), (3, 25), 1_000);
+        let next = v.synced((6, 1_050, 50), &totals(5, 140), (3, 25), (1_000, 100));
         assert_eq!(next.previous, 140);
     }
 
@@ -358,7 +381,9 @@ mod tests {
         let mut v = FleetView::default();
         v.refused.note(9);
         assert_eq!(
-            v.synced((9, 1, 1), &totals(1, 0), (1, 0), 10).refused.of(9),
+            v.synced((9, 1, 1), &totals(1, 0), (1, 0), (10, 1))
+                .refused
+                .of(9),
             (1, 0)
         );
     }
