@@ -18,8 +18,9 @@ fn limiter(clock: &ManualClock) -> Limiter<String> {
         .unwrap()
 }
 
-/// Takes the key to its limit and past it: `LIMIT` admitted, then one rejection decided on
-/// the exact counts. Returns that rejection's `retry_after`.
+/// Takes the key to its limit and past it: `LIMIT` admitted, the last of which holds the
+/// key's deadline in the over-limit cache, then one rejection. Returns that rejection's
+/// `retry_after`.
 fn take_over_the_limit(limiter: &Limiter<String>, key: &str) -> Duration {
     for i in 0..LIMIT {
         drop(
@@ -83,18 +84,121 @@ fn a_flooding_key_is_refused_without_a_lock_until_its_retry_after_across_the_win
     }
 }
 
+/// `LIMIT` requests at the start of the first window: one more fits once the second window's
+/// sliding count `LIMIT·(1 − f) + 1` is at most `LIMIT`, at `f = 1 / LIMIT`.
+fn one_more_fits_at() -> Duration {
+    INTERVAL + INTERVAL / LIMIT
+}
+
 #[test]
 fn a_flooding_key_is_admitted_again_the_moment_one_more_request_fits() {
     let clock = ManualClock::new();
     let limiter = limiter(&clock);
     let retry = take_over_the_limit(&limiter, "flooded");
-    clock.advance(retry - Duration::from_nanos(1));
+    let fits = one_more_fits_at();
+    assert_eq!(retry, fits, "retry_after is when one more fits");
+    clock.advance(fits - Duration::from_nanos(1));
     assert!(limiter.try_acquire("flooded").is_err(), "admitted early");
     clock.advance(Duration::from_nanos(1));
     assert!(
         limiter.try_acquire("flooded").is_ok(),
-        "rejected at its retry_after ({retry:?})"
+        "rejected at {fits:?}, when one more fits"
     );
+}
+
+/// The admission that takes a key to its limit knows until when another request of its cost
+/// is refused: it holds that deadline in the over-limit cache at once, so that no refusal of a
+/// key over its limit is decided under the exact stage's lock, the first one included.
+#[test]
+fn the_admission_that_fills_a_key_holds_its_next_request_without_a_lock() {
+    let clock = ManualClock::new();
+    let limiter = limiter(&clock);
+    for i in 0..LIMIT {
+        drop(
+            limiter
+                .try_acquire("full")
+                .unwrap_or_else(|r| panic!("request {i}: {r}")),
+        );
+    }
+    let locks = limiter.exact_locks_taken();
+    let rejected = limiter.try_acquire("full").unwrap_err();
+    assert_eq!(rejected.reason, Reason::Rate);
+    assert_eq!(
+        limiter.exact_locks_taken(),
+        locks,
+        "the first refusal took the exact stage's lock"
+    );
+    assert_eq!(
+        rejected.retry_after,
+        Some(one_more_fits_at()),
+        "retry_after is when one more fits"
+    );
+}
+
+/// A flooded key's refusals all come from the over-limit cache, none decided under the lock;
+/// the report still counts each run of them once for the key, as it did when each run began
+/// with a refusal under the lock: the run's first refusal marks its deadline used, and the
+/// key's entry counts it (before the report settles it, at the key's next admission, across
+/// the sweep at each window's end, and at a refund). A deadline no request came for counts
+/// nothing, before the key leaves the stage and after.
+#[test]
+fn the_report_counts_each_run_of_refusals_from_the_cache_once() {
+    let clock = ManualClock::new();
+    let limiter = limiter(&clock);
+    let rejected = |limiter: &Limiter<String>| {
+        let hitters = limiter.heavy_hitters();
+        let flooded = hitters.iter().find(|h| h.key == "flooded");
+        flooded.map(|h| h.rejected)
+    };
+    let mut retry = take_over_the_limit(&limiter, "flooded");
+    assert_eq!(
+        rejected(&limiter),
+        Some(1),
+        "the first run, not settled yet"
+    );
+    for _ in 0..100 {
+        limiter.try_acquire("flooded").unwrap_err();
+    }
+    assert_eq!(rejected(&limiter), Some(1), "one run");
+    // Each time one more fits, it is admitted and fills the key again; then a run.
+    for run in 2..=4 {
+        clock.advance(retry);
+        drop(limiter.try_acquire("flooded").unwrap());
+        for _ in 0..10 {
+            retry = limiter
+                .try_acquire("flooded")
+                .unwrap_err()
+                .retry_after
+                .unwrap();
+        }
+        assert_eq!(rejected(&limiter), Some(run));
+    }
+    // A run within a decision taken back (the key's refusal refuses it): counted once.
+    clock.advance(retry);
+    let refunded = limiter.try_acquire_and("flooded", || limiter.try_acquire("flooded"));
+    assert_eq!(refunded.unwrap_err().reason, Reason::Rate);
+    assert_eq!(
+        rejected(&limiter),
+        Some(5),
+        "the refused run within the refund"
+    );
+    // A key filled with no request after: no run; one refused once: one. Before and after
+    // they leave the stage.
+    for _ in 0..LIMIT {
+        drop(limiter.try_acquire("unused").unwrap());
+        drop(limiter.try_acquire("once").unwrap());
+    }
+    assert!(limiter.try_acquire("once").is_err());
+    let report = |limiter: &Limiter<String>, key: &str| {
+        let hitters = limiter.heavy_hitters();
+        let hitter = hitters.iter().find(|h| h.key == key);
+        hitter.map(|h| (h.rejected, h.left_ago.is_some()))
+    };
+    assert_eq!(report(&limiter, "unused"), Some((0, false)));
+    assert_eq!(report(&limiter, "once"), Some((1, false)));
+    clock.advance(3 * INTERVAL);
+    assert_eq!(report(&limiter, "unused"), Some((0, true)), "left");
+    assert_eq!(report(&limiter, "once"), Some((1, true)), "left");
 }
 
 /// A key that keeps flooding changes nothing for the others: each healthy key, alone with the

@@ -1,6 +1,8 @@
 //! loom models of the limiter's exact stage: requests racing a promotion (the handshake
 //! between the sketch increment and the filter, see `src/limiter/exact/mod.rs`) never hold
-//! more than the limit, and a release racing the clock's sweep leaves the counts balanced.
+//! more than the limit, a release racing the clock's sweep leaves the counts balanced, and a
+//! refusal from the over-limit cache racing the sweep counts its key's run of refusals once
+//! (`src/limiter/overlimit.rs`).
 //!
 //! Run with (a separate target dir keeps the normal build cache intact):
 //!
@@ -9,8 +11,8 @@
 //!     cargo test --release --test loom_limiter
 //! ```
 //!
-//! In-flight limits only (the rate path's windows have models of their own in
-//! `tests/loom_rate.rs`), a one-counter sketch and one set of 16 places, and hashers with
+//! In-flight limits but for the last model (the rate path's windows have models of their own
+//! in `tests/loom_rate.rs`), a one-counter sketch and one set of 16 places, and hashers with
 //! fixed keys under loom, so every iteration touches the same atomics. Each model builds its
 //! clock and limiter inside `loom::model`, as loom requires of the crate's atomics and locks.
 
@@ -85,5 +87,42 @@ fn a_release_racing_the_sweep_leaves_the_counts_balanced() {
             .filter_map(|_| limiter.try_acquire(&7).ok())
             .collect();
         assert_eq!(again.len(), 2, "the key's full limit is available again");
+    });
+}
+
+/// A key's refusal answered by the over-limit cache marks the deadline its last admission
+/// held there (one compare-and-swap) while the clock's sweep counts the key's runs of such
+/// refusals under its set's lock: whatever the interleaving, the report counts the run once,
+/// before the deadline passes and after the sweep that clears it.
+#[test]
+fn a_refusal_from_the_cache_racing_the_sweep_counts_its_run_once() {
+    check(|| {
+        let clock = ManualClock::new();
+        let limiter = Limiter::builder()
+            .max_rate(2, Duration::from_secs(1))
+            .promotion_threshold(0.5)
+            .sketch(1, 1)
+            .exact_capacity(16)
+            .clock(&clock)
+            .build()
+            .unwrap();
+        let limiter = Arc::new(limiter);
+        // The second admission fills the key: one more fits 1.5 s in.
+        drop(limiter.try_acquire(&7).unwrap());
+        drop(limiter.try_acquire(&7).unwrap());
+        let refuser = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.try_acquire(&7).is_err())
+        };
+        clock.advance(Duration::from_secs(1));
+        assert!(refuser.join().unwrap(), "refused");
+        let rejected = |limiter: &Limiter<u64>| limiter.heavy_hitters()[0].rejected;
+        assert_eq!(rejected(&limiter), 1);
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(
+            rejected(&limiter),
+            1,
+            "after the sweep that cleared the deadline"
+        );
     });
 }

@@ -88,6 +88,32 @@ fn an_admission_taken_back_leaves_its_key_no_deadline() {
     );
 }
 
+/// The admission that takes a key to its limit holds the key's next requests in the over-limit
+/// cache; taken back because another key refused, it must take that deadline back too, or the
+/// key is refused the room the refund gave it.
+#[test]
+fn an_admission_that_filled_its_key_taken_back_leaves_it_no_deadline() {
+    let clock = ManualClock::new();
+    let hosts: Limiter<String> = per_second(5, &clock);
+    let clients: Limiter<IpAddr> = per_second(1, &clock);
+    let request = |client: &str| {
+        let judged = hosts.try_acquire_and("api.example", || clients.try_acquire(&ip(client)));
+        judged.map(drop).map_err(|r| r.reason)
+    };
+    for n in 1..=4 {
+        assert_eq!(request(&format!("192.0.2.{n}")), Ok(()), "request {n} of 5");
+    }
+    drop(clients.try_acquire(&ip("192.0.2.9")).unwrap());
+    // The host's 5th admission fills it; the client, at its limit, refuses.
+    assert_eq!(request("192.0.2.9"), Err(Reason::Rate));
+    assert_eq!(hosts.estimate("api.example").rate, Some(4.0), "taken back");
+    assert_eq!(
+        request("192.0.2.10"),
+        Ok(()),
+        "the host refused the room the refund gave back"
+    );
+}
+
 /// Requests refused further in before the first key's promotion stay in its rate sketch as
 /// offered load: once the key is promoted they count against it up to its promotion threshold
 /// less one unit (here 4 of the 19 a client's limit refused), and those refused after its

@@ -77,18 +77,11 @@ fn plan(key: u8) -> Option<Limits> {
 }
 
 /// Whether the enforcing side's rejection `enforced` is the one a shadow admission `shadow`
-/// stands for. All alike but the wait, which the enforcing side may answer from its over-limit
-/// cache: a deadline kept in units of 2^16 ns, so up to one unit longer. (A shadow threshold
-/// keeps no deadline there: each of its refusals is decided anew.)
+/// stands for: alike in all, the wait too, which the enforcing side may answer from its
+/// over-limit cache (exact to the nanosecond for these windows) where a shadow threshold keeps
+/// no deadline there and decides each of its refusals anew.
 fn alike(enforced: &Rejected, shadow: &Rejected) -> bool {
-    const CACHE_UNIT: Duration = Duration::from_nanos(1 << 16);
-    let waits = match (enforced.retry_after, shadow.retry_after) {
-        (Some(e), Some(s)) => s <= e && e <= s + CACHE_UNIT,
-        (e, s) => e == s,
-    };
-    (enforced.reason, enforced.estimate, enforced.limit)
-        == (shadow.reason, shadow.estimate, shadow.limit)
-        && waits
+    enforced == shadow
 }
 
 /// Runs `ops` through an enforcing limiter and a shadow one (shadow from the builder, or

@@ -132,12 +132,9 @@ fn a_rate_waiter_wakes_at_its_retry_time_rounded_up_to_the_tick() {
     let ticks = retry.as_nanos().div_ceil(TICK.as_nanos()) as u32;
     clock.advance(TICK * (ticks - 1));
     assert_eq!(waiter.woken(), 0, "woken before its room");
-    // Woken at that tick, or the next: the over-limit cache that answered the waiter's own
-    // attempt rounds its retry time up by at most 65.5 µs, which can cross a tick boundary.
+    // Woken at that tick: the over-limit cache that answered the waiter's own attempt holds
+    // the same retry time, to the nanosecond.
     clock.advance(TICK);
-    if waiter.woken() == 0 {
-        clock.advance(TICK);
-    }
     assert_eq!(waiter.woken(), 1);
     let _permit = waiter.admitted();
 }

@@ -663,7 +663,9 @@ impl<K> LimiterBuilder<K> {
             // upgrade and waits for the next period.
             let user: Weak<dyn Tick> = Arc::downgrade(&sweeper) as Weak<dyn Tick>;
             let registration = time.register(user);
+            let longest_wait = sketches.rate.as_ref().map_or(0, |r| r.longest_wait_nanos());
             Shared {
+                deadline_unit: super::overlimit::Unit::for_longest_wait(longest_wait),
                 sketches,
                 defaults: Defaults::new(defaults),
                 promotion: self.promotion,

@@ -159,14 +159,20 @@ pub(crate) fn exact(
     let cost = s.cost;
     let mut admitted = Admitted::default();
     let mut tracked = false;
+    // Whether another request of this cost would fit the in-flight limit, by the exact
+    // counts (which only fall while nothing is admitted): a key full for its rate but not
+    // for this may be held in the over-limit cache, which answers "rate".
+    let mut inflight_room = true;
     if let (Some(estimate), Some(_)) = (now.inflight, s.inflight) {
         counts.inflight.rebase(estimate - cost);
-        let bound = estimate.min(counts.inflight.bound().saturating_add(cost));
+        let with_it = counts.inflight.bound().saturating_add(cost);
+        let bound = estimate.min(with_it);
         if let Some(t) = t.inflight {
             if bound > t.limit {
                 return Err(Rejected::inflight(bound, t.limit).into());
             }
             admitted.near |= near_at(t.limit).is_some_and(|at| bound as f64 >= at);
+            inflight_room = with_it.saturating_add(cost) <= t.limit;
         }
         // Tracked whatever the limit, so that the release finds it counted here.
         tracked = true;
@@ -184,6 +190,9 @@ pub(crate) fn exact(
                 });
             }
             admitted.near |= near_at(rate.limit).is_some_and(|at| view.reaches(at));
+            admitted.over_until = inflight_room
+                .then(|| full_until(&view, &rate, t, cost))
+                .flatten();
         }
         // The window it is counted in: the latest the counts reached, which another thread's
         // later request may have moved past the request's own.
@@ -195,12 +204,40 @@ pub(crate) fn exact(
     Ok(admitted)
 }
 
-/// A request the exact stage admits: whether its key is near a limit (see [`exact`]), and the
-/// rate window its units were counted in (what a refund takes them back from).
+/// A request the exact stage admits: whether its key is near a limit (see [`exact`]), the
+/// rate window its units were counted in (what a refund takes them back from), and until when
+/// the key is now over its rate limit for another request of the same cost (see
+/// [`full_until`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Admitted {
     pub(crate) near: bool,
     pub(crate) window: Option<u64>,
+    pub(crate) over_until: Option<u64>,
+}
+
+/// Until when (nanoseconds on the limiter's clock) a key whose admission `view` counted (this
+/// request of `cost` units included) stays over its rate limit for another request of the
+/// same cost, if nothing else is admitted: the deadline that request's refusal would put in
+/// the over-limit cache, known now. Held from the admission, the key's next requests are
+/// refused there, with one load, instead of the first of them under the exact stage's lock:
+/// a key over its limit had every admission followed by such a refusal. `None` while another
+/// request of the cost fits, and for a view a fleet judges (its refusals are the fleet's).
+fn full_until(view: &WindowView, rate: &RateThreshold, t: &Thresholds, cost: isize) -> Option<u64> {
+    if rate.fleet.judges_view() {
+        return None;
+    }
+    let next = WindowView {
+        curr: view.curr.saturating_add(cost),
+        ..*view
+    };
+    if next.fits(rate.limit) {
+        return None;
+    }
+    held_until(
+        &Rejected::rate(&next, rate.limit, view.curr, cost),
+        &next,
+        t,
+    )
 }
 
 /// The rate judgement of [`exact`]: this node's counts (`view`, this request of `cost` units
@@ -477,6 +514,43 @@ mod tests {
         );
         let inflight = alone(&sketched(5, 0, 1), &t).unwrap_err();
         assert_eq!(inflight.over_until, None, "no wait to hold");
+    }
+
+    /// The admission that takes a key to its rate limit says until when the next request of
+    /// its cost is refused: the deadline that request's refusal holds, if nothing else is
+    /// admitted. Not while the key is also at its in-flight limit: the next request would be
+    /// refused for that, and the cache answers "rate".
+    #[test]
+    fn the_admission_that_fills_the_rate_holds_the_next_requests_deadline() {
+        let t = thresholds();
+        let mut counts = promoted(&sketched(1, 0, 1), &recount(1, 0, 1), Some(0));
+        counts.rate.count(8);
+        let ninth = exact(&mut counts, &sketched(1, 0, 9), &recount(1, 0, 9), &t, None);
+        assert_eq!(ninth.unwrap().over_until, None, "9 of 10: one more fits");
+        let tenth = exact(
+            &mut counts,
+            &sketched(1, 0, 10),
+            &recount(1, 0, 10),
+            &t,
+            None,
+        );
+        let held = tenth.unwrap().over_until;
+        let mut next = counts;
+        let refusal = exact(&mut next, &sketched(1, 0, 11), &recount(1, 0, 11), &t, None);
+        assert_eq!(held, refusal.unwrap_err().over_until);
+        assert!(held.is_some());
+
+        let mut counts = promoted(&sketched(1, 0, 1), &recount(1, 0, 1), Some(0));
+        counts.rate.count(9);
+        counts.inflight.tracked = 3;
+        let full = exact(
+            &mut counts,
+            &sketched(4, 0, 10),
+            &recount(4, 0, 10),
+            &t,
+            None,
+        );
+        assert_eq!(full.unwrap().over_until, None, "4 of 4 in flight");
     }
 
     /// Requests of several units against 4 in flight and 10 per window: admitted only whole;

@@ -136,9 +136,8 @@ where
     ///
     /// A key that left the stage is listed until the retention has passed or its place in
     /// the stage is taken by another key, with `left_ago` set. Its `rejected` counts the
-    /// refusals the exact stage decided while it held the key; a flooded key's repeats
-    /// answered from the over-limit cache are counted only in the metrics
-    /// (`floodgate_requests_total`, feature `metrics`).
+    /// refusals while the stage held the key, a run of them answered from the over-limit cache
+    /// as one; the metrics count each (`floodgate_requests_total`, feature `metrics`).
     ///
     /// # Examples
     ///
@@ -168,7 +167,7 @@ where
                 key: entry.key.clone(),
                 inflight: estimate.inflight,
                 rate: estimate.rate,
-                rejected: entry.rejected,
+                rejected: s.exact.rejected(entry),
                 inflight_limit: s.learnt_limit(entry),
                 left_ago: None,
             });

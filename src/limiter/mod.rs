@@ -181,6 +181,8 @@ struct Shared<K> {
     fleet: fleet::Fleet,
     /// The clock the rate windows, the over-limit deadlines and the sweep follow.
     time: TimeSource,
+    /// The unit the over-limit cache keeps deadlines in, for the rate windows' longest wait.
+    deadline_unit: overlimit::Unit,
     /// The sweep's registration with `time`, cancelled on drop.
     registration: Registration,
     /// Keeps the sweep alive for as long as the limiter: the clock holds only a weak

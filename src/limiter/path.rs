@@ -255,7 +255,8 @@ where
     /// holds none: its refusals are decided anew.
     ///
     /// Under the key's set lock, with the deadline kept in its entry: a refund, which takes
-    /// the lock, then either forgets it or comes before it.
+    /// the lock, then either forgets it or comes before it. Returns the slot's word (0 if none
+    /// was put there).
     fn hold_over_limit(
         &self,
         line: KeyLine<'_>,
@@ -263,16 +264,15 @@ where
         t: &Thresholds,
         plan_shadow: bool,
         deadline: u64,
-    ) {
-        if let (Some(window), Some(rate)) = (s.window, t.rate) {
-            if !self.in_shadow(plan_shadow) {
-                self.over_limit().insert(
-                    line.spread(),
-                    rate.tag_mix ^ cost_mix(s.cost as u32),
-                    window.at,
-                    deadline,
-                );
-            }
+    ) -> u64 {
+        match (s.window, t.rate) {
+            (Some(window), Some(rate)) if !self.in_shadow(plan_shadow) => self.over_limit().insert(
+                line.spread(),
+                rate.tag_mix ^ cost_mix(s.cost as u32),
+                window.at,
+                deadline,
+            ),
+            _ => 0,
         }
     }
 
@@ -321,7 +321,9 @@ where
         // The time the usual path would decide on; near a window's end that is the exact time,
         // and the request goes the usual way.
         let now = rate.settled_now()?;
-        let remaining = OverLimit::remaining_of(word, now, rate.longest_wait_nanos())?;
+        let remaining = self.over_limit().remaining_of(word, now)?;
+        // The run's first refusal, on a deadline an admission held, is counted for the key.
+        OverLimit::mark_used(line, word);
         Some(Rejected::still_over(limit, remaining))
     }
 
@@ -390,6 +392,9 @@ where
         let Some(entry) = held.decided_under(t) else {
             return decision::alone(s, t).map(|()| None); // unreachable: a held place has its entry
         };
+        // A run of refusals the cache answered since the key's last admission is counted
+        // before a deadline of this decision replaces the one they were refused on.
+        self.exact.settle(Some(&mut *entry));
         // A key learning its in-flight limit is judged by the learnt one too, and its
         // admissions timed: the clock is read for those keys alone, at a start or an admission.
         let learnt = self
@@ -422,12 +427,18 @@ where
                 if let (Some(learner), Some(_)) = (entry.learner.as_deref_mut(), learnt) {
                     learner.admitted(self.time.precise(), tracked, s.cost as u32);
                 }
-                if entry.over_until != 0 {
+                if let Some(deadline) = admitted.over_until {
+                    // Full for this cost: its next requests are refused by the cache (over
+                    // whatever the key's slot held), and their run counted once settled.
+                    entry.over_until = deadline;
+                    entry.held = self.hold_over_limit(line, s, t, plan_shadow, deadline);
+                } else if entry.over_until != 0 {
                     // A request of another cost fitted while the cache may hold a deadline for
                     // the key's refusals of one cost: that deadline assumed nothing more would
                     // be admitted, and is now early. The slot goes (another key's, sharing it,
                     // is then decided the usual way); the next refusal sets a new one.
                     entry.over_until = 0;
+                    entry.held = 0;
                     self.over_limit().forget(spread(s.hash));
                 }
                 Ok(Some(CountedExactly {
@@ -441,8 +452,10 @@ where
                 {
                     learner.refused();
                 }
+                // Counted here, with the run its deadline holds.
                 entry.rejected += 1;
                 entry.over_until = refusal.over_until.unwrap_or(0);
+                entry.held = 0;
                 if let Some(deadline) = refusal.over_until {
                     self.hold_over_limit(line, s, t, plan_shadow, deadline);
                 }
@@ -466,7 +479,10 @@ impl<K> Shared<K> {
     /// The over-limit cache, whose slots are in the exact stage's filter lines.
     #[inline(always)] // the flood path
     pub(super) fn over_limit(&self) -> OverLimit<'_> {
-        OverLimit(self.exact.lines())
+        OverLimit {
+            lines: self.exact.lines(),
+            unit: self.deadline_unit,
+        }
     }
 
     /// Gives back what an admitted request took, and wakes a waiter of its key if any.
@@ -531,8 +547,11 @@ impl<K> Shared<K> {
             let mut held = false;
             self.exact.update(ticket.hash, *generation, |entry| {
                 entry.counts.rate.uncount(bucket, units);
-                // A deadline held for the key assumed these units stay: it is late now, and
-                // would refuse the room they leave.
+                // A run of refusals on the deadline it forgets is counted first.
+                self.exact.settle(Some(&mut *entry));
+                entry.held = 0;
+                // A deadline held for the key (its admission may have filled it) assumed these
+                // units stay: it is late now, and would refuse the room they leave.
                 held = std::mem::take(&mut entry.over_until) != 0;
             });
             if held {

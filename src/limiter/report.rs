@@ -73,7 +73,9 @@ pub struct Rejected {
     /// by the over-limit cache, without a look at its counts, until then: for requests of
     /// that cost (other costs are decided the usual way).
     ///
-    /// Never early for a key judged under the same limits from one request to the next. A key
+    /// Never early for a key judged under the same limits from one request to the next; exact
+    /// for windows up to 4.5 minutes, and less than 2^-39 of two windows late for longer ones
+    /// (16 ns for an hour's: the over-limit cache's unit). A key
     /// whose limits change (a new plan, [`set_limits`](super::Limiter::set_limits)) may be
     /// answered from a deadline computed under its earlier limit, before what it was admitted
     /// under the other one: that `retry_after` may be early, and the reason `Rate` where the
@@ -220,10 +222,12 @@ pub struct HeavyHitter<K> {
     pub inflight: Option<isize>,
     /// Its sliding-window count per interval (if a rate limit is configured).
     pub rate: Option<f64>,
-    /// Requests the exact stage rejected while it held the key. A key rejected for its rate
-    /// is then rejected by the over-limit cache until its `retry_after` has passed, and those
-    /// rejections are not counted per key (that is what keeps a flood cheap); the metrics'
-    /// `floodgate_requests_total` counts them all.
+    /// The key's refusals while the exact stage held it, counting each run of refusals the
+    /// over-limit cache answered as one. A key over its rate limit is refused by the cache
+    /// until one more request fits, without a look at its counts (that is what keeps a flood
+    /// cheap): such a run begins at the admission that fills the key, or at a refusal the
+    /// stage decided, and counts once. The metrics' `floodgate_requests_total` counts every
+    /// refusal.
     pub rejected: u64,
     /// The in-flight limit it is judged by now, where it is learnt from its latency
     /// ([`LimiterBuilder::adaptive_inflight`](super::LimiterBuilder::adaptive_inflight));

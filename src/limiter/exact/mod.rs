@@ -83,6 +83,7 @@ use crate::sync::{lock, AtomicU64, AtomicU8, Mutex, MutexGuard, Ordering};
 use super::fleet::FleetView;
 use super::key_lines::{KeyLine, KeyLines};
 use super::limits::Thresholds;
+use super::overlimit::OverLimit;
 use set::Set;
 pub(crate) use set::{Departed, Entry, Hits, WAYS};
 
@@ -290,10 +291,7 @@ impl<K> ExactStage<K> {
         if u64::from(knocks) <= evidence {
             return None;
         }
-        if let Some(old) = set.vacate(way, now) {
-            set.lost(old, now);
-            self.unflag(old);
-        }
+        self.leave(set, way, now);
         self.counters.replaced.fetch_add(1, Ordering::Relaxed);
         Some((way, knocks))
     }
@@ -330,28 +328,51 @@ impl<K> ExactStage<K> {
         entry.counts.inflight.tracked -= cost as isize;
         completed(entry, tracked);
         if cool(entry) {
-            let at = now();
-            set.vacate(way, at);
+            self.leave(&mut set, way, now());
+        }
+    }
+
+    /// Takes the entry of `way` out of the stage at `at`, with the refusals the over-limit
+    /// cache answered for it counted in what the reports keep of it; records the loss, and
+    /// clears its filter cell.
+    fn leave(&self, set: &mut Set<K>, way: usize, at: u64) {
+        self.settle(set.get_mut(way));
+        if let Some(hash) = set.vacate(way, at) {
             set.lost(hash, at);
             self.unflag(hash);
         }
     }
 
-    /// The clock's periodic work, off the request path: starts the next epoch and demotes
-    /// every entry that `cool` says has cooled down (`now`: the time on the limiter's clock).
-    /// Takes each set's lock in turn, briefly.
+    /// Counts in the entry the run of refusals the over-limit cache answered on the deadline
+    /// its admission held, if that run came (see `OverLimit::settle`).
+    pub(crate) fn settle(&self, entry: Option<&mut Entry<K>>) {
+        if let Some(entry) = entry {
+            let line = self.lines.key_line(spread(entry.hash));
+            OverLimit::settle(line, &mut entry.held, &mut entry.rejected);
+        }
+    }
+
+    /// The entry's refusals, with a run [`settle`](Self::settle) would count now (for
+    /// reports, which change nothing).
+    pub(crate) fn rejected(&self, entry: &Entry<K>) -> u64 {
+        let unsettled = OverLimit::unsettled(self.lines.key_line(spread(entry.hash)), entry.held);
+        entry.rejected.saturating_add(unsettled)
+    }
+
+    /// The clock's periodic work, off the request path: starts the next epoch, counts the
+    /// runs of refusals the over-limit cache answered for each entry (before the cache's own
+    /// sweep clears the deadlines that passed), and demotes every entry that `cool` says has
+    /// cooled down (`now`: the time on the limiter's clock). Takes each set's lock in turn,
+    /// briefly.
     pub(crate) fn sweep(&self, mut cool: impl FnMut(&Entry<K>) -> bool, now: impl Fn() -> u64) {
         self.epoch.fetch_add(1, Ordering::Relaxed);
         for set in self.sets.iter() {
             let mut set = lock(set);
             for way in 0..WAYS {
+                self.settle(set.get_mut(way));
                 if set.get(way).is_some_and(&mut cool) {
                     // Read under the lock, after every admission the entry counted.
-                    let at = now();
-                    if let Some(hash) = set.vacate(way, at) {
-                        set.lost(hash, at);
-                        self.unflag(hash);
-                    }
+                    self.leave(&mut set, way, now());
                 }
             }
         }
@@ -491,10 +512,7 @@ impl<K> Held<'_, K> {
 
     /// Takes the key out of the stage (it has cooled down).
     pub(crate) fn demote(mut self) {
-        if let Some(hash) = self.set.vacate(self.way, self.at) {
-            self.set.lost(hash, self.at);
-            self.stage.unflag(hash);
-        }
+        self.stage.leave(&mut self.set, self.way, self.at);
     }
 }
 

@@ -28,13 +28,17 @@ pub(crate) struct Entry<K> {
     pub(crate) counts: Counts,
     /// The key's limits at its last decision: what the sweep judges it cool by.
     pub(crate) thresholds: Thresholds,
-    /// Requests rejected while promoted.
+    /// Requests rejected while promoted: by the exact stage, and the runs the over-limit
+    /// cache refused on a deadline an admission held (`held`), once settled.
     pub(crate) rejected: u64,
     /// Requests decided here, per epoch: the entry's evidence for keeping its place.
     pub(crate) hits: Hits,
     /// Until when (nanoseconds on the limiter's clock) the key's requests are rejected by the
     /// over-limit cache, which counts no hits: the entry keeps its place until then.
     pub(crate) over_until: u64,
+    /// The over-limit cache's word for the deadline the key's admission held there, until
+    /// the run of refusals on it is counted in `rejected` (`OverLimit::settle`); 0 if none.
+    pub(crate) held: u64,
     /// The in-flight limit the key is learning from its latency, once its in flight reached
     /// its promotion threshold under a limiter with adaptive in-flight limits. Boxed: a word
     /// in every place, where the learner's 80 bytes in all 16,384 places of a default limiter
@@ -316,6 +320,7 @@ impl<K> Set<K> {
             rejected: 0,
             hits,
             over_until: 0,
+            held: 0,
             learner: None,
         });
     }
