@@ -18,10 +18,9 @@ fn limiter(clock: &ManualClock) -> Limiter<String> {
         .unwrap()
 }
 
-/// Takes the key to its limit and past it: `LIMIT` admitted, the last of which holds the
-/// key's deadline in the over-limit cache, then one rejection. Returns that rejection's
-/// `retry_after`.
-fn take_over_the_limit(limiter: &Limiter<String>, key: &str) -> Duration {
+/// Takes the key to its limit: `LIMIT` admitted, the last of which holds the key's deadline
+/// in the over-limit cache.
+fn fill(limiter: &Limiter<String>, key: &str) {
     for i in 0..LIMIT {
         drop(
             limiter
@@ -29,6 +28,13 @@ fn take_over_the_limit(limiter: &Limiter<String>, key: &str) -> Duration {
                 .unwrap_or_else(|r| panic!("request {i}: {r}")),
         );
     }
+}
+
+/// Takes the key to its limit and past it: `LIMIT` admitted, the last of which holds the
+/// key's deadline in the over-limit cache, then one rejection. Returns that rejection's
+/// `retry_after`.
+fn take_over_the_limit(limiter: &Limiter<String>, key: &str) -> Duration {
+    fill(limiter, key);
     let rejected = limiter.try_acquire(key).unwrap_err();
     assert_eq!(rejected.reason, Reason::Rate);
     rejected.retry_after.unwrap()
@@ -113,13 +119,7 @@ fn a_flooding_key_is_admitted_again_the_moment_one_more_request_fits() {
 fn the_admission_that_fills_a_key_holds_its_next_request_without_a_lock() {
     let clock = ManualClock::new();
     let limiter = limiter(&clock);
-    for i in 0..LIMIT {
-        drop(
-            limiter
-                .try_acquire("full")
-                .unwrap_or_else(|r| panic!("request {i}: {r}")),
-        );
-    }
+    fill(&limiter, "full");
     let locks = limiter.exact_locks_taken();
     let rejected = limiter.try_acquire("full").unwrap_err();
     assert_eq!(rejected.reason, Reason::Rate);
