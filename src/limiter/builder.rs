@@ -412,18 +412,18 @@ impl<K> LimiterBuilder<K> {
     /// together (default a million): the one knob the sketches are
     /// sized by, unless [`sketch`](Self::sketch) gives their size.
     ///
-    /// A count-min counter carries about (requests per window) ÷ (columns) of other keys'
-    /// requests: that noise is what every key's estimate starts from. Each sketch gets the
-    /// columns (from 2^10 to 2^17) that keep the noise at
-    /// the peak rate at an eighth of its promotion threshold (half the limit by default): the
-    /// rate sketch for `peak × interval` requests per window, the in-flight sketch for
-    /// `peak × 100 ms` requests in flight (Little's law, with 100 ms in flight on average). With a million requests a
-    /// second and limits of 100 per second, that is the most, 2^17 columns (2 rows of 4-byte
-    /// counters: a key's rows in one 64-byte line; the noise is then 0.15 of the threshold),
-    /// and a limiter of about 10.7 MB. For lower limits at that volume the columns stop at the most,
-    /// and [`Limiter::stats`] says when traffic goes past what they can tell apart
-    /// (`saturated`): decisions then stay on the safe side of each limit (a key is never
-    /// admitted over it) but healthy keys may be refused.
+    /// A count-min counter carries about (requests per window) ÷ (columns) of other keys' requests:
+    /// that noise is what every key's estimate starts from. Each sketch gets the columns (from 2^10
+    /// to 2^17) that keep the noise at the peak rate at an eighth of its promotion threshold (half
+    /// the limit by default): the rate sketch for `peak × interval` requests per window, the
+    /// in-flight sketch for `peak × 100 ms` requests in flight (Little's law, with 100 ms in flight
+    /// on average). With a million requests a second and limits of 100 per second, that is the
+    /// most, 2^17 columns (2 rows of 4-byte counters: a key's rows in one 64-byte line; the noise
+    /// is then 0.15 of the threshold), and a limiter of about 11.2 MB (`max_rate` alone, by
+    /// `memory_bytes`). For lower limits at that volume the columns stop at the most, and
+    /// [`Limiter::stats`] says when traffic goes past what they can tell apart (`saturated`):
+    /// decisions then stay on the safe side of each limit (a key is never admitted over it) but
+    /// healthy keys may be refused.
     ///
     /// # Examples
     ///
