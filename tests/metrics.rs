@@ -136,7 +136,8 @@ fn gauges_show_the_exact_stage_the_waiters_and_the_saturation() {
 }
 
 /// Keys learning their in-flight limit, and those held below their ceiling: a key at its
-/// promotion threshold learns from there (4 of 8), below its ceiling.
+/// learning threshold (4 of 8) learns, and one whose requests are overloads is held below its
+/// ceiling; a key under its threshold does not learn.
 #[test]
 fn gauges_show_the_keys_learning_their_in_flight_limit() {
     let recorder = DebuggingRecorder::new();
@@ -145,13 +146,22 @@ fn gauges_show_the_keys_learning_their_in_flight_limit() {
         let clock = ManualClock::new();
         let limiter: Limiter<String> = Limiter::builder()
             .max_inflight(8)
-            .adaptive_inflight(floodgate::AdaptiveInflight::new())
+            .adaptive_inflight(floodgate::AdaptiveInflight::new().learn_from(0.5))
             .clock(&clock)
             .build()
             .unwrap();
-        let _slow: Vec<_> = (0..4)
-            .map(|_| limiter.try_acquire("slow").unwrap())
+        let mut slow: std::collections::VecDeque<_> = (0..4)
+            .map(|_| limiter.try_acquire_owned("slow").unwrap())
             .collect();
+        for _ in 0..200 {
+            clock.advance(Duration::from_millis(1));
+            if let Some(mut done) = slow.pop_front() {
+                done.record(floodgate::Outcome::Overload);
+            }
+            if let Ok(permit) = limiter.try_acquire_owned("slow") {
+                slow.push_back(permit);
+            }
+        }
         let _quiet = limiter.try_acquire("quiet").unwrap();
         clock.advance(Duration::from_secs(1));
         let default = [("limiter", "default")];

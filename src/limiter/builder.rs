@@ -188,8 +188,9 @@ impl<K> LimiterBuilder<K> {
     /// Learns the in-flight limit of each hot origin from its latency, with `max_inflight`
     /// as the ceiling: an origin whose latency rises with its concurrency (it queues) is held
     /// near what it can serve, and gets its room back when its latency does. Keys whose in
-    /// flight stays below the promotion threshold are judged by `max_inflight` as without it
-    /// and pay nothing for it; the state of the keys that learn lives in the exact stage's
+    /// flight stays below the learning threshold ([`AdaptiveInflight::learn_from`] of the
+    /// ceiling, an eighth by default; the in-flight promotion threshold is lowered to it) are
+    /// judged by `max_inflight` as without it and pay nothing for it; the state of the keys that learn lives in the exact stage's
     /// places (fixed memory), and the clock is read at their admissions and completions
     /// only. [`AdaptiveInflight`] says how, and the algorithm.
     ///
@@ -201,7 +202,8 @@ impl<K> LimiterBuilder<K> {
     /// # Errors
     ///
     /// `build` refuses it without `max_inflight`, with a floor of 0 or above `max_inflight`,
-    /// a tolerance outside (1, 10], or probes fewer than 4 rounds apart
+    /// a tolerance outside (1, 10], probes fewer than 4 rounds apart, a `learn_from` outside
+    /// (0, 1], or a `forget_after` outside 100 ms to an hour
     /// ([`ConfigError::InvalidAdaptive`]).
     ///
     /// # Examples
@@ -520,6 +522,13 @@ impl<K> LimiterBuilder<K> {
         self
     }
 
+    /// The in-flight promotion threshold's share of each in-flight limit: the promotion
+    /// threshold, or where keys start learning their in-flight limit if that is lower.
+    fn inflight_promotion(&self) -> f64 {
+        self.adaptive
+            .map_or(self.promotion, |a| a.inflight_promotion(self.promotion))
+    }
+
     /// Builds the limiter.
     ///
     /// # Errors
@@ -588,7 +597,8 @@ impl<K> LimiterBuilder<K> {
             None => limits,
         };
         // The sketches are sized for the default limits' thresholds.
-        let defaults = Thresholds::new(&limits, self.promotion);
+        let inflight_promotion = self.inflight_promotion();
+        let defaults = Thresholds::promoting(&limits, self.promotion, inflight_promotion);
         // One hasher for every table of the limiter, its Rate's included.
         #[cfg(feature = "fault-injection")]
         let hasher = self
@@ -669,6 +679,7 @@ impl<K> LimiterBuilder<K> {
                 sketches,
                 defaults: Defaults::new(defaults),
                 promotion: self.promotion,
+                inflight_promotion,
                 adaptive: self.adaptive,
                 shadow: AtomicBool::new(self.shadow),
                 setting: Mutex::new(()),

@@ -11,7 +11,8 @@ use super::{decision, exact, tally, Estimate, HeavyHitter, Limiter, LimiterStats
 impl<K> Shared<K> {
     /// The in-flight limit a promoted key learnt, under the ceiling it was last judged by.
     pub(super) fn learnt_limit(&self, entry: &exact::Entry<K>) -> Option<u32> {
-        let (config, learner) = (self.adaptive.as_ref()?, entry.learner.as_ref()?);
+        let learner = entry.learner.as_ref().filter(|l| l.is_active())?;
+        let config = self.adaptive.as_ref()?;
         let ceiling = entry.thresholds.inflight?.limit;
         Some(learner.limit(config, ceiling).clamp(0, u32::MAX as isize) as u32)
     }

@@ -266,14 +266,22 @@ impl Thresholds {
     /// least 1 and at most the limit. Limits of 0 keep a threshold of 0: such keys are
     /// rejected before anything is counted. Limits in shadow have tags of their own in the
     /// over-limit cache.
+    #[cfg(test)]
     pub(crate) fn new(limits: &Limits, promotion: f64) -> Self {
+        Self::promoting(limits, promotion, promotion)
+    }
+
+    /// [`new`](Self::new) with the in-flight limit promoting at `inflight_promotion` of it
+    /// (where keys learning their in-flight limit start: `AdaptiveInflight::learn_from`).
+    pub(crate) fn promoting(limits: &Limits, promotion: f64, inflight_promotion: f64) -> Self {
         // Judged in `isize`, as the sketches count (lossless: a limit past `Limits::MAX_LIMIT` is
         // refused before it is judged, and `u32` fits a 64-bit `isize` anyway).
         let judged = |limit: u32| isize::try_from(limit).unwrap_or(isize::MAX);
         Thresholds {
             inflight: limits.inflight.map(judged).map(|limit| InflightThreshold {
                 limit,
-                promote_at: ((limit as f64 * promotion).ceil() as isize).clamp(1, limit.max(1)),
+                promote_at: ((limit as f64 * inflight_promotion).ceil() as isize)
+                    .clamp(1, limit.max(1)),
             }),
             rate: limits.rate.map(judged).map(|limit| RateThreshold {
                 tag_mix: super::overlimit::limit_mix(limit)

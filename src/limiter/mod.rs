@@ -157,6 +157,9 @@ struct Shared<K> {
     defaults: Defaults,
     /// The fraction of each limit at which a key is promoted.
     promotion: f64,
+    /// The in-flight limits' promotion threshold, as a fraction of each: `promotion`, or where
+    /// keys start learning their in-flight limit when that is lower.
+    inflight_promotion: f64,
     /// Every decision in shadow, whatever a plan says: the defaults' [`Limits::shadow`],
     /// from [`LimiterBuilder::shadow`] or the last `set_limits`. Apart from `defaults`, so
     /// that the thresholds every request copies stay as small as they were; read only when a
@@ -599,7 +602,11 @@ where
                 return Err(Rejected::not_counted(Reason::LimitTooLarge, limit));
             }
         }
-        Ok(Thresholds::new(limits, self.promotion))
+        Ok(Thresholds::promoting(
+            limits,
+            self.promotion,
+            self.inflight_promotion,
+        ))
     }
 
     /// A plan's `limits` as they are judged: in shadow if they say so or the whole limiter

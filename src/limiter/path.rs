@@ -4,7 +4,7 @@
 use std::borrow::Borrow;
 use std::hash::Hash;
 
-use super::adaptive::{self, Learner, Outcome};
+use super::adaptive::{self, Completion, Learner};
 use super::decision::{self, Refusal};
 use super::exact::{spread, Entry, ExactStage, Place};
 use super::key_lines::KeyLine;
@@ -292,7 +292,7 @@ where
         }
         let ticket = Ticket {
             hash: sketched.hash,
-            held: Held::of(exact.map(|e| e.generation), cost),
+            held: Held::of(exact.map(|e| (e.generation, e.admitted_at)), cost),
         };
         let window = match exact {
             Some(exact) => exact.window,
@@ -359,7 +359,7 @@ where
                 let cool = !hot
                     && held.entry().is_some_and(|e| {
                         let now = self.sketches.reread_in(s);
-                        decision::is_cool(&e.counts, &now, s.cost, t) && self.exact.may_leave(e)
+                        decision::is_cool(&e.counts, &now, s.cost, t) && self.may_leave(e)
                     });
                 if cool {
                     held.demote();
@@ -402,14 +402,21 @@ where
             .as_ref()
             .zip(t.inflight)
             .and_then(|(config, ceiling)| {
-                if !adaptive::starts(entry.learner.is_some(), &entry.counts, s.cost, &ceiling) {
+                let learning = entry.learner.as_ref().is_some_and(|l| l.is_active());
+                if !adaptive::starts(learning, &entry.counts, s.cost, &ceiling) {
                     return None;
                 }
                 let inflight = entry.counts.inflight.bound().saturating_add(s.cost);
-                let learner = entry.learner.get_or_insert_with(|| {
-                    let at = self.time.precise();
-                    Box::new(Learner::start(inflight.min(ceiling.limit), at))
-                });
+                let (at, tracked) = (self.time.precise(), entry.counts.inflight.tracked);
+                match entry.learner.as_deref_mut() {
+                    // A learner at rest keeps the no-load latency it measured.
+                    Some(learner) if !learning => learner.wake(ceiling.limit, tracked, at, config),
+                    Some(_) => {}
+                    None => {
+                        entry.learner = Some(Box::new(Learner::start(ceiling.limit, tracked, at)))
+                    }
+                }
+                let learner = entry.learner.as_deref_mut()?;
                 // A limit no completion has moved for long is let up to this request (the
                 // coarse clock: a stall is seconds).
                 let limit = learner.unstalled(config, &ceiling, self.time.coarse(), inflight);
@@ -424,8 +431,11 @@ where
                 if admitted.near {
                     self.tally.near();
                 }
+                // A learning key's request carries its admission time, for its latency.
+                let mut admitted_at = 0;
                 if let (Some(learner), Some(_)) = (entry.learner.as_deref_mut(), learnt) {
-                    learner.admitted(self.time.precise(), tracked, s.cost as u32);
+                    admitted_at = self.time.precise().max(1);
+                    learner.admitted(admitted_at, tracked, s.cost as u32);
                 }
                 if let Some(deadline) = admitted.over_until {
                     // Full for this cost: its next requests are refused by the cache (over
@@ -444,6 +454,7 @@ where
                 Ok(Some(CountedExactly {
                     generation: entry.generation,
                     window: admitted.window,
+                    admitted_at,
                 }))
             }
             Err(refusal) => {
@@ -466,11 +477,12 @@ where
 }
 
 /// An admission the exact stage counted: by the entry of `generation`, its rate units in
-/// `window`.
+/// `window`; when, if its key was learning its in-flight limit (0 if not).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct CountedExactly {
     generation: u64,
     window: Option<u64>,
+    admitted_at: u64,
 }
 
 /// What needs no look at the key itself: a permit's release, the sweep. Unbounded, so that
@@ -504,15 +516,22 @@ impl<K> Shared<K> {
                 cost,
                 outcome,
                 measured,
+                admitted_at,
             } => {
                 // Room a learnt limit gained with this completion, beyond its own units.
                 let mut rise = 0;
+                let completion = Completion {
+                    cost,
+                    outcome,
+                    measured,
+                    admitted_at,
+                };
                 self.exact.release(
                     hash,
                     generation,
                     cost,
                     || self.sketches.release(hash, cost),
-                    |entry, tracked| rise = self.completed(entry, tracked, cost, outcome, measured),
+                    |entry, tracked| rise = self.completed(entry, tracked, completion),
                     |entry| self.is_cool(entry),
                     || self.now(),
                 );
@@ -560,31 +579,27 @@ impl<K> Shared<K> {
         }
     }
 
-    /// Tells a key learning its in-flight limit that `cost` units completed with `outcome`
-    /// (`measured`: see `Held::Exact`), `tracked` in flight before they were given back
-    /// (under its set's lock).
+    /// Tells a key learning its in-flight limit of a `completion`, `tracked` in flight before
+    /// its units were given back (under its set's lock).
     /// Returns the room the key's learnt limit gained, which its waiters are told of with the
     /// permit's own units (a waiter is woken per unit that came back).
-    fn completed(
-        &self,
-        entry: &mut Entry<K>,
-        tracked: isize,
-        cost: u32,
-        outcome: Outcome,
-        measured: bool,
-    ) -> u32 {
-        let (Some(config), Some(learner)) = (&self.adaptive, entry.learner.as_deref_mut()) else {
+    fn completed(&self, entry: &mut Entry<K>, tracked: isize, completion: Completion) -> u32 {
+        let (Some(config), Some(learner)) = (
+            &self.adaptive,
+            entry.learner.as_deref_mut().filter(|l| l.is_active()),
+        ) else {
             return 0;
         };
         // Its ceiling: the in-flight limit of the last request it was judged under.
         let Some(ceiling) = entry.thresholds.inflight else {
             return 0;
         };
-        let at = self.time.precise();
-        let completed = learner.completed(config, &ceiling, at, tracked, cost, outcome, measured);
+        let completed =
+            learner.completed(config, &ceiling, self.time.precise(), tracked, completion);
         if completed.done {
-            // Well below its threshold for a round: judged as any key again.
-            entry.learner = None;
+            // Well below its threshold for a round: judged as any key again, its no-load
+            // latency kept until it is forgotten.
+            learner.rest();
         }
         completed.rise
     }
@@ -592,7 +607,19 @@ impl<K> Shared<K> {
     /// Whether a promoted entry has cooled down, by the sketches now and its last thresholds.
     fn is_cool(&self, entry: &Entry<K>) -> bool {
         let now = self.sketches.reread(entry.hash);
-        decision::is_cool(&entry.counts, &now, 0, &entry.thresholds) && self.exact.may_leave(entry)
+        decision::is_cool(&entry.counts, &now, 0, &entry.thresholds) && self.may_leave(entry)
+    }
+
+    /// Whether a cooled entry may leave the exact stage: at once, unless it is learning its
+    /// in-flight limit, whose learnt state would go with it. Such a key leaves once it has had
+    /// no request for `forget_after` (`AdaptiveInflight::forget_after`): a key held to a few
+    /// requests in flight often has none for a moment, and its callers' bursts come seconds
+    /// apart; each would otherwise meet the origin with the ceiling again, queue and all.
+    fn may_leave(&self, entry: &Entry<K>) -> bool {
+        match (&self.adaptive, entry.learner.as_deref()) {
+            (Some(config), Some(learner)) => learner.forgotten(config, self.time.coarse()),
+            _ => true,
+        }
     }
 
     /// The time now: on the rate windows' clock, or without a rate the limiter's coarse time

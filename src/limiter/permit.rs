@@ -27,13 +27,15 @@ pub(super) enum Held {
     /// In the exact stage, by the entry of this generation (which counted its rate units too,
     /// if the limiter counts a rate); `outcome`: what its origin answered, as recorded
     /// ([`Permit::record`]); `measured`: whether its time says anything of its origin (not
-    /// for an admission another key's refusal took back). For a learnt in-flight limit; in the
-    /// room the tag leaves, too.
+    /// for an admission another key's refusal took back); `admitted_at`: when it was admitted
+    /// (the limiter's clock, in nanoseconds) if its key was learning its in-flight limit then,
+    /// or 0. For a learnt in-flight limit, which takes each request's latency from them.
     Exact {
         generation: u64,
         cost: u32,
         outcome: Outcome,
         measured: bool,
+        admitted_at: u64,
     },
     /// Nowhere: a request its limits refuse, admitted in shadow, counted as the refusal it
     /// stands for. Boxed, so that a ticket stays as small as an admission's.
@@ -60,16 +62,17 @@ pub(super) fn shadow_admission<P>(
 }
 
 impl Held {
-    /// An admission's `cost` units: in the exact stage by entry `generation`, or in the
-    /// sketch.
+    /// An admission's `cost` units: in the exact stage by entry `generation` (admitted at
+    /// `admitted_at` if its key is learning, or 0), or in the sketch.
     #[inline]
-    pub(super) fn of(generation: Option<u64>, cost: u32) -> Self {
-        match generation {
-            Some(generation) => Held::Exact {
+    pub(super) fn of(exact: Option<(u64, u64)>, cost: u32) -> Self {
+        match exact {
+            Some((generation, admitted_at)) => Held::Exact {
                 generation,
                 cost,
                 outcome: Outcome::Success,
                 measured: true,
+                admitted_at,
             },
             None => Held::Sketch { cost },
         }
@@ -252,9 +255,11 @@ impl<K> std::fmt::Debug for OwnedPermit<K> {
 
 #[cfg(all(test, not(floodgate_loom)))]
 mod tests {
-    /// The cost rides in the room the tag leaves: a permit is no larger for it.
+    /// The cost rides in the room the tag leaves; the admission time of a learning key's
+    /// request takes a word (its latency, exact where the mean in flight over a round was
+    /// too noisy to tell a healthy origin's rounds apart within the tolerance).
     #[test]
-    fn a_ticket_with_its_cost_is_three_words() {
-        assert_eq!(std::mem::size_of::<super::Ticket>(), 24);
+    fn a_ticket_with_its_cost_and_admission_time_is_four_words() {
+        assert_eq!(std::mem::size_of::<super::Ticket>(), 32);
     }
 }

@@ -427,15 +427,6 @@ impl<K> ExactStage<K> {
         }
     }
 
-    /// Whether a cooled entry may leave the stage: at once, unless it is learning its
-    /// in-flight limit, whose learnt state would go with it. Such a key leaves only once it
-    /// has had no request for a whole epoch (the sweep's, which starts a new one before it
-    /// looks): a key held to a few requests in flight often has none for a moment, and would
-    /// otherwise start learning again from its promotion threshold.
-    pub(crate) fn may_leave(&self, entry: &Entry<K>) -> bool {
-        entry.learner.is_none() || entry.idle(self.epoch.load(Ordering::Relaxed))
-    }
-
     /// Keys promoted now.
     pub(crate) fn len(&self) -> usize {
         let mut len = 0;

@@ -47,11 +47,6 @@ pub(crate) struct Entry<K> {
 }
 
 impl<K> Entry<K> {
-    /// Whether no request was decided on it in `epoch` nor in the one before.
-    pub(crate) fn idle(&self, epoch: u64) -> bool {
-        self.hits.most(epoch) == 0
-    }
-
     /// What the entry has shown in the current epoch or the last: its requests, whichever
     /// epoch had more, and its permits in flight.
     fn evidence(&self, epoch: u64) -> u64 {
