@@ -66,8 +66,9 @@ pub enum ConfigError {
         /// The most allowed.
         max: usize,
     },
-    /// A limit that the limiter's 32-bit counters cannot reach: counts saturate at 2^30, so a
-    /// limit must be at most [`Limits::MAX_LIMIT`](crate::Limits::MAX_LIMIT).
+    /// A limit that the limiter's 32-bit counters cannot judge: counts read at most 2^31, and a
+    /// limit must be at most half of that, [`Limits::MAX_LIMIT`](crate::Limits::MAX_LIMIT), so
+    /// that a count at the limit with a request of the largest cost is still counted exactly.
     LimitTooLarge {
         /// The limit asked for.
         limit: u32,
@@ -198,8 +199,8 @@ impl fmt::Display for ConfigError {
             ),
             ConfigError::LimitTooLarge { limit, max } => write!(
                 f,
-                "a limit of {limit} is more than the limiter's counters can hold (they \
-                 saturate at 2^30); the largest limit is {max}"
+                "a limit of {limit} is more than the limiter's counters can judge (they \
+                 read at most 2^31); the largest limit is {max}"
             ),
             ConfigError::AllocationFailed { bytes } => {
                 write!(f, "could not allocate {bytes} bytes for the sketch counters")

@@ -259,7 +259,7 @@ fn a_limit_of_zero_admits_nothing_and_counts_nothing() {
     assert_eq!((estimate.inflight, estimate.rate), (Some(0), Some(0.0)));
 }
 
-/// The sketches count in 32-bit counters that saturate at 2^30: a limit they cannot reach
+/// The sketches count in 32-bit counters that read at most 2^31: a limit they cannot judge
 /// would never refuse, so it is refused where it enters — at build, by `set_limits` (the
 /// defaults left unchanged) and per request (a misconfigured plan) — never wrapped or clamped.
 #[test]

@@ -54,8 +54,10 @@ pub struct Limits {
 
 impl Limits {
     /// The largest limit a limiter takes, in flight or per rate interval: 2^30 − 1. Its
-    /// sketches count in 32-bit counters that saturate at 2^30 (twice the counters a cache
-    /// line holds, next to `isize`), so a saturated count is still over every limit. A larger
+    /// sketches count in 32-bit counters (twice the counters a cache line holds, next to
+    /// `isize`) that read at most 2^31: a saturated count is over every limit, and a count at
+    /// this limit with a request of this cost on top is still counted exactly, so that its
+    /// units can be given back or taken out exactly. A larger
     /// limit is refused: by the builder and [`Limiter::set_limits`](super::Limiter::set_limits)
     /// with [`ConfigError::LimitTooLarge`](crate::ConfigError::LimitTooLarge), and per request
     /// with [`Reason::LimitTooLarge`](super::Reason::LimitTooLarge).
