@@ -209,7 +209,7 @@ fn a_cost_over_its_limit_is_refused_at_once_and_counted_nowhere() {
         (rejected.reason, rejected.limit),
         (Reason::CostOverLimit, 5)
     );
-    let unlimited_rate = Limits::new().max_rate(Limits::MAX_LIMIT);
+    let unlimited_rate = Limits::new().max_rate(Limits::MAX_LIMIT).no_inflight();
     let rejected = limiter
         .with_limits(unlimited_rate)
         .cost(u32::MAX)
@@ -228,7 +228,9 @@ fn a_cost_past_the_counters_ceiling_given_back_takes_no_other_units_with_it() {
     let five: Vec<_> = (0..5)
         .map(|_| limiter.try_acquire("origin").unwrap())
         .collect();
-    let unlimited = limiter.with_limits(Limits::new()).cost(Limits::MAX_LIMIT);
+    let unlimited = limiter
+        .with_limits(Limits::new().no_inflight())
+        .cost(Limits::MAX_LIMIT);
     let largest = unlimited.try_acquire("origin").expect("no in-flight limit");
     assert!(limiter.try_acquire("origin").is_err(), "over 10 meanwhile");
     drop(largest);
@@ -302,7 +304,9 @@ fn a_refused_cost_near_the_ceiling_leaves_no_rate_count_under_what_was_admitted(
 #[test]
 fn a_cost_its_counters_cannot_hold_is_refused_and_counted_nowhere() {
     let limiter: Limiter<String> = Limiter::builder().max_inflight(10).build().unwrap();
-    let largest = limiter.with_limits(Limits::new()).cost(Limits::MAX_LIMIT);
+    let largest = limiter
+        .with_limits(Limits::new().no_inflight())
+        .cost(Limits::MAX_LIMIT);
     let two: Vec<_> = (0..2)
         .map(|_| largest.try_acquire("origin").unwrap())
         .collect();
@@ -312,7 +316,9 @@ fn a_cost_its_counters_cannot_hold_is_refused_and_counted_nowhere() {
         (Reason::Inflight, 1 << 31, Limits::MAX_LIMIT),
         "{refused}"
     );
-    let one = limiter.with_limits(Limits::new()).try_acquire("origin");
+    let one = limiter
+        .with_limits(Limits::new().no_inflight())
+        .try_acquire("origin");
     assert!(one.is_ok(), "a unit more fits: 2^31 − 2 held");
     drop((two, one));
     assert_eq!(limiter.estimate("origin").inflight, Some(0));
