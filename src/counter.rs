@@ -122,16 +122,30 @@ fn update_slow(counter: &AtomicIsize, delta: isize) -> isize {
     written
 }
 
-/// The same saturating operations on a 32-bit counter that only ever holds a non-negative
-/// count: the limiter's blocked sketches (`estimator/blocked.rs`), where a request's
-/// increments are matched by its own decrements (or by none: rate windows), so the count never
-/// goes below zero. Half the width of an `isize` doubles the counters a cache line holds.
+/// Operations on a 32-bit counter that only ever holds a non-negative count: the limiter's
+/// blocked sketches (`estimator/blocked.rs`). Half the width of an `isize` doubles the
+/// counters a cache line holds. Every counter is read as `min(raw, CEILING)`, `CEILING` being
+/// 2^31: twice the largest limit (`Limits::MAX_LIMIT`, 2^30 − 1), so that a key's count at
+/// the largest limit with a request of the largest cost on top is still read exactly, and a
+/// request's own units can be taken out of it again (issue 38). Two kinds of counter, each
+/// with its own add:
 ///
-/// The raw value is read as `min(raw, CEILING)`; the range above is headroom, as above: an add
-/// that crosses the ceiling parks the counter at `PARK`, and every raw value from `SATURATED`
-/// up counts as saturated. Operations in flight on a parked counter move it by at most
-/// `FAST_STEP` each before undoing that, so it could only leave the saturated range (or wrap
-/// past `u32::MAX`) with more than 2^20 threads between an operation and its undo at once.
+/// - *Saturating* ([`add`], [`sub`]): the rate windows, which are only added to and are
+///   cleared by the clock. As above, an add that crosses the ceiling parks the counter at
+///   `PARK`, every raw value from `SATURATED` up counts as saturated, and a saturated counter
+///   stays so until it is cleared. Operations in flight on a parked counter move it by at
+///   most `FAST_STEP` each before undoing that, so it could only leave the saturated range (or
+///   wrap past `u32::MAX`) with more than 2^19 threads between an operation and its undo at
+///   once; the same margin keeps an unparked counter's adds in flight below `SATURATED`.
+/// - *Exact* ([`try_add`], [`give_back`]): the requests in flight, where every add is given
+///   back by its own request. An add is made whole or not at all: it is refused, nothing
+///   added, when it would take the count past the ceiling, so the raw value is always the
+///   exact sum of the adds not yet given back (plus adds in flight about to be undone), and a
+///   give-back is the exact inverse of its add. A parked count would stay saturated for good,
+///   and with it every key whose counters it is. An add refused on the fast path was made and
+///   is undone, by at most `FAST_STEP`: more than 2^21 threads would have to be between the
+///   two at once to wrap.
+///
 /// A decrement below zero (a give-back without its increment, which the limiter never makes)
 /// is undone: the count stays over, never under. Orderings: `SeqCst`, as above.
 pub(crate) mod narrow {
@@ -139,15 +153,17 @@ pub(crate) mod narrow {
 
     use super::ORDER;
 
-    /// The largest logical value: 2^30. Counts saturate here and stay; a limit must be below
-    /// it to be reachable (`limiter::MAX_LIMIT`).
-    pub(crate) const CEILING: u32 = 1 << 30;
+    /// The largest logical value: 2^31. Saturating counts stop here and stay; exact counts
+    /// refuse an add past it. A limit must be below it to be reachable, and is below half of
+    /// it (`Limits::MAX_LIMIT`).
+    pub(crate) const CEILING: u32 = 1 << 31;
     /// The largest delta that takes the single-instruction path.
     const FAST_STEP: u32 = 1 << 10;
+    /// Raw values from here up are saturated counters (parked ones, and their operations in
+    /// flight).
+    const SATURATED: u32 = CEILING + (1 << 29);
     /// Where a saturated counter's raw value is parked.
     const PARK: u32 = 3 << 30;
-    /// Raw values from here up are saturated counters.
-    const SATURATED: u32 = 1 << 31;
 
     /// The logical value of a raw counter word.
     #[inline]
@@ -181,6 +197,45 @@ pub(crate) mod narrow {
                 (raw < SATURATED).then_some(if new > CEILING { PARK } else { new })
             });
             written
+        }
+    }
+
+    /// Adds `delta` to an exact counter if the count stays at most the ceiling, and returns
+    /// the new count; `None`, with nothing added, if it would not. Other adds in flight (to be
+    /// undone) may refuse an add near the ceiling that would have fitted once they were: a
+    /// refusal, never a lost count.
+    #[inline]
+    pub(crate) fn try_add(counter: &AtomicU32, delta: u32) -> Option<u32> {
+        if delta <= FAST_STEP {
+            let old = counter.fetch_add(delta, ORDER);
+            // One comparison on the common path, as in `add`.
+            if old <= CEILING - delta {
+                return Some(old + delta);
+            }
+            undo_past_ceiling(counter, delta)
+        } else {
+            let old = counter.fetch_update(ORDER, ORDER, |raw| {
+                raw.checked_add(delta).filter(|&new| new <= CEILING)
+            });
+            old.ok().map(|old| old + delta)
+        }
+    }
+
+    /// [`try_add`]'s fast path for an add that took the count past the ceiling: undone.
+    #[cold]
+    fn undo_past_ceiling(counter: &AtomicU32, delta: u32) -> Option<u32> {
+        counter.fetch_sub(delta, ORDER);
+        None
+    }
+
+    /// Gives back `delta` that [`try_add`] added to an exact counter: its exact inverse.
+    #[inline]
+    pub(crate) fn give_back(counter: &AtomicU32, delta: u32) {
+        let old = counter.fetch_sub(delta, ORDER);
+        if old < delta {
+            // A give-back of more than was counted (never made): put it back, keeping the
+            // count over rather than under.
+            counter.fetch_add(delta, ORDER);
         }
     }
 
@@ -295,6 +350,40 @@ mod tests {
             sub(&c, 5_000);
             assert_eq!(load(&c), 3);
             sub(&c, 3);
+            assert_eq!(load(&c), 0);
+        }
+
+        /// Issue 38: a request of the largest cost on a key with 5 in flight took its
+        /// counter past the ceiling (then 2^30), where it parked; its give-back was then
+        /// skipped, and the count stayed saturated for good. An exact counter holds two such
+        /// requests on top of one, up to its ceiling, and gives them back exactly.
+        #[test]
+        fn an_exact_give_back_undoes_an_add_up_to_the_ceiling() {
+            let c = AtomicU32::new(0);
+            assert_eq!(try_add(&c, 1), Some(1));
+            let largest = crate::Limits::MAX_LIMIT;
+            assert_eq!(try_add(&c, largest), Some(largest + 1), "read exactly");
+            assert_eq!(try_add(&c, largest), Some(CEILING - 1));
+            assert_eq!(try_add(&c, 1), Some(CEILING), "on the fast path");
+            assert_eq!(try_add(&c, 1), None, "full");
+            give_back(&c, largest);
+            give_back(&c, 1);
+            give_back(&c, largest);
+            assert_eq!(load(&c), 1, "every unit back, exactly");
+        }
+
+        /// Past what an exact counter holds, an add is refused and adds nothing, on either
+        /// path: the count is never parked nor wrapped.
+        #[test]
+        fn an_exact_add_past_what_the_counter_holds_adds_nothing() {
+            let c = AtomicU32::new(CEILING - 3);
+            assert_eq!(try_add(&c, 4), None, "the fast path");
+            assert_eq!(c.load(crate::sync::Ordering::SeqCst), CEILING - 3);
+            assert_eq!(try_add(&c, 5_000), None, "the slow path");
+            assert_eq!(try_add(&c, u32::MAX), None);
+            assert_eq!(c.load(crate::sync::Ordering::SeqCst), CEILING - 3);
+            assert_eq!(try_add(&c, 3), Some(CEILING), "what fits is added");
+            give_back(&c, CEILING);
             assert_eq!(load(&c), 0);
         }
 

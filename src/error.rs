@@ -66,8 +66,9 @@ pub enum ConfigError {
         /// The most allowed.
         max: usize,
     },
-    /// A limit that the limiter's 32-bit counters cannot reach: counts saturate at 2^30, so a
-    /// limit must be at most [`Limits::MAX_LIMIT`](crate::Limits::MAX_LIMIT).
+    /// A limit that the limiter's 32-bit counters cannot judge: counts read at most 2^31, and a
+    /// limit must be at most half of that, [`Limits::MAX_LIMIT`](crate::Limits::MAX_LIMIT), so
+    /// that a count at the limit with a request of the largest cost is still counted exactly.
     LimitTooLarge {
         /// The limit asked for.
         limit: u32,
@@ -129,6 +130,17 @@ pub enum ConfigError {
     },
     /// A limit or threshold outside what is allowed; the message names it.
     InvalidLimit(&'static str),
+    /// New default limits ([`Limiter::set_limits`](crate::Limiter::set_limits)) that leave
+    /// out a kind the limiter counts: neither a limit of it
+    /// ([`Limits::max_inflight`](crate::Limits::max_inflight),
+    /// [`Limits::max_rate`](crate::Limits::max_rate)) nor that there is none
+    /// ([`Limits::no_inflight`](crate::Limits::no_inflight),
+    /// [`Limits::no_rate`](crate::Limits::no_rate)). Taken as "no limit", a push of one kind
+    /// would turn the other off unsaid; the defaults in force stay.
+    LimitLeftOut {
+        /// The kind left out (the first, if both are).
+        kind: crate::LimitKind,
+    },
     /// An adaptive in-flight limit that cannot work
     /// ([`LimiterBuilder::adaptive_inflight`](crate::LimiterBuilder::adaptive_inflight)): no
     /// `max_inflight` to learn under, a floor of 0 or above it, a tolerance outside (1, 10],
@@ -198,8 +210,8 @@ impl fmt::Display for ConfigError {
             ),
             ConfigError::LimitTooLarge { limit, max } => write!(
                 f,
-                "a limit of {limit} is more than the limiter's counters can hold (they \
-                 saturate at 2^30); the largest limit is {max}"
+                "a limit of {limit} is more than the limiter's counters can judge (they \
+                 read at most 2^31); the largest limit is {max}"
             ),
             ConfigError::AllocationFailed { bytes } => {
                 write!(f, "could not allocate {bytes} bytes for the sketch counters")
@@ -239,6 +251,18 @@ impl fmt::Display for ConfigError {
                  built), got {asked}"
             ),
             ConfigError::InvalidLimit(what) | ConfigError::InvalidAdaptive(what) => f.write_str(what),
+            ConfigError::LimitLeftOut { kind } => {
+                let (limit, off) = match kind {
+                    crate::LimitKind::Inflight => ("max_inflight", "no_inflight"),
+                    crate::LimitKind::Rate => ("max_rate", "no_rate"),
+                };
+                write!(
+                    f,
+                    "these limits leave out the {kind} limit, which the limiter counts: name one \
+                     (Limits::{limit}) or turn it off (Limits::{off}); the defaults in force are \
+                     unchanged"
+                )
+            }
             ConfigError::InvalidClientPrefix(what) => f.write_str(what),
             ConfigError::Fleet(what) => f.write_str(what),
         }

@@ -12,7 +12,8 @@
 //!   sliding-window estimates.
 //! - [`Limiter`]: per-key limits on in-flight requests and request rate, decided by the
 //!   sketches with an exact second stage for the keys near their limits, built by
-//!   [`LimiterBuilder`], with per-key [`Limits`] ([`WithLimits`]) that can change live;
+//!   [`LimiterBuilder`], with per-key [`Limits`] ([`WithLimits`]) that can change live
+//!   ([`LimitKind`] names a kind of limit);
 //!   [`Permit`] and [`OwnedPermit`] (borrowing and owning the limiter, as tokio's semaphore
 //!   permits), [`Acquire`] to wait for one, and [`Rejected`], [`Reason`], [`Estimate`],
 //!   [`HeavyHitter`] and [`LimiterStats`] for what it decided and why;
@@ -99,8 +100,8 @@ pub use estimator::BlockedEstimator;
 pub use estimator::Estimator;
 pub use inflight::{Guard, Inflight};
 pub use limiter::{
-    Acquire, AdaptiveInflight, Estimate, HeavyHitter, Limiter, LimiterBuilder, LimiterStats,
-    Limits, Outcome, OwnedPermit, Permit, Reason, Rejected, WithLimits,
+    Acquire, AdaptiveInflight, Estimate, HeavyHitter, LimitKind, Limiter, LimiterBuilder,
+    LimiterStats, Limits, Outcome, OwnedPermit, Permit, Reason, Rejected, WithLimits,
 };
 pub use rate::Rate;
 

@@ -209,13 +209,124 @@ fn a_cost_over_its_limit_is_refused_at_once_and_counted_nowhere() {
         (rejected.reason, rejected.limit),
         (Reason::CostOverLimit, 5)
     );
-    let unlimited_rate = Limits::new().max_rate(Limits::MAX_LIMIT);
+    let unlimited_rate = Limits::new().max_rate(Limits::MAX_LIMIT).no_inflight();
     let rejected = limiter
         .with_limits(unlimited_rate)
         .cost(u32::MAX)
         .try_acquire("origin");
     assert_eq!(rejected.unwrap_err().limit, Limits::MAX_LIMIT);
     assert_eq!(limiter.estimate("origin").inflight, Some(0));
+}
+
+/// Issue 38: a request of the largest cost under a plan with no in-flight limit, on a key
+/// with 5 of its 10 in flight, took a counter past its ceiling. Given back, it took 4 of the
+/// other 5 units with it (the estimate read 1, and 9 more were admitted: 14 in flight against
+/// 10). Its units come back exactly: 5 still count, and 5 more fit.
+#[test]
+fn a_cost_past_the_counters_ceiling_given_back_takes_no_other_units_with_it() {
+    let limiter: Limiter<String> = Limiter::builder().max_inflight(10).build().unwrap();
+    let five: Vec<_> = (0..5)
+        .map(|_| limiter.try_acquire("origin").unwrap())
+        .collect();
+    let unlimited = limiter
+        .with_limits(Limits::new().no_inflight())
+        .cost(Limits::MAX_LIMIT);
+    let largest = unlimited.try_acquire("origin").expect("no in-flight limit");
+    assert!(limiter.try_acquire("origin").is_err(), "over 10 meanwhile");
+    drop(largest);
+    assert_eq!(limiter.estimate("origin").inflight, Some(5));
+    let more: Vec<_> = (0..5)
+        .map(|_| limiter.try_acquire("origin").unwrap())
+        .collect();
+    let refused = limiter.try_acquire("origin").unwrap_err();
+    assert_eq!((refused.reason, refused.estimate), (Reason::Inflight, 11));
+    drop((five, more));
+    assert_eq!(limiter.estimate("origin").inflight, Some(0));
+}
+
+/// Issue 38: under a plan of the largest in-flight limit, with 3 held, a request of one unit
+/// less than that limit is refused, as it should be; but the key's counts then read 2 with 3
+/// held, and 2 for good once all were dropped (the defaults' limit of 10 then admitted 8).
+/// The refusal leaves the counts as it found them.
+#[test]
+fn a_refused_cost_near_the_ceiling_leaves_the_in_flight_counts_as_it_found_them() {
+    let limiter: Limiter<String> = Limiter::builder().max_inflight(10).build().unwrap();
+    let plan = limiter.with_limits(Limits::new().max_inflight(Limits::MAX_LIMIT));
+    let three: Vec<_> = (0..3)
+        .map(|_| plan.try_acquire("origin").unwrap())
+        .collect();
+    let refused = plan
+        .cost(Limits::MAX_LIMIT - 1)
+        .try_acquire("origin")
+        .unwrap_err();
+    assert_eq!(
+        (refused.reason, refused.limit),
+        (Reason::Inflight, Limits::MAX_LIMIT)
+    );
+    assert_eq!(limiter.estimate("origin").inflight, Some(3));
+    drop(three);
+    assert_eq!(limiter.estimate("origin").inflight, Some(0));
+    let ten: Vec<_> = (0..10)
+        .map(|_| limiter.try_acquire("origin").unwrap())
+        .collect();
+    assert!(limiter.try_acquire("origin").is_err(), "10 of 10");
+    drop(ten);
+}
+
+/// Issue 38, under a rate limit: 3 admitted under a plan of the largest rate limit, then a
+/// request of one unit less than it refused: the key's rate then read 2, under the 3 it
+/// admitted. It reads those 3 (the refused units stay in the window's sketch, as offered
+/// load, not in the exact counts it is judged by), and once both windows that saw the refused
+/// units have passed, the key gets its 10.
+#[test]
+fn a_refused_cost_near_the_ceiling_leaves_no_rate_count_under_what_was_admitted() {
+    let clock = ManualClock::new();
+    let limiter = rate_limiter(&clock, 10);
+    let plan = limiter.with_limits(Limits::new().max_rate(Limits::MAX_LIMIT));
+    for _ in 0..3 {
+        drop(plan.try_acquire("client").unwrap());
+    }
+    let refused = plan.cost(Limits::MAX_LIMIT - 1).try_acquire("client");
+    assert_eq!(refused.unwrap_err().reason, Reason::Rate);
+    assert_eq!(limiter.estimate("client").rate, Some(3.0));
+    assert!(plan.cost(5).try_acquire("client").is_ok(), "room for more");
+    clock.advance(2 * SECOND);
+    for n in 0..10 {
+        assert!(limiter.try_acquire("client").is_ok(), "request {n} of 10");
+    }
+    assert!(limiter.try_acquire("client").is_err(), "10 of 10");
+}
+
+/// A key's in-flight counters hold exactly up to 2^31 units: past that (more than twice the
+/// largest limit, under plans with no in-flight limit), a request is refused as over
+/// `MAX_LIMIT` and counted nowhere, rather than parked in a count that stays saturated for
+/// good once the others are given back.
+#[test]
+fn a_cost_its_counters_cannot_hold_is_refused_and_counted_nowhere() {
+    let limiter: Limiter<String> = Limiter::builder().max_inflight(10).build().unwrap();
+    let largest = limiter
+        .with_limits(Limits::new().no_inflight())
+        .cost(Limits::MAX_LIMIT);
+    let two: Vec<_> = (0..2)
+        .map(|_| largest.try_acquire("origin").unwrap())
+        .collect();
+    let refused = largest.try_acquire("origin").unwrap_err();
+    assert_eq!(
+        (refused.reason, refused.estimate, refused.limit),
+        (Reason::Inflight, 1 << 31, Limits::MAX_LIMIT),
+        "{refused}"
+    );
+    let one = limiter
+        .with_limits(Limits::new().no_inflight())
+        .try_acquire("origin");
+    assert!(one.is_ok(), "a unit more fits: 2^31 − 2 held");
+    drop((two, one));
+    assert_eq!(limiter.estimate("origin").inflight, Some(0));
+    let ten: Vec<_> = (0..10)
+        .map(|_| limiter.try_acquire("origin").unwrap())
+        .collect();
+    assert!(limiter.try_acquire("origin").is_err(), "10 of 10");
+    drop(ten);
 }
 
 /// A waiting request of 7 units with 6 of 10 held: woken by a permit of 3 coming back, it fits.

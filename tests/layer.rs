@@ -746,8 +746,8 @@ async fn limits_fn_admits_each_customer_up_to_its_own_limit() {
             .key_fn(customer)
             .limits_fn(
                 move |req: &Request<Incoming>| match customer(req).as_str() {
-                    "gold" => Limits::new().max_rate(4),
-                    _ => Limits::new().max_rate(2),
+                    "gold" => Limits::new().max_rate(4).no_inflight(),
+                    _ => Limits::new().max_rate(2).no_inflight(),
                 },
             );
     let origins = Arc::new(Origins::default());
@@ -769,8 +769,8 @@ async fn limits_fn_admits_each_customer_up_to_its_own_limit() {
                     continue;
                 }
                 assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
-                // The customer's own limit, and only the kinds it sets: the limiter's
-                // in-flight count limits no one here.
+                // The customer's own limit, and only the kinds it limits: its plan turns the
+                // limiter's in-flight limit off (left out, it would be the default's).
                 assert_eq!(
                     list(&headers, "ratelimit-policy"),
                     policies(Some((limit, 1)), None),

@@ -7,7 +7,7 @@ use std::thread;
 use std::time::Duration;
 
 use floodgate::clock::ManualClock;
-use floodgate::{ConfigError, Limiter, Limits, Permit, Reason};
+use floodgate::{ConfigError, LimitKind, Limiter, Limits, Permit, Reason, Rejected, WithLimits};
 
 const SECOND: Duration = Duration::from_secs(1);
 
@@ -212,9 +212,9 @@ fn limits_of_a_kind_the_limiter_does_not_count_are_refused_clearly() {
 }
 
 #[test]
-fn limits_left_unset_are_not_limited_but_still_counted() {
+fn limits_turned_off_are_not_limited_but_still_counted() {
     let limiter: Limiter<String> = Limiter::builder().max_inflight(1).build().unwrap();
-    let unlimited = Limits::new();
+    let unlimited = Limits::new().no_inflight();
     let held: Vec<_> = (0..50)
         .map(|_| {
             limiter
@@ -259,7 +259,7 @@ fn a_limit_of_zero_admits_nothing_and_counts_nothing() {
     assert_eq!((estimate.inflight, estimate.rate), (Some(0), Some(0.0)));
 }
 
-/// The sketches count in 32-bit counters that saturate at 2^30: a limit they cannot reach
+/// The sketches count in 32-bit counters that read at most 2^31: a limit they cannot judge
 /// would never refuse, so it is refused where it enters — at build, by `set_limits` (the
 /// defaults left unchanged) and per request (a misconfigured plan) — never wrapped or clamped.
 #[test]
@@ -347,4 +347,128 @@ fn a_push_of_defaults_that_would_refuse_every_key_or_limit_nothing_is_refused() 
         limiter.with_limits(suspended).try_acquire(&2).is_err(),
         "a key's own limit of 0 refuses it"
     );
+}
+
+/// Issue 38: a limiter of 10 in flight and 100 a second took `set_limits` of 1000 in flight
+/// alone as "no rate limit" (500 of 500 admitted from then on). A push that leaves out a kind
+/// the limiter counts is refused, names that kind, and leaves the defaults as they were.
+#[test]
+fn a_push_that_names_one_kind_is_refused_and_does_not_turn_the_other_off() {
+    let clock = ManualClock::new();
+    let limiter: Limiter<u64> = Limiter::builder()
+        .max_inflight(10)
+        .max_rate(100, SECOND)
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let before = limiter.limits();
+    let err = limiter
+        .set_limits(Limits::new().max_inflight(1000))
+        .unwrap_err();
+    assert_eq!(
+        err,
+        ConfigError::LimitLeftOut {
+            kind: LimitKind::Rate
+        }
+    );
+    let message = err.to_string();
+    assert!(
+        message.contains("rate") && message.contains("no_rate") && message.contains("max_rate"),
+        "{message}"
+    );
+    let err = limiter.set_limits(Limits::new().max_rate(5)).unwrap_err();
+    assert_eq!(
+        err,
+        ConfigError::LimitLeftOut {
+            kind: LimitKind::Inflight
+        }
+    );
+    assert_eq!(limiter.limits(), before, "the defaults in force stay");
+    let admitted = (0..500)
+        .filter(|&i| limiter.try_acquire(&(i % 5)).is_ok())
+        .count();
+    assert_eq!(admitted, 500, "5 keys, 100 each: up to the rate limit");
+    let refused = limiter.try_acquire(&0).unwrap_err();
+    assert_eq!((refused.reason, refused.limit), (Reason::Rate, 100));
+}
+
+/// Turning a kind off is said, for that kind, and then holds: the rate is no longer limited,
+/// the in-flight limit still is. Turning every kind off limits nothing and is refused.
+#[test]
+fn turning_a_kind_off_is_said_and_turns_off_that_kind_alone() {
+    let clock = ManualClock::new();
+    let limiter: Limiter<u64> = Limiter::builder()
+        .max_inflight(10)
+        .max_rate(100, SECOND)
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let pushed = Limits::new().max_inflight(1000).no_rate();
+    limiter.set_limits(pushed).unwrap();
+    assert_eq!(limiter.limits(), pushed);
+    assert_eq!(limiter.limits().rate_limit(), None);
+    for i in 0..500 {
+        assert!(
+            limiter.try_acquire(&0).is_ok(),
+            "request {i}: no rate limit"
+        );
+    }
+    let held: Vec<_> = (0..1000)
+        .map(|_| limiter.try_acquire(&1).unwrap())
+        .collect();
+    let refused = limiter.try_acquire(&1).unwrap_err();
+    assert_eq!((refused.reason, refused.limit), (Reason::Inflight, 1000));
+    drop(held);
+    let err = limiter
+        .set_limits(Limits::new().no_inflight().no_rate())
+        .unwrap_err();
+    assert!(matches!(err, ConfigError::InvalidLimit(_)), "{err:?}");
+    assert_eq!(limiter.limits(), pushed, "unchanged");
+}
+
+/// A key's own limits that name one kind take the limiter's default of the other, as it is
+/// at each decision (they used to leave that kind unlimited); `no_rate` exempts the key from
+/// the rate, said explicitly.
+#[test]
+fn a_plan_that_names_one_kind_keeps_the_defaults_other() {
+    let clock = ManualClock::new();
+    let limiter: Limiter<u64> = Limiter::builder()
+        .max_inflight(2)
+        .max_rate(3, SECOND)
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let wide = limiter.with_limits(Limits::new().max_inflight(100));
+    for _ in 0..3 {
+        drop(wide.try_acquire(&1).unwrap());
+    }
+    let refused = wide.try_acquire(&1).unwrap_err();
+    assert_eq!((refused.reason, refused.limit), (Reason::Rate, 3));
+    limiter
+        .set_limits(Limits::new().max_inflight(2).max_rate(5))
+        .unwrap();
+    let refused = fill(&wide, 2, 5);
+    assert_eq!(
+        (refused.reason, refused.limit),
+        (Reason::Rate, 5),
+        "the new default"
+    );
+    let unmetered = limiter.with_limits(Limits::new().max_inflight(100).no_rate());
+    for i in 0..50 {
+        assert!(
+            unmetered.try_acquire(&3).is_ok(),
+            "request {i}: no rate limit"
+        );
+    }
+}
+
+/// Admits `expected` requests of one unit of `key`, and returns the refusal of the next.
+fn fill(limits: &WithLimits<'_, u64>, key: u64, expected: usize) -> Rejected {
+    for i in 0..expected {
+        assert!(
+            limits.try_acquire(&key).is_ok(),
+            "request {i} of {expected}"
+        );
+    }
+    limits.try_acquire(&key).unwrap_err()
 }

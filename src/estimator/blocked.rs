@@ -169,7 +169,66 @@ impl Blocked {
         narrow::load(lowest).max(added) as isize
     }
 
-    /// Subtracts `value` from the key's counter in every row (giving back an increment).
+    /// [`incr`](Self::incr) on exact counters (`counter::narrow::try_add`), for counts that
+    /// are given back ([`give_back`](Self::give_back)): the requests in flight. The key's
+    /// estimate, this increment included, or `None` when a counter of the key cannot hold
+    /// `value` more (its count would pass the ceiling, 2^31): then nothing is added in any
+    /// row, so that a give-back is always the exact inverse of its increment.
+    #[inline(always)]
+    pub(crate) fn try_incr(&self, hash: u64, value: u32) -> Option<isize> {
+        let block = self.block_at(self.block_index(hash))?;
+        let mut added = u32::MAX;
+        let mut lowest = &block.0[0];
+        // Rows added to before one that could not hold it, to take back.
+        let mut rows = 0;
+        let mut full = false;
+        self.for_each_counter(block, hash, |c| {
+            if full {
+                return;
+            }
+            match narrow::try_add(c, value) {
+                Some(now) => {
+                    rows += 1;
+                    if now < added {
+                        added = now;
+                        lowest = c;
+                    }
+                }
+                None => full = true,
+            }
+        });
+        if full {
+            self.take_back(block, hash, value, rows);
+            return None;
+        }
+        crate::sync::seqcst_fence_for_loom();
+        Some(narrow::load(lowest).max(added) as isize)
+    }
+
+    /// Gives back `value` from the first `rows` rows of the key's counters: a
+    /// [`try_incr`](Self::try_incr) that a later row could not hold.
+    #[cold]
+    #[inline(never)]
+    fn take_back(&self, block: &Block, hash: u64, value: u32, mut rows: usize) {
+        self.for_each_counter(block, hash, |c| {
+            if rows > 0 {
+                rows -= 1;
+                narrow::give_back(c, value);
+            }
+        });
+    }
+
+    /// Gives back `value` that [`try_incr`](Self::try_incr) added to the key's counters: its
+    /// exact inverse.
+    #[inline]
+    pub(crate) fn give_back(&self, hash: u64, value: u32) {
+        if let Some(block) = self.block(hash) {
+            self.for_each_counter(block, hash, |c| narrow::give_back(c, value));
+        }
+    }
+
+    /// Subtracts `value` from the key's counter in every row (giving back an increment). A
+    /// saturated counter stays saturated: for tables counted with [`incr`](Self::incr).
     #[inline]
     pub(crate) fn decr(&self, hash: u64, value: u32) {
         if let Some(block) = self.block(hash) {

@@ -36,7 +36,7 @@ mod blocked;
 mod count_min;
 mod key_hash;
 
-pub(crate) use blocked::{checked_shape, Blocked};
+pub(crate) use blocked::{checked_shape, Blocked, CEILING};
 pub(crate) use count_min::{checked_size, dimensions_for_error, CountMin};
 pub(crate) use key_hash::{remix, KeyHasher};
 

@@ -24,7 +24,10 @@ use crate::{Limits, OwnedPermit, Reason, Rejected};
 /// 2. It takes the request's [`Limits`]: by default the limiter's ([`Limiter::limits`], read
 ///    per request, so a [`Limiter::set_limits`] applies from the next request on), or whatever
 ///    a closure `Fn(&Request<B>) -> Limits` given to [`limits_fn`](Self::limits_fn) (or any
-///    [`LimitsExtractor`]) returns: a customer's plan, say.
+///    [`LimitsExtractor`]) returns: a customer's plan, say, whose kinds left out are the
+///    limiter's defaults of the moment (a kind is turned off by saying so,
+///    [`Limits::no_rate`](crate::Limits::no_rate)); the `RateLimit-Policy` field describes
+///    the limits so judged.
 /// 3. It takes the request's cost: 1 by default ([`UnitCost`]), or the units a closure
 ///    `Fn(&Request<B>) -> u32` given to [`cost_fn`](Self::cost_fn) (or any
 ///    [`CostExtractor`]) returns: its body's bytes, say.

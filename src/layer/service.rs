@@ -384,7 +384,8 @@ where
         // The limits this request is judged against, read once so that the decision and the
         // fields that describe it agree: its own, or the defaults as the decision read them
         // (no thresholds worked out again per request).
-        let own = self.limits.limits(&req);
+        // Its own: the kinds they leave out, the defaults' now (read once here too).
+        let own = self.limits.limits(&req).map(|l| self.limiter.plan_of(l));
         let cost = self.cost.cost(&req);
         let key = self.key.key(&req);
         let (result, limits) = match own {

@@ -30,8 +30,8 @@ use super::exact::{Counts, InflightCount};
 use super::fleet::{FleetRate, FleetState};
 use super::limits::{Promotion, RateThreshold, Thresholds};
 use super::overlimit::limit_mix;
-use super::sketches::{Recount, Reread, Sketched};
-use super::{Estimate, Rejected};
+use super::sketches::{less_own, Recount, Reread, Sketched, SATURATED};
+use super::{Estimate, Limits, Rejected};
 use crate::rate::{ExactWindows, WindowView};
 
 /// Whether an estimate of the request reached its promotion threshold (`p`: see
@@ -61,6 +61,15 @@ impl From<Rejected> for Refusal {
             over_until: None,
         }
     }
+}
+
+/// The refusal of a request whose units its in-flight counters could not hold (past 2^31 with
+/// those they hold): counted nowhere in flight, over its in-flight limit, or over
+/// [`Limits::MAX_LIMIT`] (what any limit can be) without one.
+#[cold]
+pub(crate) fn uncountable(t: &Thresholds) -> Rejected {
+    let limit = t.inflight.map_or(Limits::MAX_LIMIT as isize, |t| t.limit);
+    Rejected::inflight(SATURATED, limit)
 }
 
 /// The decision when the exact stage cannot help: the sketch's estimates against the limits.
@@ -115,17 +124,18 @@ pub(crate) fn in_fleet(t: &Thresholds, fleet: &FleetState) -> Thresholds {
 /// was set (`now`, in the request's windows, that request included): upper bounds on what was
 /// admitted before the exact stage counts it. `proven`: a bound on the key's admissions in
 /// this rate window and the one before that the promotion threshold proves, when it holds
-/// (see the `exact` module), asked for after the reads; the counts are lowered to it.
+/// (see the `exact` module), asked for after the reads; the counts are lowered to it. A
+/// saturated estimate less the request is no bound on the rest: it starts saturated.
 pub(crate) fn promoted(s: &Sketched, now: &Recount, proven: Option<isize>) -> Counts {
     let inflight = InflightCount {
         base: now
             .inflight
-            .map_or(0, |estimate| (estimate - s.cost).max(0)),
+            .map_or(0, |estimate| less_own(estimate, s.cost).max(0)),
         tracked: 0,
     };
     let rate = match (now.window, s.window) {
         (Some((prev, curr)), Some(w)) => {
-            let current = curr - s.cost;
+            let current = less_own(curr, s.cost);
             let previous = w.bucket.checked_sub(1).map(|_| prev);
             let mut exact = ExactWindows::new(w.bucket, proven.map_or(current, |p| current.min(p)));
             exact.before = proven.zip(previous).map(|(p, n)| n.min(p));
@@ -164,7 +174,11 @@ pub(crate) fn exact(
     // for this may be held in the over-limit cache, which answers "rate".
     let mut inflight_room = true;
     if let (Some(estimate), Some(_)) = (now.inflight, s.inflight) {
-        counts.inflight.rebase(estimate - cost);
+        // A saturated estimate bounds nothing: less this request, it would lower the bound
+        // below the others in flight (issue 38).
+        if estimate < SATURATED {
+            counts.inflight.rebase(estimate - cost);
+        }
         let with_it = counts.inflight.bound().saturating_add(cost);
         let bound = estimate.min(with_it);
         if let Some(t) = t.inflight {
@@ -263,7 +277,12 @@ fn judge_alone(view: &WindowView, t: &RateThreshold, cost: isize) -> Result<(), 
         Ok(())
     } else {
         // The exact stage does not keep a rejected request: a retry finds it gone.
-        Err(Rejected::rate(view, t.limit, view.curr - cost, cost))
+        Err(Rejected::rate(
+            view,
+            t.limit,
+            less_own(view.curr, cost),
+            cost,
+        ))
     }
 }
 
@@ -310,7 +329,7 @@ pub(crate) fn is_cool(counts: &Counts, now: &Reread, own: isize, t: &Thresholds)
     let inflight_cool = now.inflight.map_or(true, |estimate| {
         counts.inflight.tracked == 0
             && t.inflight
-                .map_or(true, |t| (estimate - own) * 2 < t.promote_at)
+                .map_or(true, |t| less_own(estimate, own) * 2 < t.promote_at)
     });
     let rate_cool = match (now.window, t.rate) {
         (Some(w), Some(t)) => {
@@ -320,7 +339,9 @@ pub(crate) fn is_cool(counts: &Counts, now: &Reread, own: isize, t: &Thresholds)
                 .bucket
                 .checked_sub(1)
                 .map_or(true, |b| exact.bound(b).map_or(true, |n| w.prev <= n));
-            let clean_curr = exact.bound(w.bucket).map_or(true, |n| w.curr - own <= n);
+            let clean_curr = exact
+                .bound(w.bucket)
+                .map_or(true, |n| less_own(w.curr, own) <= n);
             clean_prev && clean_curr && (w.sliding() - own as f64) * 2.0 < t.promote_at
         }
         _ => true,

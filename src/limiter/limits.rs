@@ -11,14 +11,28 @@ use crate::sync::{AtomicU64, Ordering};
 /// requests in flight, at most so many requests per the limiter's rate interval.
 ///
 /// A small `Copy` value, cheap to build per request (from a customer's plan, say) and to pass
-/// to [`Limiter::with_limits`](super::Limiter::with_limits). A limit left unset is
-/// no limit. The kinds a limiter counts (in flight, rate, and the rate's interval) are fixed
-/// when it is built: limits of a kind it does not count are refused with a [`Rejected`] whose
-/// [`Reason`] says so (`InflightNotCounted`, `RateNotCounted`), and by
-/// [`Limiter::set_limits`](super::Limiter::set_limits) with a [`ConfigError`].
+/// to [`Limiter::with_limits`](super::Limiter::with_limits). Each kind is in one of three
+/// states: a limit ([`max_inflight`](Self::max_inflight), [`max_rate`](Self::max_rate)),
+/// explicitly none ([`no_inflight`](Self::no_inflight), [`no_rate`](Self::no_rate)), or left
+/// out, as [`new`](Self::new) leaves both. A kind left out is never taken as "no limit":
 ///
-/// A limit of 0 (or less) admits nothing: every request is rejected at once, uncounted (a
-/// suspended customer, say).
+/// - a key's own limits ([`with_limits`](super::Limiter::with_limits), a layer's
+///   `limits_fn`) take the limiter's default of a kind they leave out, as it is at each
+///   decision: a plan that raises a customer's in-flight limit keeps the rate limit every key
+///   has;
+/// - new defaults ([`Limiter::set_limits`](super::Limiter::set_limits)) must name every kind
+///   the limiter counts, a limit or none: a push that leaves one out is refused with
+///   [`ConfigError::LimitLeftOut`](crate::ConfigError::LimitLeftOut), which names it.
+///
+/// Turning a kind off is therefore always said, for the kind it turns off. The kinds a
+/// limiter counts (in flight, rate, and the rate's interval) are fixed when it is built:
+/// limits of a kind it does not count are refused with a [`Rejected`] whose [`Reason`] says
+/// so (`InflightNotCounted`, `RateNotCounted`), and by
+/// [`Limiter::set_limits`](super::Limiter::set_limits) with a [`ConfigError`]; a kind left
+/// out or turned off that the limiter does not count is nothing to judge.
+///
+/// A limit of 0 admits nothing: every request is rejected at once, uncounted (a suspended
+/// customer, say).
 ///
 /// [`Rejected`]: super::Rejected
 /// [`Reason`]: super::Reason
@@ -45,23 +59,103 @@ use crate::sync::{AtomicU64, Ordering};
 /// let rejected = limiter.with_limits(premium).try_acquire("premium.example").unwrap_err();
 /// assert_eq!((rejected.reason, rejected.limit), (Reason::Inflight, 4));
 /// ```
+///
+/// A plan that names one kind keeps the limiter's default of the other; one that means no
+/// limit of a kind says so:
+///
+/// ```
+/// use std::time::Duration;
+/// use floodgate::{clock::ManualClock, Limiter, Limits, Reason};
+///
+/// let clock = ManualClock::new();
+/// let limiter: Limiter<String> = Limiter::builder()
+///     .max_inflight(2)
+///     .max_rate(3, Duration::from_secs(1))
+///     .clock(&clock)
+///     .build()
+///     .unwrap();
+/// let wide = limiter.with_limits(Limits::new().max_inflight(100));
+/// for _ in 0..3 {
+///     drop(wide.try_acquire("batch.example").unwrap());
+/// }
+/// let rejected = wide.try_acquire("batch.example").unwrap_err();
+/// assert_eq!((rejected.reason, rejected.limit), (Reason::Rate, 3), "the default rate");
+///
+/// let unmetered = limiter.with_limits(Limits::new().max_inflight(100).no_rate());
+/// for _ in 0..10 {
+///     drop(unmetered.try_acquire("internal.example").unwrap());
+/// }
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Limits {
-    inflight: Option<u32>,
-    rate: Option<u32>,
+    inflight: Setting,
+    rate: Setting,
     shadow: bool,
+}
+
+/// One kind of limit in a [`Limits`]: left out, explicitly none, or a limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub(crate) enum Setting {
+    #[default]
+    LeftOut,
+    Off,
+    Limit(u32),
+}
+
+impl Setting {
+    const fn limit(self) -> Option<u32> {
+        match self {
+            Setting::Limit(limit) => Some(limit),
+            Setting::LeftOut | Setting::Off => None,
+        }
+    }
+
+    const fn is_left_out(self) -> bool {
+        matches!(self, Setting::LeftOut)
+    }
+
+    /// This setting, or `default` if this one is left out.
+    const fn or(self, default: Setting) -> Setting {
+        match self {
+            Setting::LeftOut => default,
+            named => named,
+        }
+    }
+}
+
+/// A kind of limit: what [`ConfigError::LimitLeftOut`](crate::ConfigError::LimitLeftOut)
+/// names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LimitKind {
+    /// Requests in flight ([`Limits::max_inflight`], [`Limits::no_inflight`]).
+    Inflight,
+    /// Requests per interval ([`Limits::max_rate`], [`Limits::no_rate`]).
+    Rate,
+}
+
+impl fmt::Display for LimitKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LimitKind::Inflight => "in-flight",
+            LimitKind::Rate => "rate",
+        })
+    }
 }
 
 impl Limits {
     /// The largest limit a limiter takes, in flight or per rate interval: 2^30 − 1. Its
-    /// sketches count in 32-bit counters that saturate at 2^30 (twice the counters a cache
-    /// line holds, next to `isize`), so a saturated count is still over every limit. A larger
-    /// limit is refused: by the builder and [`Limiter::set_limits`](super::Limiter::set_limits)
-    /// with [`ConfigError::LimitTooLarge`](crate::ConfigError::LimitTooLarge), and per request
+    /// sketches count in 32-bit counters (twice the counters a cache line holds, next to
+    /// `isize`) that read at most 2^31: a saturated count is over every limit, and a count at
+    /// this limit with a request of this cost on top is still counted exactly, so that its
+    /// units can be given back or taken out exactly. A larger limit is refused: by the
+    /// builder and [`Limiter::set_limits`](super::Limiter::set_limits) with
+    /// [`ConfigError::LimitTooLarge`](crate::ConfigError::LimitTooLarge), and per request
     /// with [`Reason::LimitTooLarge`](super::Reason::LimitTooLarge).
     pub const MAX_LIMIT: u32 = (1 << 30) - 1;
 
-    /// No limit of either kind.
+    /// Both kinds left out: a key's own limits that are the limiter's defaults, until a kind
+    /// is named.
     ///
     /// # Examples
     ///
@@ -71,16 +165,15 @@ impl Limits {
     /// ```
     pub const fn new() -> Self {
         Limits {
-            inflight: None,
-            rate: None,
+            inflight: Setting::LeftOut,
+            rate: Setting::LeftOut,
             shadow: false,
         }
     }
 
     /// At most `limit` requests in flight. As a key's own limit, 0 refuses every request of
     /// the key, uncounted; as a limiter's default it is refused
-    /// ([`ConfigError::InvalidLimit`](crate::ConfigError::InvalidLimit)). A limit left unset
-    /// is no limit of that kind.
+    /// ([`ConfigError::InvalidLimit`](crate::ConfigError::InvalidLimit)).
     ///
     /// # Examples
     ///
@@ -89,7 +182,7 @@ impl Limits {
     /// assert_eq!(limits.inflight_limit(), Some(10));
     /// ```
     pub const fn max_inflight(mut self, limit: u32) -> Self {
-        self.inflight = Some(limit);
+        self.inflight = Setting::Limit(limit);
         self
     }
 
@@ -110,7 +203,51 @@ impl Limits {
     /// let limits = floodgate::Limits::new().max_rate(-1);
     /// ```
     pub const fn max_rate(mut self, limit: u32) -> Self {
-        self.rate = Some(limit);
+        self.rate = Setting::Limit(limit);
+        self
+    }
+
+    /// No limit on requests in flight, said explicitly: a key's own limits with it are not
+    /// limited in flight whatever the defaults say (its requests are still counted), and new
+    /// defaults with it turn the in-flight limit off
+    /// ([`set_limits`](super::Limiter::set_limits)). Without it, a kind left out is the
+    /// defaults' (a key's limits) or refused (new defaults).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use floodgate::{Limiter, Limits};
+    ///
+    /// let limiter: Limiter<String> = Limiter::builder().max_inflight(1).build().unwrap();
+    /// let unlimited = limiter.with_limits(Limits::new().no_inflight());
+    /// let _first = unlimited.try_acquire("health.example").unwrap();
+    /// let _second = unlimited.try_acquire("health.example").unwrap();
+    /// assert_eq!(Limits::new().no_inflight().inflight_limit(), None);
+    /// ```
+    pub const fn no_inflight(mut self) -> Self {
+        self.inflight = Setting::Off;
+        self
+    }
+
+    /// No rate limit, said explicitly: as [`no_inflight`](Self::no_inflight), for the rate.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::{Limiter, Limits};
+    ///
+    /// let limiter: Limiter<String> = Limiter::builder()
+    ///     .max_inflight(10)
+    ///     .max_rate(100, Duration::from_secs(1))
+    ///     .build()
+    ///     .unwrap();
+    /// // In-flight limits only, from now on: the rate's end is said, not implied.
+    /// limiter.set_limits(Limits::new().max_inflight(1000).no_rate()).unwrap();
+    /// assert_eq!(limiter.limits(), Limits::new().max_inflight(1000).no_rate());
+    /// ```
+    pub const fn no_rate(mut self) -> Self {
+        self.rate = Setting::Off;
         self
     }
 
@@ -142,14 +279,46 @@ impl Limits {
         self.shadow
     }
 
-    /// The in-flight limit, if any.
+    /// The in-flight limit, if any: `None` when it is left out or turned off
+    /// ([`no_inflight`](Self::no_inflight)).
     pub const fn inflight_limit(&self) -> Option<u32> {
-        self.inflight
+        self.inflight.limit()
     }
 
-    /// The rate limit (requests per the limiter's interval), if any.
+    /// The rate limit (requests per the limiter's interval), if any: `None` when it is left
+    /// out or turned off ([`no_rate`](Self::no_rate)).
     pub const fn rate_limit(&self) -> Option<u32> {
-        self.rate
+        self.rate.limit()
+    }
+
+    /// The kinds these limits leave out, of those a limiter counts (`inflight`, `rate`): the
+    /// first, if any.
+    pub(crate) fn left_out(&self, inflight: bool, rate: bool) -> Option<LimitKind> {
+        if inflight && self.inflight.is_left_out() {
+            return Some(LimitKind::Inflight);
+        }
+        (rate && self.rate.is_left_out()).then_some(LimitKind::Rate)
+    }
+
+    /// These limits with each kind they leave out taken from `defaults`.
+    pub(crate) const fn or(self, defaults: Limits) -> Limits {
+        Limits {
+            inflight: self.inflight.or(defaults.inflight),
+            rate: self.rate.or(defaults.rate),
+            shadow: self.shadow,
+        }
+    }
+
+    /// These limits with the kinds counted (`inflight`, `rate`) that have no limit turned off
+    /// explicitly: the defaults of a limiter as it reports them.
+    pub(crate) fn off_where_counted(mut self, inflight: bool, rate: bool) -> Limits {
+        if inflight && self.inflight.limit().is_none() {
+            self.inflight = Setting::Off;
+        }
+        if rate && self.rate.limit().is_none() {
+            self.rate = Setting::Off;
+        }
+        self
     }
 }
 
@@ -278,12 +447,15 @@ impl Thresholds {
         // refused before it is judged, and `u32` fits a 64-bit `isize` anyway).
         let judged = |limit: u32| isize::try_from(limit).unwrap_or(isize::MAX);
         Thresholds {
-            inflight: limits.inflight.map(judged).map(|limit| InflightThreshold {
-                limit,
-                promote_at: ((limit as f64 * inflight_promotion).ceil() as isize)
-                    .clamp(1, limit.max(1)),
-            }),
-            rate: limits.rate.map(judged).map(|limit| RateThreshold {
+            inflight: limits
+                .inflight_limit()
+                .map(judged)
+                .map(|limit| InflightThreshold {
+                    limit,
+                    promote_at: ((limit as f64 * inflight_promotion).ceil() as isize)
+                        .clamp(1, limit.max(1)),
+                }),
+            rate: limits.rate_limit().map(judged).map(|limit| RateThreshold {
                 tag_mix: super::overlimit::limit_mix(limit)
                     ^ if limits.shadow { SHADOW_MIX } else { 0 },
                 fleet: FleetRate::NONE,
@@ -349,10 +521,10 @@ impl Thresholds {
 
     /// The limits these thresholds were made from.
     pub(crate) fn limits(&self) -> Limits {
-        let given = |limit: isize| u32::try_from(limit.max(0)).unwrap_or(u32::MAX);
+        let given = |limit: isize| Setting::Limit(u32::try_from(limit.max(0)).unwrap_or(u32::MAX));
         Limits {
-            inflight: self.inflight.map(|t| given(t.limit)),
-            rate: self.rate.map(|t| given(t.limit)),
+            inflight: self.inflight.map_or(Setting::LeftOut, |t| given(t.limit)),
+            rate: self.rate.map_or(Setting::LeftOut, |t| given(t.limit)),
             shadow: false,
         }
     }

@@ -82,7 +82,7 @@ use sketches::Sketches;
 
 pub use adaptive::{AdaptiveInflight, Outcome};
 pub use builder::LimiterBuilder;
-pub use limits::Limits;
+pub use limits::{LimitKind, Limits};
 pub use permit::{OwnedPermit, Permit};
 pub use report::{Estimate, HeavyHitter, LimiterStats, Reason, Rejected};
 pub use wait::Acquire;
@@ -448,12 +448,20 @@ where
     /// an old in-flight limit with a new rate limit. Permits already given are not taken
     /// back; a key now over its lower limit is rejected until it is under it again.
     ///
+    /// A push names every kind the limiter counts: a limit, or that there is none
+    /// ([`Limits::no_inflight`], [`Limits::no_rate`]). One that leaves a kind out is refused
+    /// rather than taken as "no limit" of it: a push of new in-flight limits alone would
+    /// otherwise turn the rate limit off, unsaid. What is pushed is what [`limits`](Self::limits)
+    /// then reads, nothing kept from before.
+    ///
     /// # Errors
     ///
     /// The defaults are checked as [`LimiterBuilder::build`] checks them, and are left
     /// unchanged on an error: [`ConfigError::InvalidLimit`] when `limits` has no limit at all
-    /// (it would limit nothing), a limit below 1 (it would refuse every key), or a kind the
-    /// limiter does not count (its builder set no `max_inflight`, or no `max_rate`);
+    /// (it would limit nothing, every kind left out or turned off), a limit below 1 (it would
+    /// refuse every key), or a kind the limiter does not count (its builder set no
+    /// `max_inflight`, or no `max_rate`); [`ConfigError::LimitLeftOut`] naming a kind the
+    /// limiter counts that `limits` leaves out;
     /// [`ConfigError::LimitTooLarge`] above [`Limits::MAX_LIMIT`]; with
     /// [`LimiterBuilder::adaptive_inflight`], [`ConfigError::InvalidAdaptive`] without a
     /// `max_inflight` or with one under the floor. A key's own limit of 0, through
@@ -476,6 +484,26 @@ where
     /// assert!(limiter.set_limits(Limits::new().max_rate(10)).is_err(), "no rate is counted");
     /// assert_eq!(limiter.limits(), Limits::new().max_inflight(2));
     /// ```
+    ///
+    /// A limiter that counts both kinds is told about both:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::{ConfigError, LimitKind, Limiter, Limits};
+    ///
+    /// let limiter: Limiter<String> = Limiter::builder()
+    ///     .max_inflight(10)
+    ///     .max_rate(100, Duration::from_secs(1))
+    ///     .build()
+    ///     .unwrap();
+    /// let partial = limiter.set_limits(Limits::new().max_inflight(1000));
+    /// assert_eq!(partial, Err(ConfigError::LimitLeftOut { kind: LimitKind::Rate }));
+    /// assert_eq!(limiter.limits().rate_limit(), Some(100), "still limited");
+    ///
+    /// limiter.set_limits(Limits::new().max_inflight(1000).max_rate(100)).unwrap();
+    /// limiter.set_limits(Limits::new().max_inflight(1000).no_rate()).unwrap();
+    /// assert_eq!(limiter.limits().rate_limit(), None, "turned off, as said");
+    /// ```
     pub fn set_limits(&self, limits: Limits) -> Result<(), ConfigError> {
         builder::check_defaults(limits.inflight_limit(), limits.rate_limit())?;
         // The builder's check of a learnt in-flight limit against its ceiling, too.
@@ -494,6 +522,12 @@ where
                 }
             })
         })?;
+        // Every kind counted named: a limit, or none said (`Limits::no_rate`).
+        let sketches = &self.shared.sketches;
+        let counted = (sketches.inflight.is_some(), sketches.rate.is_some());
+        if let Some(kind) = limits.left_out(counted.0, counted.1) {
+            return Err(ConfigError::LimitLeftOut { kind });
+        }
         // The two stores are ordered so that no decision enforces a limit in shadow before
         // or after: into shadow, the flag first, so that a decision reading the new
         // thresholds (whose seqlock read acquires what was written before them) reads it
@@ -521,8 +555,14 @@ where
     /// assert_eq!(limiter.limits(), Limits::new().max_inflight(8));
     /// ```
     pub fn limits(&self) -> Limits {
-        let limits = self.shared.defaults.load().limits();
+        let limits = self.shared.defaults_now();
         limits.shadow(self.shared.shadow.load(Ordering::Relaxed))
+    }
+
+    /// A key's own `limits` as they are judged now: the kinds they leave out, the defaults'.
+    #[cfg(feature = "tower")]
+    pub(crate) fn plan_of(&self, limits: Limits) -> Limits {
+        self.shared.plan(limits)
     }
 
     /// The interval that rate limits count requests per, if the limiter counts a rate.
@@ -609,10 +649,29 @@ where
         ))
     }
 
-    /// A plan's `limits` as they are judged: in shadow if they say so or the whole limiter
-    /// is (so that their thresholds have the shadow's tags in the over-limit cache).
+    /// A plan's `limits` as they are judged: each kind they leave out (of those counted) the
+    /// defaults' of the moment, and in shadow if they say so or the whole limiter is (so that
+    /// their thresholds have the shadow's tags in the over-limit cache). The defaults are read
+    /// only for a plan that leaves a kind out.
     pub(super) fn plan(&self, limits: Limits) -> Limits {
+        let counted = (
+            self.sketches.inflight.is_some(),
+            self.sketches.rate.is_some(),
+        );
+        let limits = match limits.left_out(counted.0, counted.1) {
+            Some(_) => limits.or(self.defaults_now()),
+            None => limits,
+        };
         limits.shadow(limits.is_shadow() || self.shadow.load(Ordering::Relaxed))
+    }
+
+    /// The default limits now, each kind counted named: a limit, or none said.
+    fn defaults_now(&self) -> Limits {
+        let limits = self.defaults.load().limits();
+        limits.off_where_counted(
+            self.sketches.inflight.is_some(),
+            self.sketches.rate.is_some(),
+        )
     }
 
     /// Counts a waiting request's answer in the metrics (its attempts were not counted).

@@ -11,7 +11,7 @@ use super::key_lines::KeyLine;
 use super::limits::Thresholds;
 use super::overlimit::{cost_mix, OverLimit};
 use super::permit::{self, Held, Receipt, Ticket};
-use super::sketches::Sketched;
+use super::sketches::{Sketched, UNCOUNTED};
 use super::tally::{Tally, NEAR_LIMIT};
 use super::{Reason, Rejected, Shared};
 
@@ -230,6 +230,12 @@ where
         let decision = if !hot && !ExactStage::<K>::flagged(line) {
             Ok(None)
         } else {
+            if sketched.inflight == Some(UNCOUNTED) {
+                // Its counters could not hold it: nothing counted in flight, nothing to give
+                // back (hot: past every threshold).
+                let rejected = decision::uncountable(t);
+                return self.refused_uncounted(plan_shadow, counted, rejected, permit);
+            }
             self.decide_hot(key, line, sketched, t, hot, plan_shadow)
         };
         match decision {

@@ -23,7 +23,8 @@ pub enum Reason {
     /// `max_rate`).
     RateNotCounted,
     /// The request asked for a limit above [`Limits::MAX_LIMIT`](super::Limits::MAX_LIMIT), which the
-    /// limiter's counters cannot reach (they saturate at 2^30): a misconfigured plan, refused
+    /// limiter's counters cannot judge (they read at most 2^31, twice the largest limit, so that a
+    /// request of the largest cost on top of it is still counted exactly): a misconfigured plan, refused
     /// rather than left unlimited.
     LimitTooLarge,
     /// The request's cost ([`WithLimits::cost`](super::WithLimits::cost)) is more than one of
@@ -191,7 +192,7 @@ impl std::fmt::Display for Rejected {
             Reason::LimitTooLarge => {
                 return write!(
                     f,
-                    "a limit of {} was asked of a limiter whose counters saturate at 2^30: the \
+                    "a limit of {} was asked of a limiter whose counters read at most 2^31: the \
                      largest limit is {}",
                     self.limit,
                     super::Limits::MAX_LIMIT

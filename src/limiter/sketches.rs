@@ -7,6 +7,28 @@ use crate::estimator::{Blocked, KeyHasher};
 use crate::rate::WindowView;
 use crate::Rate;
 
+/// An estimate from this up is saturated: the counters read at most 2^31 (`counter::narrow`),
+/// over every limit, whatever more a rate window's saturated counters were given. Such an
+/// estimate bounds nothing: a request's own units taken from it are not a bound on the
+/// others' (issue 38), so the decision keeps it whole ([`less_own`]).
+pub(crate) const SATURATED: isize = crate::estimator::CEILING as isize;
+
+/// The in-flight estimate of a request whose units a counter of its key could not hold
+/// (`Blocked::try_incr`): nothing of it is counted, and it is refused. Past every promotion
+/// threshold (`u32::MAX` for none), so only the path of hot keys meets it.
+pub(crate) const UNCOUNTED: isize = isize::MAX;
+
+/// An estimate `count` with `own` units of it (a request's own) taken out: an upper bound on
+/// the rest, unless `count` is [`SATURATED`], which stays so.
+#[inline]
+pub(crate) fn less_own(count: isize, own: isize) -> isize {
+    if count >= SATURATED {
+        count
+    } else {
+        count - own
+    }
+}
+
 /// The sketches of one limiter, and the one hasher all of them are read with. Which sketches
 /// exist (the kinds the limiter counts) is fixed by its builder.
 pub(crate) struct Sketches {
@@ -42,7 +64,8 @@ pub(crate) struct Sketched {
     pub(crate) hash: u64,
     /// The request's units, counted in each sketch (1 but for a request with a cost).
     pub(crate) cost: isize,
-    /// In-flight estimate, this request included.
+    /// In-flight estimate, this request included; [`UNCOUNTED`] if its counters could not
+    /// hold it.
     pub(crate) inflight: Option<isize>,
     /// Rate window, this request included.
     pub(crate) window: Option<WindowView>,
@@ -56,7 +79,8 @@ impl Sketches {
     }
 
     /// Counts a request of `cost` units in every sketch and returns what they say, this
-    /// request included.
+    /// request included. The in-flight sketch counts it whole or not at all
+    /// ([`UNCOUNTED`]), so that its release is the exact inverse; the rate windows saturate.
     ///
     /// Always inlined, and `Rate::observe_hashed` within it: with the request's cost among
     /// their arguments the compiler stopped inlining them into `try_acquire`, and healthy
@@ -66,7 +90,10 @@ impl Sketches {
         Sketched {
             hash,
             cost: cost as isize,
-            inflight: self.inflight.as_ref().map(|sketch| sketch.incr(hash, cost)),
+            inflight: self
+                .inflight
+                .as_ref()
+                .map(|sketch| sketch.try_incr(hash, cost).unwrap_or(UNCOUNTED)),
             window: self
                 .rate
                 .as_ref()
@@ -75,11 +102,12 @@ impl Sketches {
     }
 
     /// Gives back the in-flight units of a request that was rejected or has finished (and
-    /// was not counted by the exact stage, whose release does this under its lock).
+    /// was not counted by the exact stage, whose release does this under its lock): the exact
+    /// inverse of what [`observe`](Self::observe) counted. Never for an [`UNCOUNTED`] one.
     #[inline]
     pub(crate) fn release(&self, hash: u64, cost: u32) {
         if let Some(sketch) = &self.inflight {
-            sketch.decr(hash, cost);
+            sketch.give_back(hash, cost);
         }
     }
 

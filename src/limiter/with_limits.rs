@@ -17,8 +17,10 @@ use super::{Acquire, Limiter, Limits, OwnedPermit, Permit, Rejected, Shared};
 /// key is admitted exactly up to its own limit. The kinds counted (in flight, rate, and the
 /// rate's interval) are the limiter's: a limit of a kind it does not count is rejected with
 /// [`Reason::InflightNotCounted`](super::Reason::InflightNotCounted) or
-/// [`Reason::RateNotCounted`](super::Reason::RateNotCounted), and a kind left unset in the
-/// limits is not limited (still counted). A limit of 0 rejects every request, uncounted.
+/// [`Reason::RateNotCounted`](super::Reason::RateNotCounted). A kind the limits leave out is
+/// judged against the limiter's default of it, as it is at each admission; a kind turned off
+/// ([`Limits::no_inflight`], [`Limits::no_rate`]) is not limited (still counted). A limit of 0
+/// rejects every request, uncounted.
 ///
 /// The limits are checked at each admission, as the limiter's defaults are at build: a limit
 /// above [`Limits::MAX_LIMIT`] is rejected with
@@ -84,6 +86,12 @@ where
     ///   counted nowhere, and no [`acquire`](Self::acquire) waits for it.
     /// - A cost of 0 counts nothing and holds nothing: it is admitted at once (but under a
     ///   limit of 0, which refuses every request).
+    /// - A key's in-flight counts are exact up to 2^31 units, twice the largest limit, so a
+    ///   permit gives back exactly what it took, whatever its cost. A request they cannot hold
+    ///   on top of what they hold (only with the in-flight limit turned off, at more than
+    ///   [`Limits::MAX_LIMIT`] units in flight) is refused with
+    ///   [`Reason::Inflight`](super::Reason::Inflight) over its limit, or over `MAX_LIMIT`
+    ///   without one, and counted nowhere in flight.
     /// - A rate rejection's `retry_after` is the time until this cost fits. Until then the
     ///   over-limit cache refuses the key's requests of this cost without counting them (a
     ///   flood of them costs what a flood of single requests does); requests of other costs

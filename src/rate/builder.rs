@@ -106,7 +106,7 @@ impl RateBuilder {
     }
 
     /// Keeps each key's counters for every row in one cache line of each slot, with 32-bit
-    /// counters that saturate at 2^30, and clears only the blocks written in a slot's last
+    /// counters that saturate at 2^31, and clears only the blocks written in a slot's last
     /// use: the layout a `Limiter` counts its rate in. At most 16 rows.
     pub(crate) fn blocked(mut self) -> Self {
         self.blocked = true;

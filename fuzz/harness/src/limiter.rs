@@ -25,7 +25,8 @@ const INTERVALS: [u64; 6] = [
     1_000_000_000,
 ];
 
-/// Which limits a limiter has, each `1 + raw % 6` in flight or `1 + raw % 12` per interval.
+/// Which limits a limiter has, each read by [`limit`] (mostly 1–6 in flight or 1–12 per
+/// interval, sometimes anything up to `Limits::MAX_LIMIT`).
 #[derive(Arbitrary, Debug, Clone, Copy)]
 pub enum Limits {
     Inflight(u8),
@@ -83,8 +84,7 @@ pub enum LimiterOp {
         key: u8,
         owned: bool,
     },
-    /// `set_limits`: new defaults of the kinds the limiter counts, `1 + raw % 6` in flight or
-    /// `1 + raw % 12` per interval.
+    /// `set_limits`: new defaults of the kinds the limiter counts, read by [`limit`].
     SetLimits {
         inflight: u8,
         rate: u8,
@@ -95,12 +95,12 @@ pub enum LimiterOp {
         first: u8,
         second: u8,
     },
-    /// A request of `cost % 8` units (0 to 7: some over the in-flight limits of 1–6), under
-    /// the defaults (`with_cost`) or the key's plan (`with_limits(plan).cost`); the permit is
-    /// held.
+    /// A request of [`units`] (0 to `u32::MAX`: mostly 0–7, some at and around its limits,
+    /// `Limits::MAX_LIMIT` and past it), under the defaults (`with_cost`) or the key's plan
+    /// (`with_limits(plan).cost`); the permit is held.
     AcquireCost {
         key: u8,
-        cost: u8,
+        cost: u32,
         plan: bool,
     },
 }
@@ -131,10 +131,52 @@ pub struct Settings {
     pub adaptive: bool,
 }
 
+/// Limits past the small ones, up to the largest a limiter takes (`Limits::MAX_LIMIT`, whose
+/// counts with a request of the largest cost are where counters saturate).
+const LARGE_LIMITS: [u32; 8] = [
+    KeyLimits::MAX_LIMIT,
+    KeyLimits::MAX_LIMIT - 1,
+    KeyLimits::MAX_LIMIT / 2,
+    KeyLimits::MAX_LIMIT / 2 + 1,
+    1 << 20,
+    1000,
+    65_537,
+    KeyLimits::MAX_LIMIT - 7,
+];
+
+/// A limit from a raw byte: `1 + raw % small` (1–6 in flight, 1–12 per interval) for most,
+/// one of [`LARGE_LIMITS`] for 1 in 16.
+pub fn limit(raw: u8, small: u8) -> u32 {
+    match raw {
+        0..=239 => 1 + u32::from(raw % small),
+        _ => LARGE_LIMITS[usize::from(raw % 8)],
+    }
+}
+
+/// A request's units from a raw word, under limits whose tighter one is `least`: 0–7 for most;
+/// else `least` and its neighbours (the last that fits and the first that does not), the
+/// largest limit and its neighbours, half of it, or any `u32` at all (mostly past
+/// `Limits::MAX_LIMIT`, refused as over every limit).
+pub fn units(raw: u32, least: u32) -> u32 {
+    let (tag, high) = (raw & 0xFF, raw >> 8);
+    let near = |n: u32| match high % 3 {
+        0 => n.saturating_sub(1),
+        1 => n,
+        _ => n.saturating_add(1),
+    };
+    match tag {
+        0..=175 => high % 8,
+        176..=207 => near(least),
+        208..=231 => near(KeyLimits::MAX_LIMIT),
+        232..=239 => KeyLimits::MAX_LIMIT / 2 + high % 3,
+        _ => raw,
+    }
+}
+
 impl LimiterConfig {
     pub fn settings(&self) -> Settings {
-        let inflight = |raw: u8| Some(1 + u32::from(raw % 6));
-        let rate = |raw: u8| Some(1 + u32::from(raw % 12));
+        let inflight = |raw: u8| Some(limit(raw, 6));
+        let rate = |raw: u8| Some(limit(raw, 12));
         let (max_inflight, max_rate) = match self.limits {
             Limits::Inflight(i) => (inflight(i), None),
             Limits::Rate(r) => (None, rate(r)),
@@ -180,8 +222,12 @@ impl Settings {
     }
 
     /// Key `key`'s own plan, of the kinds the limiter counts: 1–6 in flight, 1–12 per
-    /// interval, different from key to key.
+    /// interval, different from key to key; every fourth key's the largest limits.
     fn plan(&self, key: usize) -> KeyLimits {
+        if key % 4 == 3 {
+            let largest = KeyLimits::MAX_LIMIT;
+            return self.limits(Some(largest), Some(largest - key as u32));
+        }
         let key = key as u32;
         self.limits(Some(1 + key % 6), Some(1 + (key * 5 + 3) % 12))
     }
@@ -200,13 +246,12 @@ impl Settings {
     }
 }
 
-/// How many requests a key alone gets under `limits` with nothing held and empty windows.
-fn alone(limits: &KeyLimits) -> usize {
-    let least = limits
+/// How many units a key alone gets under `limits` with nothing held and empty windows.
+fn alone_units(limits: &KeyLimits) -> u32 {
+    limits
         .inflight_limit()
         .unwrap_or(u32::MAX)
-        .min(limits.rate_limit().unwrap_or(u32::MAX));
-    usize::try_from(least).unwrap_or(usize::MAX)
+        .min(limits.rate_limit().unwrap_or(u32::MAX))
 }
 
 type AnyPermit<'a> = super::permits::AnyPermit<'a, u64>;
@@ -398,14 +443,12 @@ impl<'a> Run<'a> {
             LimiterOp::AcquireCost { key: k, cost, plan } => {
                 let key = key(k, keys);
                 let plan = plan.then(|| self.model.s.plan(key));
-                self.acquire_and_hold(key, false, plan, u32::from(cost % 8));
+                let units = units(cost, alone_units(&plan.unwrap_or(self.model.defaults)));
+                self.acquire_and_hold(key, false, plan, units);
             }
             LimiterOp::SetLimits { inflight, rate } => {
                 let s = &self.model.s;
-                let limits = s.limits(
-                    Some(1 + u32::from(inflight % 6)),
-                    Some(1 + u32::from(rate % 12)),
-                );
+                let limits = s.limits(Some(limit(inflight, 6)), Some(limit(rate, 12)));
                 self.limiter
                     .set_limits(limits)
                     .expect("limits of the kinds the limiter counts");
@@ -876,38 +919,51 @@ impl<'a> Run<'a> {
     }
 
     /// Every permit dropped: each key alone, with empty windows, gets exactly what the
-    /// current defaults allow, and the next request is rejected for the tighter limit.
+    /// current defaults allow, and the next request is rejected for the tighter limit. Under
+    /// a large limit, most of it in one request of many units (single requests up to it would
+    /// take too long), the rest one unit at a time.
     fn each_key_alone_gets_its_limits(&mut self) {
         let s = self.model.s;
         let limits = self.model.defaults;
+        let least = alone_units(&limits);
         for key in 0..s.keys {
             self.time
                 .clock
                 .advance(Duration::from_nanos(3 * s.interval_nanos));
             self.time.now += 3 * s.interval_nanos;
+            let id = key as u64;
+            if s.learns() {
+                // A learnt limit lasts until its key has been idle for an epoch.
+                let first = self.limiter.try_acquire(&id);
+                assert!(first.is_ok(), "key {key}: nothing admitted: {first:?}");
+                continue;
+            }
             let mut permits = Vec::new();
+            let mut units = 0;
+            if least > 64 {
+                let many = least - 32;
+                let first = self.limiter.with_cost(many).try_acquire(&id);
+                permits.push(
+                    first.unwrap_or_else(|r| {
+                        panic!("key {key}: {many} units of {least} refused: {r}")
+                    }),
+                );
+                units = many;
+            }
             let rejected = loop {
-                match self.limiter.try_acquire(&(key as u64)) {
+                match self.limiter.try_acquire(&id) {
                     Ok(p) => permits.push(p),
                     Err(r) => break r,
                 }
-                assert!(permits.len() <= alone(&limits), "key {key} over its limit");
+                units += 1;
+                assert!(units <= least, "key {key} over its limit");
             };
-            if s.learns() {
-                // A learnt limit lasts until its key has been idle for an epoch.
-                assert!(
-                    !permits.is_empty(),
-                    "key {key}: nothing admitted: {rejected}"
-                );
-                continue;
-            }
             assert_eq!(
-                permits.len(),
-                alone(&limits),
+                units, least,
                 "key {key} after every permit dropped: {rejected}"
             );
             let expected = match limits.inflight_limit() {
-                Some(l) if l as usize == alone(&limits) => Reason::Inflight,
+                Some(l) if l == least => Reason::Inflight,
                 _ => Reason::Rate,
             };
             assert_eq!(rejected.reason, expected, "key {key}: {rejected}");
@@ -1105,6 +1161,70 @@ pub fn seeds() -> Vec<(&'static str, LimiterInput)> {
                     AcquireWith {
                         key: 2,
                         owned: false,
+                    },
+                ],
+            },
+        ),
+        (
+            // Issue 38: 3 held under a plan of the largest in-flight limit (key 3's), then a
+            // request of one unit less than it, refused; the refusal took a unit of the 3
+            // from the key's counts, for good.
+            "a-refused-cost-near-the-largest-limit-takes-nothing",
+            LimiterInput {
+                config: config(Limits::Inflight(3), 4, 127, 16, (2, 8), 4),
+                ops: vec![
+                    AcquireWith {
+                        key: 3,
+                        owned: false,
+                    },
+                    AcquireWith {
+                        key: 3,
+                        owned: false,
+                    },
+                    AcquireWith {
+                        key: 3,
+                        owned: false,
+                    },
+                    AcquireCost {
+                        key: 3,
+                        cost: 208, // the largest limit less one
+                        plan: true,
+                    },
+                    drop_all,
+                    burst(3, 4),
+                ],
+            },
+        ),
+        (
+            // The largest limits of both kinds as the defaults, and requests of the largest
+            // cost and past it on colliding keys.
+            "costs-and-limits-at-their-largest",
+            LimiterInput {
+                config: config(Limits::Both(240, 240), 4, 127, 16, (1, 2), 3),
+                ops: vec![
+                    burst(0, 5),
+                    AcquireCost {
+                        key: 1,
+                        cost: 1 << 8 | 208, // the largest limit
+                        plan: false,
+                    },
+                    AcquireCost {
+                        key: 2,
+                        cost: 1 << 8 | 176, // the tighter limit
+                        plan: false,
+                    },
+                    AcquireCost {
+                        key: 0,
+                        cost: u32::MAX,
+                        plan: false,
+                    },
+                    Drop { pick: 5 },
+                    burst(0, 3),
+                    drop_all,
+                    AcquireCost {
+                        key: 2,
+                        cost: 2 << 8 | 208, // one over the largest limit
+                        plan: false,
                     },
                 ],
             },
