@@ -20,7 +20,11 @@ use crate::{Limits, OwnedPermit, Reason, Rejected};
 /// # What it does with a request
 ///
 /// 1. It takes the request's key: by default the origin host ([`HostKey`]), or whatever a
-///    closure `Fn(&Request<B>) -> String` (or any [`KeyExtractor`]) returns.
+///    closure `Fn(&Request<B>) -> String` (or any [`KeyExtractor`], such as
+///    [`ClientKey`](super::ClientKey)) returns. A request its extractor cannot key (a client
+///    key's request without a peer address) is refused with an empty `500 Internal Server
+///    Error` carrying the [`NoKey`](super::NoKey) in its extensions, or served unlimited, as
+///    the extractor says ([`Unkeyed`](super::Unkeyed)); the layer logs why, once per cause.
 /// 2. It takes the request's [`Limits`]: by default the limiter's ([`Limiter::limits`], read
 ///    per request, so a [`Limiter::set_limits`] applies from the next request on), or whatever
 ///    a closure `Fn(&Request<B>) -> Limits` given to [`limits_fn`](Self::limits_fn) (or any
@@ -255,7 +259,10 @@ impl LimitLayer {
 
 impl<F, L, W, C> LimitLayer<F, L, W, C> {
     /// The same layer, keying requests with `key` instead: a closure
-    /// `Fn(&Request<B>) -> String` or any [`KeyExtractor`].
+    /// `Fn(&Request<B>) -> String` or any [`KeyExtractor`], such as
+    /// [`ClientKey`](super::ClientKey) for the client's address. A request the extractor
+    /// cannot key ([`NoKey`](super::NoKey)) is refused with `500` or served unlimited, as the
+    /// extractor says, and logged once: never put under a key that others would share.
     ///
     /// # Examples
     ///

@@ -9,14 +9,15 @@ use std::time::Duration;
 use http::{Request, Response};
 use tower_service::Service;
 
+use super::refusal::tell_unkeyed;
 use super::response::{Admission, ResponseFuture, State};
 use super::settings::{RefusalResponse, ResponseSettings};
 use super::wait::{WaitFuture, Waiting};
 #[cfg(doc)]
 use super::LimitLayer;
 use super::{
-    CostExtractor, HostKey, KeyExtractor, LimitBody, LimiterDefaults, LimitsExtractor,
-    RefuseAtOnce, UnitCost, WaitUpTo,
+    CostExtractor, HostKey, KeyExtractor, LimitBody, LimiterDefaults, LimitsExtractor, NoKey,
+    RefuseAtOnce, UnitCost, Unkeyed, WaitUpTo,
 };
 use crate::fields::ratelimit::Policies;
 use crate::Limiter;
@@ -381,12 +382,18 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        let key = match self.key.key(&req) {
+            Ok(key) => key,
+            Err(no_key) => {
+                let state = unkeyed(&self.limiter, no_key, || self.inner.call(req));
+                return ResponseFuture { state };
+            }
+        };
         // The limits this request is judged against, read once so that the decision and the
         // fields that describe it agree: its own, or the defaults as the decision read them
         // (no thresholds worked out again per request).
         let own = self.limits.limits(&req);
         let cost = self.cost.cost(&req);
-        let key = self.key.key(&req);
         let (result, limits) = match own {
             Some(limits) => (
                 self.limiter
@@ -430,12 +437,18 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        let key = match self.key.key(&req) {
+            Ok(key) => key,
+            Err(no_key) => {
+                let state = unkeyed(&self.limiter, no_key, || self.inner.call(req));
+                return WaitFuture::decided(state);
+            }
+        };
         // A request's own limits, or none: then each attempt while it waits is judged against
         // the defaults of that moment, so a `set_limits` that raises them frees the waiters.
         // The fields of its response describe the defaults as they were when it came.
         let own = self.limits.limits(&req);
         let policies = Policies::of(&self.limiter, own);
-        let key = self.key.key(&req);
         let cost = self.cost.cost(&req);
         let acquire = match own {
             Some(limits) => self.limiter.with_limits(limits).cost(cost),
@@ -459,5 +472,24 @@ where
                 policies,
             },
         )
+    }
+}
+
+/// A request its key extractor could not key: told in the log (once per cause) and the
+/// metrics, then refused or served unlimited through `call`, as the extractor says. Never
+/// under a key of its own, which every such request would share.
+#[cold]
+fn unkeyed<Fut>(
+    limiter: &Limiter<String>,
+    no_key: NoKey,
+    call: impl FnOnce() -> Fut,
+) -> State<Fut> {
+    tell_unkeyed(&no_key);
+    let served = no_key.then == Unkeyed::Serve;
+    limiter.count_unkeyed(served);
+    if served {
+        State::unlimited(call())
+    } else {
+        State::unkeyed(no_key)
     }
 }
