@@ -6,6 +6,9 @@
 //!
 //! Run with `--nocapture` to see each window's figures.
 //!
+//! And a fleet's configuration over the whole range of its durations and counts: built, it
+//! works; refused, it says what is allowed (no redis-server needed).
+//!
 //! Skips with a printed reason without a `redis-server` binary (fails instead under
 //! `FLOODGATE_REQUIRE_REDIS=1`, as CI sets).
 
@@ -19,8 +22,9 @@ use std::time::{Duration, Instant};
 
 use common::fleet::{sleep_until_window, unix_window, Flow, Tally, Traffic, WINDOW};
 use floodgate::fleet::{FleetConfig, FleetStatus};
-use floodgate::Limiter;
+use floodgate::{ConfigError, Limiter};
 use floodgate_test_support::redis_server::RedisServer;
+use proptest::prelude::*;
 
 const NODES: usize = 3;
 const LIMIT: u32 = 300;
@@ -237,4 +241,68 @@ fn a_key_under_the_limit_fleet_wide_sent_unevenly_is_never_refused() {
         Flow::new(2, half, UNDER / 4),
     ];
     assert_never_refused(&nodes, &flows, 3);
+}
+
+/// A loopback URL that nothing listens on.
+fn nowhere() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    format!("redis://127.0.0.1:{port}/")
+}
+
+/// A duration anywhere from 0 to `Duration::MAX`, its ends and the plausible range drawn more
+/// often than a uniform draw would.
+fn any_duration() -> impl Strategy<Value = Duration> {
+    prop_oneof![
+        Just(Duration::ZERO),
+        Just(Duration::MAX),
+        (any::<u64>(), 0..1_000_000_000u32).prop_map(|(secs, nanos)| Duration::new(secs, nanos)),
+        (0..u64::from(u32::MAX)).prop_map(Duration::from_micros),
+        (0u64..2_000).prop_map(Duration::from_millis),
+    ]
+}
+
+/// A count anywhere from 0 to `usize::MAX`, its ends and small fleets drawn more often.
+fn any_count() -> impl Strategy<Value = usize> {
+    prop_oneof![Just(0), Just(usize::MAX), any::<usize>(), 0usize..100]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// A fleet configuration with any sync interval, timeout and expected size, from 0 to
+    /// their maximum: `build` never panics (`Duration::MAX` overflowed its arithmetic), and
+    /// either refuses it with a fleet error that says what is allowed, or gives a limiter
+    /// that works while Redis is away (the first request of a key admitted: an expected size
+    /// of `usize::MAX` refused every one), syncs within its window and gives up on a sync
+    /// within a minute (a sync interval of a year was accepted).
+    #[test]
+    fn a_fleet_config_from_zero_to_the_maximum_is_built_working_or_refused_clearly(
+        sync in any_duration(),
+        timeout in any_duration(),
+        expected in any_count(),
+    ) {
+        let config = FleetConfig::new(nowhere())
+            .prefix("ranges")
+            .sync_interval(sync)
+            .timeout(timeout)
+            .expected_nodes(expected);
+        let built = Limiter::<String>::builder()
+            .max_rate(LIMIT, WINDOW)
+            .fleet(config)
+            .build();
+        match built {
+            Err(ConfigError::Fleet(message)) => prop_assert!(
+                message.contains("at least") || message.contains("at most"),
+                "a refusal says what is allowed: {message}"
+            ),
+            Err(other) => prop_assert!(false, "not a fleet error: {other}"),
+            Ok(limiter) => {
+                prop_assert!(limiter.try_acquire("first.example").is_ok(), "{limiter:?}");
+                prop_assert!(sync <= WINDOW, "a sync interval of {sync:?} accepted");
+                prop_assert!(timeout <= Duration::from_secs(60), "a timeout of {timeout:?} accepted");
+            }
+        }
+    }
 }

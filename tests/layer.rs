@@ -686,7 +686,9 @@ async fn retry_after_with_jitter_is_never_earlier_than_t_and_varies() {
         .clock(&clock)
         .build()
         .unwrap();
-    let layer = LimitLayer::new(limiter).retry_after_jitter(Duration::from_secs(10));
+    let layer = LimitLayer::new(limiter)
+        .retry_after_jitter(Duration::from_secs(10))
+        .unwrap();
     let origins = Arc::new(Origins::default());
     let addr = serve(layer.layer(handler(&origins))).await;
     let client = client();
@@ -1752,4 +1754,48 @@ async fn a_layer_with_a_cost_fn_counts_each_requests_units() {
     assert_eq!(retry_after(&headers), None, "11 never fit under 10");
     assert_eq!(calls(&origins, "api.example"), 3);
     assert_eq!(limiter.estimate("api.example").rate, Some(10.0));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// A `Retry-After` jitter anywhere from 0 to `Duration::MAX`: refused past the layer's
+    /// maximum with an error that says it, or else a refusal's `Retry-After` within the exact
+    /// wait plus the jitter (`Duration::MAX` answered `Retry-After: 12625552535667681469`).
+    #[test]
+    fn a_retry_after_jitter_from_zero_to_the_maximum_is_refused_or_bounded(
+        jitter in prop_oneof![
+            Just(Duration::MAX),
+            (any::<u64>(), 0..1_000_000_000u32).prop_map(|(s, n)| Duration::new(s, n)),
+            (0u64..7_200).prop_map(Duration::from_secs),
+        ],
+    ) {
+        let clock = ManualClock::new();
+        let limiter = Limiter::builder()
+            .max_rate(1, Duration::from_secs(1))
+            .clock(&clock)
+            .build()
+            .unwrap();
+        let origin = tower::service_fn(|_: Request<()>| async {
+            Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
+        });
+        match LimitService::new(origin, limiter).retry_after_jitter(jitter) {
+            Err(error) => {
+                prop_assert!(jitter > LimitLayer::<HostKey>::MAX_RETRY_AFTER_JITTER, "{error}");
+                prop_assert!(error.to_string().contains("at most 3600s"), "{error}");
+            }
+            Ok(service) => {
+                let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+                let request = || Request::builder().uri("http://busy.example/").body(()).unwrap();
+                let refused = runtime.block_on(async {
+                    service.clone().oneshot(request()).await.unwrap();
+                    service.oneshot(request()).await.unwrap()
+                });
+                let secs = retry_after(refused.headers()).unwrap();
+                // The exact wait is 2 s (1.5 s on the sliding window, rounded up).
+                prop_assert!((2..=2 + jitter.as_secs()).contains(&secs), "{secs} for {jitter:?}");
+                prop_assert!(secs <= 2 + 3_600, "{secs}");
+            }
+        }
+    }
 }

@@ -79,8 +79,13 @@ pub(crate) use view::FleetView;
 ///   (`rediss://`) is not built in. A cluster uses database 0 and TCP.
 /// - the prefix is not empty and has no `{` or `}` (they would change which Cluster slot a
 ///   key lands in).
-/// - the sync interval is at least one tick of the coarse clock (10 ms).
-/// - the timeout is at least a millisecond.
+/// - the sync interval is at least one tick of the coarse clock (10 ms) and at most
+///   [`MAX_SYNC_INTERVAL`](FleetConfig::MAX_SYNC_INTERVAL) (a minute); the limiter's builder
+///   also refuses one longer than its rate window.
+/// - the timeout is at least a millisecond and at most
+///   [`MAX_TIMEOUT`](FleetConfig::MAX_TIMEOUT) (a minute).
+/// - the expected size is at least 1 and at most
+///   [`MAX_EXPECTED_NODES`](FleetConfig::MAX_EXPECTED_NODES).
 ///
 /// `Debug` shows the URLs with their passwords masked.
 ///
@@ -127,6 +132,16 @@ impl FleetConfig {
     pub const DEFAULT_SYNC_INTERVAL: Duration = Duration::from_millis(100);
     /// The shortest sync interval: one tick of the coarse clock.
     pub const MIN_SYNC_INTERVAL: Duration = crate::clock::TICK;
+    /// The longest sync interval: a minute. A fleet that syncs less often holds no common
+    /// limit worth the name (its excess over the limit is about `L · S ÷ W` per window), and
+    /// the limiter's builder refuses an interval longer than the rate window anyway.
+    pub const MAX_SYNC_INTERVAL: Duration = Duration::from_secs(60);
+    /// The longest timeout of a sync: a minute. Past it the sync thread would wait on a
+    /// stalled Redis for longer than any view stays fresh.
+    pub const MAX_TIMEOUT: Duration = Duration::from_secs(60);
+    /// The largest expected fleet: 10,000 nodes (fleets are tens of proxies). With more
+    /// nodes than a limit has units, each node's share is 1.
+    pub const MAX_EXPECTED_NODES: usize = 10_000;
     /// How long a node counts as alive after its last sync, at the least (see
     /// [`node_ttl`](FleetConfig::node_ttl)).
     pub const MIN_NODE_TTL: Duration = Duration::from_secs(1);
@@ -165,7 +180,22 @@ impl FleetConfig {
         self
     }
 
-    /// Sets how often a node syncs (default 100 ms; at least one tick, 10 ms).
+    /// Sets how often a node syncs (default 100 ms; at least one tick, 10 ms, at most
+    /// [`MAX_SYNC_INTERVAL`](FleetConfig::MAX_SYNC_INTERVAL) and the rate window; a tenth of
+    /// the window or less keeps the fleet near its limit). Checked by
+    /// [`validate`](FleetConfig::validate) and the limiter's builder.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::fleet::FleetConfig;
+    ///
+    /// let config = FleetConfig::new("redis://10.0.0.5:6379/");
+    /// assert!(config.clone().sync_interval(Duration::from_millis(50)).validate().is_ok());
+    /// let err = config.sync_interval(Duration::from_secs(86_400 * 365)).validate().unwrap_err();
+    /// assert!(err.to_string().contains("at most 60s"), "{err}");
+    /// ```
     pub fn sync_interval(mut self, interval: Duration) -> FleetConfig {
         self.sync_interval = interval;
         self
@@ -175,7 +205,20 @@ impl FleetConfig {
     /// interval). A sync that has not finished by then fails; the node keeps its last view of
     /// the fleet for three sync intervals (or this timeout and one interval, when longer; at
     /// most a window) after its last good sync, and then decides on its local share until a
-    /// sync succeeds again.
+    /// sync succeeds again. At least a millisecond, at most
+    /// [`MAX_TIMEOUT`](FleetConfig::MAX_TIMEOUT).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::fleet::FleetConfig;
+    ///
+    /// let config = FleetConfig::new("redis://10.0.0.5:6379/");
+    /// assert!(config.clone().timeout(Duration::from_millis(300)).validate().is_ok());
+    /// let err = config.timeout(Duration::MAX).validate().unwrap_err();
+    /// assert!(err.to_string().contains("at most 60s"), "{err}");
+    /// ```
     pub fn timeout(mut self, timeout: Duration) -> FleetConfig {
         self.timeout = Some(timeout);
         self
@@ -188,7 +231,8 @@ impl FleetConfig {
     /// With the default, a node that never reaches Redis (a wrong host or port, a firewall)
     /// admits a whole limit by itself, and a fleet of N such nodes N limits: set the size you
     /// run so that a broken configuration fails safe. Once a sync succeeds, the size Redis
-    /// reports counts instead.
+    /// reports counts instead. At least 1, at most
+    /// [`MAX_EXPECTED_NODES`](FleetConfig::MAX_EXPECTED_NODES).
     ///
     /// # Examples
     ///
@@ -198,6 +242,7 @@ impl FleetConfig {
     /// let config = FleetConfig::new("redis://10.0.0.5:6379/").expected_nodes(4);
     /// assert_eq!(config.get_expected_nodes(), 4);
     /// assert!(config.clone().expected_nodes(0).validate().is_err());
+    /// assert!(config.clone().expected_nodes(usize::MAX).validate().is_err());
     /// ```
     pub fn expected_nodes(mut self, nodes: usize) -> FleetConfig {
         self.expected_nodes = nodes;
@@ -261,15 +306,37 @@ impl FleetConfig {
                 Self::MIN_SYNC_INTERVAL
             )));
         }
+        if self.sync_interval > Self::MAX_SYNC_INTERVAL {
+            return Err(fleet_error(format!(
+                "a fleet sync interval of {:?} is too long: it must be at most {:?} (and at \
+                 most the rate window; a tenth of it or less keeps the fleet near its limit)",
+                self.sync_interval,
+                Self::MAX_SYNC_INTERVAL
+            )));
+        }
         if self.expected_nodes == 0 {
             return Err(fleet_error(
                 "a fleet's expected size must be at least 1 (this node)",
             ));
         }
+        if self.expected_nodes > Self::MAX_EXPECTED_NODES {
+            return Err(fleet_error(format!(
+                "a fleet's expected size of {} nodes is too large: it must be at most {}",
+                self.expected_nodes,
+                Self::MAX_EXPECTED_NODES
+            )));
+        }
         if self.get_timeout() < Duration::from_millis(1) {
             return Err(fleet_error(format!(
                 "a fleet Redis timeout of {:?} is too short: it must be at least 1ms",
                 self.get_timeout()
+            )));
+        }
+        if self.get_timeout() > Self::MAX_TIMEOUT {
+            return Err(fleet_error(format!(
+                "a fleet Redis timeout of {:?} is too long: it must be at most {:?}",
+                self.get_timeout(),
+                Self::MAX_TIMEOUT
             )));
         }
         self.connection_infos().map(|_| ())

@@ -10,7 +10,7 @@ use super::{
     future::ResponseFuture, CostExtractor, KeyExtractor, LimitBody, LimitsExtractor, RejectedKey,
 };
 use super::{HostKey, LimitService, LimiterDefaults, RefuseAtOnce, UnitCost, WaitUpTo};
-use crate::Limiter;
+use crate::{ConfigError, Limiter};
 #[cfg(doc)]
 use crate::{Limits, OwnedPermit, Reason, Rejected};
 
@@ -258,6 +258,10 @@ impl LimitLayer {
 }
 
 impl<F, L, W, C> LimitLayer<F, L, W, C> {
+    /// The longest [`retry_after_jitter`](Self::retry_after_jitter): an hour. Clients told to
+    /// come back after a random wait of days would not, and a value past it is a mistake.
+    pub const MAX_RETRY_AFTER_JITTER: Duration = super::settings::MAX_RETRY_AFTER_JITTER;
+
     /// The same layer, keying requests with `key` instead: a closure
     /// `Fn(&Request<B>) -> String` or any [`KeyExtractor`], such as
     /// [`ClientKey`](super::ClientKey) for the client's address. A request the extractor
@@ -459,6 +463,11 @@ impl<F, L, W, C> LimitLayer<F, L, W, C> {
     /// The random numbers come from std's `RandomState` (fresh random keys each time, from a
     /// per-thread seed): no lock and no extra dependency, and only drawn for rate refusals.
     ///
+    /// # Errors
+    ///
+    /// [`ConfigError::RetryAfterJitter`](crate::ConfigError::RetryAfterJitter) for a `max`
+    /// over [`MAX_RETRY_AFTER_JITTER`](Self::MAX_RETRY_AFTER_JITTER) (an hour).
+    ///
     /// # Examples
     ///
     /// ```
@@ -475,7 +484,7 @@ impl<F, L, W, C> LimitLayer<F, L, W, C> {
     ///     .clock(&clock)
     ///     .build()
     ///     .unwrap();
-    /// let layer = LimitLayer::new(limiter).retry_after_jitter(Duration::from_secs(5));
+    /// let layer = LimitLayer::new(limiter).retry_after_jitter(Duration::from_secs(5)).unwrap();
     /// let origin = service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(String::new())) });
     /// let service = layer.layer(origin);
     /// let request = || Request::builder().uri("http://busy.example/").body(()).unwrap();
@@ -489,11 +498,11 @@ impl<F, L, W, C> LimitLayer<F, L, W, C> {
     /// assert!((2..=7).contains(&secs), "2 s, plus 0 to 5 s: {secs}");
     /// # }
     /// ```
-    pub fn retry_after_jitter(self, max: Duration) -> Self {
-        LimitLayer {
-            fields: self.fields.jitter(max),
+    pub fn retry_after_jitter(self, max: Duration) -> Result<Self, ConfigError> {
+        Ok(LimitLayer {
+            fields: self.fields.jitter(max)?,
             ..self
-        }
+        })
     }
 
     /// Whether admitted responses carry `RateLimit-Policy` and `RateLimit` too (503s always

@@ -20,7 +20,7 @@ use super::{
     RefuseAtOnce, UnitCost, Unkeyed, WaitUpTo,
 };
 use crate::fields::ratelimit::Policies;
-use crate::Limiter;
+use crate::{ConfigError, Limiter};
 
 /// The service a [`LimitLayer`] makes: limits requests per key, refuses the rejected ones
 /// (503, see [`LimitLayer`] for the headers), and holds each admitted request's permit until
@@ -200,6 +200,11 @@ impl<S, F, L, W, C> LimitService<S, F, L, W, C> {
     /// Adds a random 0 to `max` whole seconds to `Retry-After` (see
     /// [`LimitLayer::retry_after_jitter`]).
     ///
+    /// # Errors
+    ///
+    /// [`ConfigError::RetryAfterJitter`] for a `max` over
+    /// [`LimitLayer::MAX_RETRY_AFTER_JITTER`] (an hour).
+    ///
     /// # Examples
     ///
     /// ```
@@ -213,7 +218,7 @@ impl<S, F, L, W, C> LimitService<S, F, L, W, C> {
     /// let clock = ManualClock::new();
     /// let limiter = Limiter::builder().max_rate(1, Duration::from_secs(1)).clock(&clock).build().unwrap();
     /// let origin = service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(String::new())) });
-    /// let service = LimitService::new(origin, limiter).retry_after_jitter(Duration::from_secs(3));
+    /// let service = LimitService::new(origin, limiter).retry_after_jitter(Duration::from_secs(3)).unwrap();
     /// let request = || Request::builder().uri("http://api.example/").body(()).unwrap();
     /// service.clone().oneshot(request()).await.unwrap();
     /// let refused = service.oneshot(request()).await.unwrap();
@@ -221,11 +226,11 @@ impl<S, F, L, W, C> LimitService<S, F, L, W, C> {
     /// assert!((2..=5).contains(&secs), "2 s exactly, plus 0 to 3 s: {secs}");
     /// # }
     /// ```
-    pub fn retry_after_jitter(self, max: Duration) -> Self {
-        LimitService {
-            fields: self.fields.jitter(max),
+    pub fn retry_after_jitter(self, max: Duration) -> Result<Self, ConfigError> {
+        Ok(LimitService {
+            fields: self.fields.jitter(max)?,
             ..self
-        }
+        })
     }
 
     /// Whether admitted responses carry `RateLimit-Policy` and `RateLimit` too (see

@@ -94,8 +94,9 @@ pub(crate) fn in_fleet(t: &Thresholds, fleet: &FleetState) -> Thresholds {
             rate.fleet = FleetRate::new(None, !fleet.degraded, recheck);
             return t;
         }
-        // ⌈L ÷ N⌉ in integers (no libm call on the request path).
-        let n = fleet.nodes as isize;
+        // ⌈L ÷ N⌉ in integers (no libm call on the request path). Checked: a size past
+        // `isize::MAX` read as negative made every share negative, refusing every key.
+        let n = isize::try_from(fleet.nodes).unwrap_or(isize::MAX);
         let share = rate.limit / n + isize::from(rate.limit % n > 0);
         if fleet.degraded {
             // A limit of its own in the cache, in shadow if the limit was.
