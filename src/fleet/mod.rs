@@ -17,8 +17,11 @@
 //!   `L · (1 + (S + J) ÷ W) + N` per window (`S` the sync interval, `J` a sync's lateness,
 //!   `W` the window, `N` the nodes): about 1.1 × the limit at 100 ms and 1 s. A key is not
 //!   refused while its fleet-wide count stays below the limit less the other nodes'
-//!   admissions of one sync interval. In the window a fleet forms (or a node starts into a
-//!   flood) more is admitted: a node knows no fleet before its first sync.
+//!   admissions of one sync interval. A node holds a key to its share `⌈L ÷ N⌉` until the
+//!   fleet has spoken of it twice (its first word cannot show the nodes holding the key
+//!   unseen), so a key new to a formed fleet is held from its first window. In the window a
+//!   fleet forms (or a node starts into a flood) more is admitted: a node knows no fleet
+//!   before its first sync.
 //! - **Redis away or slow.** Decisions never wait on Redis. After three sync intervals
 //!   without a sync (or the timeout and one interval, at most a window) a node decides on
 //!   its share `⌈L ÷ N⌉` of each limit (`N` the fleet it last saw, or, for a node that never

@@ -286,13 +286,22 @@ fn judge_in_fleet(
             .map_or(0, |n| n.max(0) as u64)
     };
     let (now, before) = (own(Some(window)), own(window.checked_sub(1)));
+    let on_share = |()| match t.fleet.share() {
+        Some(share) => judge_alone(view, &RateThreshold { limit: share, ..*t }, cost),
+        None => Ok(()),
+    };
     let judged = match counts.fleet.judged(view, window, now, before, cost) {
-        // At least this node's own counts: judging it judges those too.
-        Some(fleet) => judge_alone(&fleet, t, cost),
-        None => judge_alone(view, t, cost).and_then(|()| match t.fleet.share() {
-            Some(share) => judge_alone(view, &RateThreshold { limit: share, ..*t }, cost),
-            None => Ok(()),
+        // At least this node's own counts: judging it judges those too. The fleet's first
+        // word on the key does not show the nodes that hold it unseen on their shares: until
+        // this node's next sync, its own share holds too (`FleetView::is_first_word`).
+        Some(fleet) => judge_alone(&fleet, t, cost).and_then(|()| {
+            if counts.fleet.is_first_word(t.fleet.sync_nanos()) {
+                on_share(())
+            } else {
+                Ok(())
+            }
         }),
+        None => judge_alone(view, t, cost).and_then(on_share),
     };
     if judged.is_err() {
         counts.fleet.note_refusal(window);

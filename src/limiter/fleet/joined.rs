@@ -160,6 +160,12 @@ impl FleetRate {
         self.share
     }
 
+    /// The sync interval in nanoseconds while the fleet's view is judged (0 otherwise).
+    #[inline]
+    pub(crate) fn sync_nanos(&self) -> u64 {
+        self.recheck
+    }
+
     /// How long the over-limit cache may hold a refusal whose `retry_after` is `retry`.
     #[inline]
     pub(crate) fn held_for(&self, retry: u64) -> u64 {
