@@ -150,12 +150,21 @@ pub enum ConfigError {
     /// (`floodgate::fields::client::ClientAddr`); the message names the family.
     InvalidClientPrefix(&'static str),
     /// A fleet configuration (`floodgate::fleet::FleetConfig`, feature `redis`) that cannot
-    /// work: a sync interval shorter than one tick, a timeout under a millisecond, an empty
-    /// prefix or one with braces, a URL that is not a Redis URL (or a TLS one), a Unix socket
+    /// work: a sync interval shorter than one tick, or longer than a minute or the rate
+    /// window, a timeout under a millisecond or over a minute, an expected size of 0 or over
+    /// 10,000 nodes, an empty prefix or one with braces, a URL that is not a Redis URL (or a TLS one), a Unix socket
     /// or a database other than 0 for a Cluster; or a fleet limiter without `max_rate`, or
     /// whose rate interval is not a whole number of milliseconds. The message says which, and
     /// what is allowed.
     Fleet(String),
+    /// A `Retry-After` jitter (the tower layer's `retry_after_jitter`, feature `tower`) longer
+    /// than allowed: a client told to come back in a random time up to days would not.
+    RetryAfterJitter {
+        /// The jitter asked for.
+        asked: Duration,
+        /// The longest allowed.
+        max: Duration,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -265,6 +274,10 @@ impl fmt::Display for ConfigError {
             }
             ConfigError::InvalidClientPrefix(what) => f.write_str(what),
             ConfigError::Fleet(what) => f.write_str(what),
+            ConfigError::RetryAfterJitter { asked, max } => write!(
+                f,
+                "a Retry-After jitter of {asked:?} is too long: it must be at most {max:?}"
+            ),
         }
     }
 }

@@ -4,24 +4,32 @@
 //! axum turns into a response), answers 503 + `Retry-After` + the RateLimit fields over the
 //! limits, and holds the request's permit until axum's response body has been read to the
 //! end. In process, so the tests also see the `Rejected` each refusal carries in its
-//! extensions.
+//! extensions; client keys over loopback, served by `axum::serve` as a user serves them.
 
 mod common;
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::body::Body;
+use axum::extract::ConnectInfo;
 use axum::routing::get;
 use axum::Router;
+use bytes::Bytes;
 use common::layer::{list, single};
 use floodgate::clock::ManualClock;
+use floodgate::fields::client::ClientAddr;
+use floodgate::layer::ClientKey;
 use floodgate::{
     layer::KeyExtractor, layer::LimitLayer, layer::LimitsExtractor, Limiter, Limits, Reason,
     Rejected,
 };
 use http::header::RETRY_AFTER;
 use http::{Request, StatusCode};
-use http_body_util::BodyExt;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use tokio::net::TcpListener;
 use tower::ServiceExt;
 
 fn app<F, L>(layer: LimitLayer<F, L>) -> Router
@@ -243,5 +251,78 @@ async fn requests_without_limits_of_their_own_follow_set_limits_from_the_next_on
     assert_eq!(
         single(response.headers(), "ratelimit-policy").int("q"),
         Some(3)
+    );
+}
+
+/// Serves `app` on loopback with `axum::serve`: as axum serves by default, or with each
+/// connection's address (`into_make_service_with_connect_info`). Until the test's runtime ends.
+async fn serve_axum(app: Router, connect_info: bool) -> SocketAddr {
+    let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        if connect_info {
+            let app = app.into_make_service_with_connect_info::<SocketAddr>();
+            axum::serve(listener, app).await.unwrap();
+        } else {
+            axum::serve(listener, app).await.unwrap();
+        }
+    });
+    addr
+}
+
+/// Served as axum serves by default (`axum::serve(listener, app)`), no request carries its
+/// peer's address, and a client key keyed every client behind the trusted proxy `"unknown"`:
+/// one client over its limit refused the next one too. Refused by default instead (500), so
+/// that no client can lock out another; served with `into_make_service_with_connect_info`, as
+/// the README shows, each client has a limit of its own.
+#[tokio::test]
+async fn client_keys_without_a_peer_address_never_share_one_limit() {
+    let clock = ManualClock::new();
+    let app = || {
+        let limiter = Limiter::builder()
+            .max_rate(2, Duration::from_secs(1))
+            .clock(&clock)
+            .build()
+            .unwrap();
+        let proxies = "127.0.0.0/8".parse().unwrap();
+        let clients = ClientKey::new(ClientAddr::new().trust(proxies))
+            .peer_from(|ext| ext.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip()));
+        Router::new()
+            .route("/", get(|| async { "hello" }))
+            .layer(LimitLayer::new(limiter).key_fn(clients))
+    };
+    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    // Four requests of one client (as the proxy on loopback forwards it), then one of another.
+    let statuses = |addr: SocketAddr| {
+        let client = client.clone();
+        async move {
+            let mut statuses = Vec::new();
+            for from in [
+                "192.0.2.7",
+                "192.0.2.7",
+                "192.0.2.7",
+                "192.0.2.7",
+                "192.0.2.8",
+            ] {
+                let req = Request::get(format!("http://{addr}/"))
+                    .header("x-forwarded-for", from)
+                    .body(Empty::new())
+                    .unwrap();
+                statuses.push(client.request(req).await.unwrap().status().as_u16());
+            }
+            statuses
+        }
+    };
+    let plain = serve_axum(app(), false).await;
+    assert_eq!(
+        statuses(plain).await,
+        [500; 5],
+        "no peer address: every request refused as the server's error, none under a shared key"
+    );
+    let with_peers = serve_axum(app(), true).await;
+    assert_eq!(
+        statuses(with_peers).await,
+        [200, 200, 503, 503, 200],
+        "each client its own limit of 2"
     );
 }

@@ -6,6 +6,12 @@
 //!
 //! Run with `--nocapture` to see each window's figures.
 //!
+//! A key new to a formed fleet, flooded through every node, on a manual clock (no window to
+//! wait for): its first window is held within the bound too.
+//!
+//! And a fleet's configuration over the whole range of its durations and counts: built, it
+//! works; refused, it says what is allowed (no redis-server needed).
+//!
 //! Skips with a printed reason without a `redis-server` binary (fails instead under
 //! `FLOODGATE_REQUIRE_REDIS=1`, as CI sets).
 
@@ -18,9 +24,12 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::fleet::{sleep_until_window, unix_window, Flow, Tally, Traffic, WINDOW};
+use common::ticker::{poll, DEADLINE};
+use floodgate::clock::ManualClock;
 use floodgate::fleet::{FleetConfig, FleetStatus};
-use floodgate::Limiter;
+use floodgate::{ConfigError, Limiter};
 use floodgate_test_support::redis_server::RedisServer;
+use proptest::prelude::*;
 
 const NODES: usize = 3;
 const LIMIT: u32 = 300;
@@ -237,4 +246,158 @@ fn a_key_under_the_limit_fleet_wide_sent_unevenly_is_never_refused() {
         Flow::new(2, half, UNDER / 4),
     ];
     assert_never_refused(&nodes, &flows, 3);
+}
+
+/// The sync interval of the fleets here.
+const SYNC: Duration = Duration::from_millis(100);
+
+/// Floods `key` through each node once it has synced since `before` (its `syncs`), in the
+/// order they sync: each node decides right after its own sync, before the others' next
+/// ones, as it does under steady traffic. Returns what each node admitted.
+fn flood_after_each_sync(nodes: &[Limiter<String>], before: &[FleetStatus], key: &str) -> Vec<u64> {
+    let mut admitted = vec![None; nodes.len()];
+    poll(DEADLINE, Duration::from_millis(1), || {
+        for (i, status) in statuses(nodes).iter().enumerate() {
+            if admitted[i].is_none() && status.syncs > before[i].syncs {
+                // Offered far more than the limit, at one instant.
+                let n = (0..2 * LIMIT)
+                    .filter(|_| nodes[i].try_acquire(key).is_ok())
+                    .count();
+                admitted[i] = Some(n as u64);
+            }
+        }
+        admitted.iter().all(Option::is_some)
+    })
+    .unwrap_or_else(|waited| panic!("no syncs within {waited:?}: {:#?}", statuses(nodes)));
+    admitted
+        .into_iter()
+        .map(Option::unwrap_or_default)
+        .collect()
+}
+
+/// A key the formed fleet has never seen, flooded through all three nodes, each right after
+/// its sync, in rounds a sync interval apart (on a manual clock shared by the nodes: the whole
+/// run is the key's first window; the syncs run on their own). Each node held the key to
+/// its share ⌈L ÷ N⌉ until its first sync of it, and then the first node to sync saw its own
+/// count alone in Redis and took the others' room as well: about 1.65 × the limit in the
+/// key's first window with real traffic, 2 × here. Held within the bound,
+/// `L · (1 + S ÷ W) + N`.
+#[test]
+fn a_new_key_flooded_on_a_formed_fleet_is_held_to_its_limit_in_its_first_window() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let clock = ManualClock::new();
+    // A millisecond into a window, so that the run (six sync intervals) stays inside it.
+    clock.advance(Duration::from_millis(10 * WINDOW.as_millis() as u64 + 1));
+    let nodes: Vec<_> = (0..NODES)
+        .map(|_| {
+            Limiter::builder()
+                .max_rate(LIMIT, WINDOW)
+                .clock(&clock)
+                .fleet(
+                    FleetConfig::new(redis.url())
+                        .prefix("new-key")
+                        .sync_interval(SYNC)
+                        .timeout(Duration::from_secs(1)),
+                )
+                .build()
+                .unwrap()
+        })
+        .collect();
+    poll(DEADLINE, Duration::from_millis(10), || {
+        statuses(&nodes)
+            .iter()
+            .all(|s| s.syncs > 0 && s.nodes == NODES)
+    })
+    .unwrap_or_else(|_| panic!("the fleet never formed: {:#?}", statuses(&nodes)));
+    let key = "new.example";
+    let mut admitted = [0u64; NODES];
+    for _ in 0..6 {
+        let round = flood_after_each_sync(&nodes, &statuses(&nodes), key);
+        for (admitted, round) in admitted.iter_mut().zip(round) {
+            *admitted += round;
+        }
+        clock.advance(SYNC);
+    }
+    let total: u64 = admitted.iter().sum();
+    let bound = LIMIT as f64 * (1.0 + SYNC.as_secs_f64() / WINDOW.as_secs_f64()) + NODES as f64;
+    eprintln!(
+        "a new key's first window: {total} admitted, {:.2} × the limit (by node {admitted:?})",
+        total as f64 / LIMIT as f64
+    );
+    assert!(
+        total as f64 <= bound,
+        "{total} admitted in the key's first window, {:.2} × the limit of {LIMIT} (by node \
+         {admitted:?}); the bound is {bound}",
+        total as f64 / LIMIT as f64
+    );
+    assert!(
+        total >= LIMIT as u64 * 9 / 10,
+        "the fleet held the key well under its limit: {total} (by node {admitted:?})"
+    );
+}
+
+/// A loopback URL that nothing listens on.
+fn nowhere() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    format!("redis://127.0.0.1:{port}/")
+}
+
+/// A duration anywhere from 0 to `Duration::MAX`, its ends and the plausible range drawn more
+/// often than a uniform draw would.
+fn any_duration() -> impl Strategy<Value = Duration> {
+    prop_oneof![
+        Just(Duration::ZERO),
+        Just(Duration::MAX),
+        (any::<u64>(), 0..1_000_000_000u32).prop_map(|(secs, nanos)| Duration::new(secs, nanos)),
+        (0..u64::from(u32::MAX)).prop_map(Duration::from_micros),
+        (0u64..2_000).prop_map(Duration::from_millis),
+    ]
+}
+
+/// A count anywhere from 0 to `usize::MAX`, its ends and small fleets drawn more often.
+fn any_count() -> impl Strategy<Value = usize> {
+    prop_oneof![Just(0), Just(usize::MAX), any::<usize>(), 0usize..100]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// A fleet configuration with any sync interval, timeout and expected size, from 0 to
+    /// their maximum: `build` never panics (`Duration::MAX` overflowed its arithmetic), and
+    /// either refuses it with a fleet error that says what is allowed, or gives a limiter
+    /// that works while Redis is away (the first request of a key admitted: an expected size
+    /// of `usize::MAX` refused every one), syncs within its window and gives up on a sync
+    /// within a minute (a sync interval of a year was accepted).
+    #[test]
+    fn a_fleet_config_from_zero_to_the_maximum_is_built_working_or_refused_clearly(
+        sync in any_duration(),
+        timeout in any_duration(),
+        expected in any_count(),
+    ) {
+        let config = FleetConfig::new(nowhere())
+            .prefix("ranges")
+            .sync_interval(sync)
+            .timeout(timeout)
+            .expected_nodes(expected);
+        let built = Limiter::<String>::builder()
+            .max_rate(LIMIT, WINDOW)
+            .fleet(config)
+            .build();
+        match built {
+            Err(ConfigError::Fleet(message)) => prop_assert!(
+                message.contains("at least") || message.contains("at most"),
+                "a refusal says what is allowed: {message}"
+            ),
+            Err(other) => prop_assert!(false, "not a fleet error: {other}"),
+            Ok(limiter) => {
+                prop_assert!(limiter.try_acquire("first.example").is_ok(), "{limiter:?}");
+                prop_assert!(sync <= WINDOW, "a sync interval of {sync:?} accepted");
+                prop_assert!(timeout <= Duration::from_secs(60), "a timeout of {timeout:?} accepted");
+            }
+        }
+    }
 }

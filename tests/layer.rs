@@ -24,7 +24,7 @@ use floodgate::clock::ManualClock;
 use floodgate::fields::client::ClientAddr;
 use floodgate::layer::{
     ClientKey, HostKey, KeyExtractor, LimitLayer, LimitService, RefusalResponse, RejectedKey,
-    ShadowRejected,
+    ShadowRejected, Unkeyed,
 };
 use floodgate::{Limiter, Limits, Reason, Rejected};
 use http::header::{HeaderMap, HeaderValue, HOST, RETRY_AFTER};
@@ -173,6 +173,34 @@ where
                 })
                 .service(service.clone());
             let service = TowerToHyperService::new(service);
+            tokio::spawn(async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+/// Serves `service` on 127.0.0.1 as [`serve`] does, but with no peer address in the
+/// requests (as a server that does not put it there).
+async fn serve_without_peer<S, B>(service: S) -> SocketAddr
+where
+    S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _peer)) = listener.accept().await {
+            let service = TowerToHyperService::new(service.clone());
             tokio::spawn(async move {
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), service)
@@ -658,7 +686,9 @@ async fn retry_after_with_jitter_is_never_earlier_than_t_and_varies() {
         .clock(&clock)
         .build()
         .unwrap();
-    let layer = LimitLayer::new(limiter).retry_after_jitter(Duration::from_secs(10));
+    let layer = LimitLayer::new(limiter)
+        .retry_after_jitter(Duration::from_secs(10))
+        .unwrap();
     let origins = Arc::new(Origins::default());
     let addr = serve(layer.layer(handler(&origins))).await;
     let client = client();
@@ -1056,13 +1086,13 @@ fn host_key(host: &[u8]) -> String {
         .header(HOST, HeaderValue::from_bytes(host).unwrap())
         .body(())
         .unwrap();
-    HostKey.key(&req).into_owned()
+    HostKey.key(&req).unwrap().into_owned()
 }
 
 /// HostKey's key of a request with this target (absolute form: its authority counts).
 fn target_key(uri: &str) -> String {
     let req = Request::get(uri).body(()).unwrap();
-    HostKey.key(&req).into_owned()
+    HostKey.key(&req).unwrap().into_owned()
 }
 
 #[test]
@@ -1255,10 +1285,10 @@ proptest! {
     ) {
         if let Ok(value) = HeaderValue::from_bytes(host.as_bytes()) {
             let req = Request::get("/").header(HOST, value).body(()).unwrap();
-            prop_assert!(HostKey.key(&req).len() <= HostKey::MAX_LEN);
+            prop_assert!(HostKey.key(&req).unwrap().len() <= HostKey::MAX_LEN);
         }
         if let Ok(req) = Request::get(format!("http://{host}/")).body(()) {
-            prop_assert!(HostKey.key(&req).len() <= HostKey::MAX_LEN);
+            prop_assert!(HostKey.key(&req).unwrap().len() <= HostKey::MAX_LEN);
         }
     }
 }
@@ -1557,6 +1587,73 @@ async fn client_keys_limit_each_forwarded_client_and_each_ipv6_network() {
     );
 }
 
+/// Over loopback, behind a trusted proxy that forwards something else than an address where
+/// the client's should be (`unknown`, garbage): those clients were all keyed as the proxy, so
+/// that two of them locked out every other client it forwarded so. Now no key at all: refused
+/// (500) by default, nothing counted under the proxy's address.
+#[tokio::test]
+async fn forwarded_entries_that_are_not_addresses_never_share_the_proxys_key() {
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder()
+        .max_rate(2, Duration::from_secs(1))
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let addrs = ClientAddr::new().trust("127.0.0.0/8".parse().unwrap());
+    let layer = LimitLayer::new(limiter.clone()).key_fn(ClientKey::new(addrs));
+    let origins = Arc::new(Origins::default());
+    let addr = serve(layer.layer(handler(&origins))).await;
+    let client = client();
+    let mut statuses = Vec::new();
+    for forwarded in ["unknown", "unknown", "garbage", "192.0.2.7, not-an-address"] {
+        let mut req = request(addr, "origin.example");
+        req.headers_mut()
+            .insert("x-forwarded-for", forwarded.parse().unwrap());
+        statuses.push(fetch(&client, req).await.0.as_u16());
+    }
+    assert_eq!(
+        statuses, [500; 4],
+        "no client to key: refused, none keyed as the proxy"
+    );
+    assert_eq!(calls(&origins, "origin.example"), 0);
+    assert_eq!(limiter.estimate("127.0.0.1/32").rate, Some(0.0));
+}
+
+/// Over loopback, with no peer address in the requests (a server that does not put it there)
+/// and `unidentified(Unkeyed::Serve)`: every request is served, refusing at once or in the
+/// waiting mode, and none is counted under any key.
+#[tokio::test]
+async fn requests_without_a_client_are_served_unlimited_when_the_operator_says_so() {
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder()
+        .max_rate(1, Duration::from_secs(1))
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let keys = || ClientKey::new(ClientAddr::new()).unidentified(Unkeyed::Serve);
+    let origins = Arc::new(Origins::default());
+    let at_once = LimitLayer::new(limiter.clone()).key_fn(keys());
+    let waiting = LimitLayer::new(limiter.clone())
+        .key_fn(keys())
+        .wait(Duration::from_millis(50));
+    for addr in [
+        serve_without_peer(at_once.layer(handler(&origins))).await,
+        serve_without_peer(waiting.layer(handler(&origins))).await,
+    ] {
+        let client = client();
+        for _ in 0..3 {
+            let (status, _) = fetch(&client, request(addr, "origin.example")).await;
+            assert_eq!(status, StatusCode::OK, "served unlimited");
+        }
+    }
+    assert_eq!(calls(&origins, "origin.example"), 6);
+    assert_eq!(
+        limiter.estimate("unknown").rate,
+        Some(0.0),
+        "nothing counted, not under the key all of them had"
+    );
+}
+
 /// Over loopback, two stacked layers are one decision: a host (5 a second) in front of its
 /// clients (3 a second each, by their forwarded address). A client's 10 requests are served 3
 /// times, and the host, charged only for those, serves another client twice more. Refusing at
@@ -1657,4 +1754,48 @@ async fn a_layer_with_a_cost_fn_counts_each_requests_units() {
     assert_eq!(retry_after(&headers), None, "11 never fit under 10");
     assert_eq!(calls(&origins, "api.example"), 3);
     assert_eq!(limiter.estimate("api.example").rate, Some(10.0));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// A `Retry-After` jitter anywhere from 0 to `Duration::MAX`: refused past the layer's
+    /// maximum with an error that says it, or else a refusal's `Retry-After` within the exact
+    /// wait plus the jitter (`Duration::MAX` answered `Retry-After: 12625552535667681469`).
+    #[test]
+    fn a_retry_after_jitter_from_zero_to_the_maximum_is_refused_or_bounded(
+        jitter in prop_oneof![
+            Just(Duration::MAX),
+            (any::<u64>(), 0..1_000_000_000u32).prop_map(|(s, n)| Duration::new(s, n)),
+            (0u64..7_200).prop_map(Duration::from_secs),
+        ],
+    ) {
+        let clock = ManualClock::new();
+        let limiter = Limiter::builder()
+            .max_rate(1, Duration::from_secs(1))
+            .clock(&clock)
+            .build()
+            .unwrap();
+        let origin = tower::service_fn(|_: Request<()>| async {
+            Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
+        });
+        match LimitService::new(origin, limiter).retry_after_jitter(jitter) {
+            Err(error) => {
+                prop_assert!(jitter > LimitLayer::<HostKey>::MAX_RETRY_AFTER_JITTER, "{error}");
+                prop_assert!(error.to_string().contains("at most 3600s"), "{error}");
+            }
+            Ok(service) => {
+                let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+                let request = || Request::builder().uri("http://busy.example/").body(()).unwrap();
+                let refused = runtime.block_on(async {
+                    service.clone().oneshot(request()).await.unwrap();
+                    service.oneshot(request()).await.unwrap()
+                });
+                let secs = retry_after(refused.headers()).unwrap();
+                // The exact wait is 2 s (1.5 s on the sliding window, rounded up).
+                prop_assert!((2..=2 + jitter.as_secs()).contains(&secs), "{secs} for {jitter:?}");
+                prop_assert!(secs <= 2 + 3_600, "{secs}");
+            }
+        }
+    }
 }

@@ -11,10 +11,19 @@
 //! the client. What lies left of it was written by the client or a proxy you do not trust,
 //! and is never read: a client cannot choose its key by sending the field itself.
 //!
-//! A forwarded entry that is not an address (`unknown`, an obfuscated `_hidden` name, a
-//! malformed one) ends the walk: the key is then the last trusted proxy that forwarded it, so
-//! such requests share that proxy's limit rather than escape one. When every entry is a
-//! trusted proxy, the leftmost is the client.
+//! When every entry is a trusted proxy, the leftmost is the client.
+//!
+//! # A client that cannot be told
+//!
+//! Two requests have no client address to key: one that came with no peer address (the
+//! server did not put the connection's address in the request), and one whose trusted proxy
+//! forwarded an entry that is not an address (`unknown`, an obfuscated `_hidden` name, a
+//! malformed one). Giving either a key would put clients who have nothing to do with one
+//! another under one limit, so that one of them could lock the others out; so
+//! [`ClientAddr::key`] gives no key, but an [`Unidentified`] saying which of the two it is,
+//! and the caller decides what to do with the request (the tower layer's `ClientKey`,
+//! feature `tower`, refuses it or serves it unlimited, as the operator chose, and says so in
+//! the log).
 //!
 //! # Grouping
 //!
@@ -66,10 +75,10 @@ impl Forwarding {
 ///
 /// // Through the balancer: the address it saw, not what the client claimed before it.
 /// let fields: [&[u8]; 1] = [b"6.6.6.6, 192.0.2.7, 10.9.9.9"];
-/// assert_eq!(clients.key(Some(balancer), fields), "192.0.2.7/32");
+/// assert_eq!(clients.key(Some(balancer), fields).as_deref(), Ok("192.0.2.7/32"));
 /// // Straight from a client: its own address; its forwarding field is not read.
 /// let client: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
-/// assert_eq!(clients.key(Some(client), fields), "2001:db8:1:2::/64");
+/// assert_eq!(clients.key(Some(client), fields).as_deref(), Ok("2001:db8:1:2::/64"));
 /// ```
 #[derive(Debug, Clone)]
 pub struct ClientAddr {
@@ -85,9 +94,52 @@ impl Default for ClientAddr {
     }
 }
 
-/// The key of a request whose client address is not known (no peer address given): all such
-/// requests share one limit.
-pub const UNKNOWN: &str = "unknown";
+/// Why a request's client address cannot be told (see the module's docs): such a request has
+/// no key, since any key would be shared by clients that have nothing to do with one another.
+///
+/// # Examples
+///
+/// ```
+/// use std::net::IpAddr;
+/// use floodgate::fields::client::{ClientAddr, Unidentified};
+///
+/// let clients = ClientAddr::new().trust("10.0.0.0/8".parse().unwrap());
+/// let balancer: IpAddr = "10.1.2.3".parse().unwrap();
+/// let fields: [&[u8]; 1] = [b"unknown"];
+/// assert_eq!(clients.key(Some(balancer), fields), Err(Unidentified::NotAnAddress));
+/// assert_eq!(clients.key(None, []), Err(Unidentified::NoPeer));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Unidentified {
+    /// The request came without the connection's peer address: the server did not put it in
+    /// the request (with axum, serve `into_make_service_with_connect_info::<SocketAddr>()`).
+    NoPeer,
+    /// A trusted proxy forwarded an entry that is not an address (`unknown`, `_hidden`, a
+    /// malformed one) where the client's should be.
+    NotAnAddress,
+}
+
+/// What is wrong, in a few words (the tower layer's `ClientKey` logs more, with what to do
+/// about it).
+///
+/// ```
+/// use floodgate::fields::client::Unidentified;
+///
+/// assert_eq!(Unidentified::NoPeer.to_string(), "the request carries no peer address");
+/// ```
+impl std::fmt::Display for Unidentified {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Unidentified::NoPeer => "the request carries no peer address",
+            Unidentified::NotAnAddress => {
+                "a trusted proxy forwarded an entry that is not an address where the client's \
+                 should be"
+            }
+        })
+    }
+}
+
+impl std::error::Error for Unidentified {}
 
 impl ClientAddr {
     /// The peer's address, no trusted proxy, `X-Forwarded-For`, IPv4 by /32 and IPv6 by /64.
@@ -159,24 +211,32 @@ impl ClientAddr {
         self.forwarding
     }
 
-    /// The key of a request from `peer` (the connection's address; `None`: [`UNKNOWN`]) that
-    /// carries `fields`, the forwarding field's lines in the order they came.
+    /// The key of a request from `peer` (the connection's address) that carries `fields`, the
+    /// forwarding field's lines in the order they came.
+    ///
+    /// # Errors
+    ///
+    /// A request whose client cannot be told has no key: [`Unidentified::NoPeer`] without a
+    /// `peer`, [`Unidentified::NotAnAddress`] when a trusted proxy forwarded something else
+    /// than an address where the client's should be.
     pub fn key<'f>(
         &self,
         peer: Option<IpAddr>,
         fields: impl IntoIterator<Item = &'f [u8]>,
-    ) -> String {
-        match peer {
-            Some(peer) => self.group(self.client(peer, fields)),
-            None => UNKNOWN.to_owned(),
-        }
+    ) -> Result<String, Unidentified> {
+        let peer = peer.ok_or(Unidentified::NoPeer)?;
+        Ok(self.group(self.client(peer, fields)?))
     }
 
     /// The client's address (see the module's docs).
-    fn client<'f>(&self, peer: IpAddr, fields: impl IntoIterator<Item = &'f [u8]>) -> IpAddr {
+    fn client<'f>(
+        &self,
+        peer: IpAddr,
+        fields: impl IntoIterator<Item = &'f [u8]>,
+    ) -> Result<IpAddr, Unidentified> {
         let peer = canonical(peer);
         if !self.trusts(peer) {
-            return peer;
+            return Ok(peer);
         }
         let entries: Vec<&[u8]> = fields
             .into_iter()
@@ -184,15 +244,15 @@ impl ClientAddr {
             .collect();
         let mut client = peer;
         for entry in entries.iter().rev() {
-            let Some(addr) = self.parse_entry(entry) else {
-                return client; // not an address: the last trusted hop
-            };
+            // Not an address: keying the last trusted hop instead would put every client it
+            // forwarded so under one key.
+            let addr = self.parse_entry(entry).ok_or(Unidentified::NotAnAddress)?;
             client = canonical(addr);
             if !self.trusts(client) {
-                return client;
+                return Ok(client);
             }
         }
-        client
+        Ok(client)
     }
 
     fn trusts(&self, addr: IpAddr) -> bool {
@@ -270,7 +330,7 @@ mod tests {
         let keys = behind_balancer();
         let forged: [&[u8]; 1] = [b"10.1.1.1, 192.0.2.9"];
         assert_eq!(
-            keys.key(Some(ip("198.51.100.4")), forged),
+            keys.key(Some(ip("198.51.100.4")), forged).unwrap(),
             "198.51.100.4/32"
         );
     }
@@ -280,49 +340,70 @@ mod tests {
         let keys = behind_balancer();
         // The client claimed 6.6.6.6; the first proxy saw 192.0.2.7; two trusted hops.
         let lines: [&[u8]; 2] = [b"6.6.6.6, 192.0.2.7", b"10.0.0.5"];
-        assert_eq!(keys.key(Some(ip("10.0.0.1")), lines), "192.0.2.7/32");
+        assert_eq!(
+            keys.key(Some(ip("10.0.0.1")), lines).unwrap(),
+            "192.0.2.7/32"
+        );
         // Every hop trusted: the leftmost.
         let lines: [&[u8]; 1] = [b"10.0.0.9, 10.0.0.5"];
-        assert_eq!(keys.key(Some(ip("10.0.0.1")), lines), "10.0.0.9/32");
+        assert_eq!(
+            keys.key(Some(ip("10.0.0.1")), lines).unwrap(),
+            "10.0.0.9/32"
+        );
         // No field at all: the proxy itself.
-        assert_eq!(keys.key(Some(ip("10.0.0.1")), []), "10.0.0.1/32");
+        assert_eq!(keys.key(Some(ip("10.0.0.1")), []).unwrap(), "10.0.0.1/32");
     }
 
     #[test]
-    fn an_entry_that_is_not_an_address_keys_the_last_trusted_hop() {
+    fn an_entry_that_is_not_an_address_keys_nobody_not_even_the_proxy() {
         let keys = behind_balancer();
         let lines: [&[u8]; 1] = [b"192.0.2.7, unknown, 10.0.0.5"];
-        assert_eq!(keys.key(Some(ip("10.0.0.1")), lines), "10.0.0.5/32");
+        let unidentified = Err(Unidentified::NotAnAddress);
+        assert_eq!(keys.key(Some(ip("10.0.0.1")), lines), unidentified);
         let lines: [&[u8]; 1] = [b"garbage"];
-        assert_eq!(keys.key(Some(ip("10.0.0.1")), lines), "10.0.0.1/32");
+        assert_eq!(keys.key(Some(ip("10.0.0.1")), lines), unidentified);
+        // Left of the client's entry, nothing is read: garbage there is no one's business.
+        let lines: [&[u8]; 1] = [b"garbage, 192.0.2.7"];
+        assert_eq!(
+            keys.key(Some(ip("10.0.0.1")), lines).unwrap(),
+            "192.0.2.7/32"
+        );
     }
 
     #[test]
     fn ipv6_clients_are_grouped_by_their_network() {
         let keys = ClientAddr::new();
-        let a = keys.key(Some(ip("2001:db8:1:2:aaaa::1")), []);
-        let b = keys.key(Some(ip("2001:db8:1:2:ffff:ffff:ffff:ffff")), []);
+        let a = keys.key(Some(ip("2001:db8:1:2:aaaa::1")), []).unwrap();
+        let b = keys
+            .key(Some(ip("2001:db8:1:2:ffff:ffff:ffff:ffff")), [])
+            .unwrap();
         assert_eq!(a, "2001:db8:1:2::/64");
         assert_eq!(a, b, "one /64, one key");
-        let other = keys.key(Some(ip("2001:db8:1:3::1")), []);
+        let other = keys.key(Some(ip("2001:db8:1:3::1")), []).unwrap();
         assert_ne!(a, other);
         let wider = ClientAddr::new().ipv6_prefix(48).unwrap();
         assert_eq!(
-            wider.key(Some(ip("2001:db8:1:3::1")), []),
+            wider.key(Some(ip("2001:db8:1:3::1")), []).unwrap(),
             "2001:db8:1::/48"
         );
         let v4 = ClientAddr::new().ipv4_prefix(24).unwrap();
-        assert_eq!(v4.key(Some(ip("192.0.2.200")), []), "192.0.2.0/24");
+        assert_eq!(v4.key(Some(ip("192.0.2.200")), []).unwrap(), "192.0.2.0/24");
     }
 
     #[test]
     fn mapped_ipv4_is_ipv4() {
         let keys = ClientAddr::new();
-        assert_eq!(keys.key(Some(ip("::ffff:192.0.2.1")), []), "192.0.2.1/32");
+        assert_eq!(
+            keys.key(Some(ip("::ffff:192.0.2.1")), []).unwrap(),
+            "192.0.2.1/32"
+        );
         // A trusted network written mapped trusts the IPv4 peers it maps.
         let keys = ClientAddr::new().trust("::ffff:10.0.0.0/104".parse().unwrap());
         let lines: [&[u8]; 1] = [b"192.0.2.5"];
-        assert_eq!(keys.key(Some(ip("10.1.2.3")), lines), "192.0.2.5/32");
+        assert_eq!(
+            keys.key(Some(ip("10.1.2.3")), lines).unwrap(),
+            "192.0.2.5/32"
+        );
     }
 
     #[test]
@@ -330,11 +411,22 @@ mod tests {
         let keys = behind_balancer().forwarding(Forwarding::Forwarded);
         let lines: [&[u8]; 1] =
             [br#"for=6.6.6.6, For="[2001:db8:cafe::17]:4711";proto=https, for=10.0.0.2"#];
-        assert_eq!(keys.key(Some(ip("10.0.0.1")), lines), "2001:db8:cafe::/64");
+        assert_eq!(
+            keys.key(Some(ip("10.0.0.1")), lines).unwrap(),
+            "2001:db8:cafe::/64"
+        );
         let lines: [&[u8]; 1] = [br#"for="192.0.2.43:47011";by=10.0.0.1"#];
-        assert_eq!(keys.key(Some(ip("10.0.0.1")), lines), "192.0.2.43/32");
+        assert_eq!(
+            keys.key(Some(ip("10.0.0.1")), lines).unwrap(),
+            "192.0.2.43/32"
+        );
         let lines: [&[u8]; 1] = [b"for=_hidden, for=10.0.0.2"];
-        assert_eq!(keys.key(Some(ip("10.0.0.1")), lines), "10.0.0.2/32");
+        let hidden = keys.key(Some(ip("10.0.0.1")), lines);
+        assert_eq!(
+            hidden,
+            Err(Unidentified::NotAnAddress),
+            "an obfuscated client"
+        );
     }
 
     #[test]
@@ -344,7 +436,7 @@ mod tests {
     }
 
     #[test]
-    fn no_peer_is_the_unknown_key() {
-        assert_eq!(ClientAddr::new().key(None, []), UNKNOWN);
+    fn no_peer_is_no_key() {
+        assert_eq!(ClientAddr::new().key(None, []), Err(Unidentified::NoPeer));
     }
 }

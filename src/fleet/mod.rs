@@ -17,8 +17,11 @@
 //!   `L · (1 + (S + J) ÷ W) + N` per window (`S` the sync interval, `J` a sync's lateness,
 //!   `W` the window, `N` the nodes): about 1.1 × the limit at 100 ms and 1 s. A key is not
 //!   refused while its fleet-wide count stays below the limit less the other nodes'
-//!   admissions of one sync interval. In the window a fleet forms (or a node starts into a
-//!   flood) more is admitted: a node knows no fleet before its first sync.
+//!   admissions of one sync interval. A node holds a key to its share `⌈L ÷ N⌉` until the
+//!   fleet has spoken of it twice (its first word cannot show the nodes holding the key
+//!   unseen), so a key new to a formed fleet is held from its first window. In the window a
+//!   fleet forms (or a node starts into a flood) more is admitted: a node knows no fleet
+//!   before its first sync.
 //! - **Redis away or slow.** Decisions never wait on Redis. After three sync intervals
 //!   without a sync (or the timeout and one interval, at most a window) a node decides on
 //!   its share `⌈L ÷ N⌉` of each limit (`N` the fleet it last saw, or, for a node that never
@@ -79,8 +82,13 @@ pub(crate) use view::FleetView;
 ///   (`rediss://`) is not built in. A cluster uses database 0 and TCP.
 /// - the prefix is not empty and has no `{` or `}` (they would change which Cluster slot a
 ///   key lands in).
-/// - the sync interval is at least one tick of the coarse clock (10 ms).
-/// - the timeout is at least a millisecond.
+/// - the sync interval is at least one tick of the coarse clock (10 ms) and at most
+///   [`MAX_SYNC_INTERVAL`](FleetConfig::MAX_SYNC_INTERVAL) (a minute); the limiter's builder
+///   also refuses one longer than its rate window.
+/// - the timeout is at least a millisecond and at most
+///   [`MAX_TIMEOUT`](FleetConfig::MAX_TIMEOUT) (a minute).
+/// - the expected size is at least 1 and at most
+///   [`MAX_EXPECTED_NODES`](FleetConfig::MAX_EXPECTED_NODES).
 ///
 /// `Debug` shows the URLs with their passwords masked.
 ///
@@ -127,6 +135,16 @@ impl FleetConfig {
     pub const DEFAULT_SYNC_INTERVAL: Duration = Duration::from_millis(100);
     /// The shortest sync interval: one tick of the coarse clock.
     pub const MIN_SYNC_INTERVAL: Duration = crate::clock::TICK;
+    /// The longest sync interval: a minute. A fleet that syncs less often holds no common
+    /// limit worth the name (its excess over the limit is about `L · S ÷ W` per window), and
+    /// the limiter's builder refuses an interval longer than the rate window anyway.
+    pub const MAX_SYNC_INTERVAL: Duration = Duration::from_secs(60);
+    /// The longest timeout of a sync: a minute. Past it the sync thread would wait on a
+    /// stalled Redis for longer than any view stays fresh.
+    pub const MAX_TIMEOUT: Duration = Duration::from_secs(60);
+    /// The largest expected fleet: 10,000 nodes (fleets are tens of proxies). With more
+    /// nodes than a limit has units, each node's share is 1.
+    pub const MAX_EXPECTED_NODES: usize = 10_000;
     /// How long a node counts as alive after its last sync, at the least (see
     /// [`node_ttl`](FleetConfig::node_ttl)).
     pub const MIN_NODE_TTL: Duration = Duration::from_secs(1);
@@ -165,7 +183,22 @@ impl FleetConfig {
         self
     }
 
-    /// Sets how often a node syncs (default 100 ms; at least one tick, 10 ms).
+    /// Sets how often a node syncs (default 100 ms; at least one tick, 10 ms, at most
+    /// [`MAX_SYNC_INTERVAL`](FleetConfig::MAX_SYNC_INTERVAL) and the rate window; a tenth of
+    /// the window or less keeps the fleet near its limit). Checked by
+    /// [`validate`](FleetConfig::validate) and the limiter's builder.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::fleet::FleetConfig;
+    ///
+    /// let config = FleetConfig::new("redis://10.0.0.5:6379/");
+    /// assert!(config.clone().sync_interval(Duration::from_millis(50)).validate().is_ok());
+    /// let err = config.sync_interval(Duration::from_secs(86_400 * 365)).validate().unwrap_err();
+    /// assert!(err.to_string().contains("at most 60s"), "{err}");
+    /// ```
     pub fn sync_interval(mut self, interval: Duration) -> FleetConfig {
         self.sync_interval = interval;
         self
@@ -175,7 +208,20 @@ impl FleetConfig {
     /// interval). A sync that has not finished by then fails; the node keeps its last view of
     /// the fleet for three sync intervals (or this timeout and one interval, when longer; at
     /// most a window) after its last good sync, and then decides on its local share until a
-    /// sync succeeds again.
+    /// sync succeeds again. At least a millisecond, at most
+    /// [`MAX_TIMEOUT`](FleetConfig::MAX_TIMEOUT).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::fleet::FleetConfig;
+    ///
+    /// let config = FleetConfig::new("redis://10.0.0.5:6379/");
+    /// assert!(config.clone().timeout(Duration::from_millis(300)).validate().is_ok());
+    /// let err = config.timeout(Duration::MAX).validate().unwrap_err();
+    /// assert!(err.to_string().contains("at most 60s"), "{err}");
+    /// ```
     pub fn timeout(mut self, timeout: Duration) -> FleetConfig {
         self.timeout = Some(timeout);
         self
@@ -188,7 +234,8 @@ impl FleetConfig {
     /// With the default, a node that never reaches Redis (a wrong host or port, a firewall)
     /// admits a whole limit by itself, and a fleet of N such nodes N limits: set the size you
     /// run so that a broken configuration fails safe. Once a sync succeeds, the size Redis
-    /// reports counts instead.
+    /// reports counts instead. At least 1, at most
+    /// [`MAX_EXPECTED_NODES`](FleetConfig::MAX_EXPECTED_NODES).
     ///
     /// # Examples
     ///
@@ -198,6 +245,7 @@ impl FleetConfig {
     /// let config = FleetConfig::new("redis://10.0.0.5:6379/").expected_nodes(4);
     /// assert_eq!(config.get_expected_nodes(), 4);
     /// assert!(config.clone().expected_nodes(0).validate().is_err());
+    /// assert!(config.clone().expected_nodes(usize::MAX).validate().is_err());
     /// ```
     pub fn expected_nodes(mut self, nodes: usize) -> FleetConfig {
         self.expected_nodes = nodes;
@@ -261,15 +309,37 @@ impl FleetConfig {
                 Self::MIN_SYNC_INTERVAL
             )));
         }
+        if self.sync_interval > Self::MAX_SYNC_INTERVAL {
+            return Err(fleet_error(format!(
+                "a fleet sync interval of {:?} is too long: it must be at most {:?} (and at \
+                 most the rate window; a tenth of it or less keeps the fleet near its limit)",
+                self.sync_interval,
+                Self::MAX_SYNC_INTERVAL
+            )));
+        }
         if self.expected_nodes == 0 {
             return Err(fleet_error(
                 "a fleet's expected size must be at least 1 (this node)",
             ));
         }
+        if self.expected_nodes > Self::MAX_EXPECTED_NODES {
+            return Err(fleet_error(format!(
+                "a fleet's expected size of {} nodes is too large: it must be at most {}",
+                self.expected_nodes,
+                Self::MAX_EXPECTED_NODES
+            )));
+        }
         if self.get_timeout() < Duration::from_millis(1) {
             return Err(fleet_error(format!(
                 "a fleet Redis timeout of {:?} is too short: it must be at least 1ms",
                 self.get_timeout()
+            )));
+        }
+        if self.get_timeout() > Self::MAX_TIMEOUT {
+            return Err(fleet_error(format!(
+                "a fleet Redis timeout of {:?} is too long: it must be at most {:?}",
+                self.get_timeout(),
+                Self::MAX_TIMEOUT
             )));
         }
         self.connection_infos().map(|_| ())

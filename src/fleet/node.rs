@@ -49,8 +49,11 @@ impl FleetNode {
     pub(crate) fn new(config: FleetConfig, window: Duration) -> Self {
         let stale_after = {
             let interval = config.get_sync_interval();
-            let after = (interval * 3)
-                .max(config.get_timeout() + interval)
+            // Saturating: `validate` bounds both, but nothing here may panic on what it is
+            // given.
+            let after = interval
+                .saturating_mul(3)
+                .max(config.get_timeout().saturating_add(interval))
                 .min(window);
             crate::clock::saturating_nanos(after)
         };

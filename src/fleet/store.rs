@@ -301,7 +301,9 @@ impl Store {
         window_ms: u64,
         pushes: &[Push<'_>],
     ) -> Result<Synced<'_>, StoreError> {
-        let deadline = Instant::now() + self.timeout;
+        // Checked: `validate` bounds the timeout, but no sync may panic on it.
+        let now = Instant::now();
+        let deadline = now.checked_add(self.timeout).unwrap_or(now);
         self.totals.clear();
         self.totals.resize(pushes.len(), KeyTotals::default());
         self.pending.clear();

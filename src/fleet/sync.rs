@@ -91,7 +91,8 @@ fn sync_loop<L: Member + ?Sized>(limiter: &Weak<L>, node: &FleetNode) {
             Some(limiter) => sync_once(&*limiter, node, &mut store, &mut keys),
             None => return,
         }
-        next += interval;
+        // Checked: `validate` bounds the interval, but the sync thread may not panic on it.
+        next = next.checked_add(interval).unwrap_or(next);
         let now = Instant::now();
         if next > now {
             thread::sleep(next - now);

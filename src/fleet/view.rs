@@ -24,6 +24,9 @@
 //! what it is sent, and its pace is the best guess; a key under the limit fleet-wide has no
 //! node refusing it, so its bursts through one node are judged on that node's own count and
 //! the others' pace, not held to a share. This node's own requests always count exactly.
+//!
+//! The fleet's first word on a key ([`FleetView::is_first_word`]) is judged by this node's
+//! share as well: it cannot show the nodes that count the key unseen, each up to its share.
 
 use super::KeyTotals;
 use crate::rate::{Rolling, WindowView};
@@ -55,6 +58,9 @@ pub(crate) struct FleetView {
     pub(crate) refusers: u32,
     /// This node's refusals of the key, counted by its requests.
     pub(crate) refused: Refusals,
+    /// When the first sync of this run of views was made (the view before it was of no
+    /// window, or of one older than the window before): the fleet's first word on the key.
+    pub(crate) first_at: u64,
 }
 
 /// A node's refusals of one key in its latest window and the one before.
@@ -118,6 +124,9 @@ impl FleetView {
                     .max(self.rolled_over(at.saturating_sub(into), len, own_previous)),
                 _ => synced.previous,
             };
+        // The same run of views while they follow one another, window by window.
+        let follows =
+            matches!(self.window, Some(w) if w == window || w.checked_add(1) == Some(window));
         FleetView {
             window: Some(window),
             total: synced.current,
@@ -127,7 +136,22 @@ impl FleetView {
             others_pace,
             refusers: synced.refusers,
             refused: self.refused,
+            first_at: if follows { self.first_at } else { at },
         }
+    }
+
+    /// Whether this view is the fleet's first word on the key: its first sync, or one made
+    /// less than half a sync interval after it (two syncs close together, a late one and the
+    /// next on schedule). A first word cannot show the nodes that held the key unseen, each
+    /// on its share: a node counts a key it has not promoted, or promoted since its last
+    /// sync, on its own, and pushes it at its next sync, within an interval. The node that
+    /// syncs first sees its own count alone, and took the room the others held for its own
+    /// (three nodes flooded with a new key admitted 1.65 × its limit in its first window). So
+    /// until its next sync a node keeps to its share as well (`sync`: the interval, in
+    /// nanoseconds).
+    #[inline]
+    pub(crate) fn is_first_word(&self, sync: u64) -> bool {
+        self.window.is_some() && self.at.saturating_sub(self.first_at) < sync / 2
     }
 
     /// The total of this view's window once it is over, the next having begun at `began`:
@@ -261,6 +285,26 @@ mod tests {
     ) -> Option<(isize, isize)> {
         v.judged(&local, window, own.0, own.1, 1)
             .map(|w| (w.prev, w.curr))
+    }
+
+    #[test]
+    fn the_fleets_first_word_on_a_key_lasts_until_the_next_sync_an_interval_on() {
+        // Sync interval 100 ns. A key's first view, at t=100: the nodes that held it unseen on
+        // their shares have not pushed it yet.
+        let v = FleetView::default().synced((5, 100, 100), &totals(10, 0), (10, 0), (1_000, 100));
+        assert!(v.is_first_word(100));
+        // A late sync and the next on schedule, close together: still the first word.
+        let close = v.synced((5, 130, 130), &totals(10, 0), (10, 0), (1_000, 100));
+        assert!(close.is_first_word(100));
+        // An interval on, every node has pushed what it held: the fleet's word stands alone.
+        let later = close.synced((5, 200, 200), &totals(30, 0), (10, 0), (1_000, 100));
+        assert!(!later.is_first_word(100));
+        // And so on into the next window; a view that lapsed (two windows) starts again.
+        let next = later.synced((6, 1_100, 100), &totals(5, 30), (2, 10), (1_000, 100));
+        assert!(!next.is_first_word(100));
+        let again = next.synced((8, 3_100, 100), &totals(5, 0), (5, 0), (1_000, 100));
+        assert!(again.is_first_word(100));
+        assert!(!FleetView::default().is_first_word(100), "no word at all");
     }
 
     #[test]

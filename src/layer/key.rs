@@ -1,5 +1,6 @@
 //! The request keys: [`KeyExtractor`], and [`HostKey`] with the host canonicalisation behind it
-//! (one key per host, however it is spelled, and never longer than [`HostKey::MAX_LEN`]).
+//! (one key per host, however it is spelled, and never longer than [`HostKey::MAX_LEN`]); a
+//! request an extractor cannot key ([`NoKey`]) and what the layer does with it ([`Unkeyed`]).
 
 use std::borrow::Cow;
 
@@ -14,9 +15,10 @@ use super::LimitService;
 
 /// Where a [`LimitService`] takes a request's key from.
 ///
-/// Implemented by [`HostKey`] (the default) and by every closure
+/// Implemented by [`HostKey`] (the default), [`ClientKey`](super::ClientKey) and every closure
 /// `Fn(&Request<B>) -> String`. Implement it yourself to key without allocating, for example
-/// on an origin id that an earlier layer put in the request's extensions.
+/// on an origin id that an earlier layer put in the request's extensions, or to say that a
+/// request has no key rather than give it one that others would share ([`NoKey`]).
 ///
 /// # Examples
 ///
@@ -26,7 +28,8 @@ use super::LimitService;
 ///
 /// let by_tenant = |req: &Request<()>| {
 ///     let tenant = req.headers().get("x-tenant").and_then(|v| v.to_str().ok());
-///     format!("{}/{}", tenant.unwrap_or("-"), HostKey.key(req))
+///     let host = HostKey.key(req).unwrap(); // never fails
+///     format!("{}/{}", tenant.unwrap_or("-"), host)
 /// };
 /// let req = Request::builder()
 ///     .uri("/")
@@ -34,20 +37,87 @@ use super::LimitService;
 ///     .header("x-tenant", "acme")
 ///     .body(())
 ///     .unwrap();
-/// assert_eq!(by_tenant.key(&req), "acme/api.example");
+/// assert_eq!(by_tenant.key(&req).unwrap(), "acme/api.example");
 /// ```
 pub trait KeyExtractor<B> {
     /// The limiter key of `req`.
-    fn key<'r>(&self, req: &'r Request<B>) -> Cow<'r, str>;
+    ///
+    /// # Errors
+    ///
+    /// [`NoKey`] for a request this extractor cannot key: the layer does with it what the
+    /// error says, and logs why (once).
+    fn key<'r>(&self, req: &'r Request<B>) -> Result<Cow<'r, str>, NoKey>;
 }
 
 impl<B, F> KeyExtractor<B> for F
 where
     F: Fn(&Request<B>) -> String,
 {
-    fn key<'r>(&self, req: &'r Request<B>) -> Cow<'r, str> {
-        Cow::Owned(self(req))
+    fn key<'r>(&self, req: &'r Request<B>) -> Result<Cow<'r, str>, NoKey> {
+        Ok(Cow::Owned(self(req)))
     }
+}
+
+/// A request a [`KeyExtractor`] cannot key (a [`ClientKey`](super::ClientKey)'s request
+/// without a peer address, say), rather than give it a key that requests of others would
+/// share: why, and what the layer does with it.
+///
+/// The layer logs `why` at error level through the `log` facade, once per process for each
+/// distinct `why`, counts the request with the `metrics` feature
+/// (`floodgate_unkeyed_requests_total`, labelled with the limiter's name and `then`:
+/// `refused` or `served`), and answers it as `then` says. A refusal carries the `NoKey` in
+/// its extensions, for an outer layer that logs or counts (an outer `LimitLayer` takes its
+/// own admission back, as for any refusal further in).
+///
+/// # Examples
+///
+/// ```
+/// use std::borrow::Cow;
+/// use floodgate::layer::{KeyExtractor, NoKey, Unkeyed};
+/// use http::Request;
+///
+/// /// Keys by the `x-api-key` field; a request without one is refused.
+/// struct ApiKey;
+///
+/// impl<B> KeyExtractor<B> for ApiKey {
+///     fn key<'r>(&self, req: &'r Request<B>) -> Result<Cow<'r, str>, NoKey> {
+///         match req.headers().get("x-api-key").and_then(|v| v.to_str().ok()) {
+///             Some(key) => Ok(Cow::Borrowed(key)),
+///             None => Err(NoKey { why: "no x-api-key field", then: Unkeyed::Refuse }),
+///         }
+///     }
+/// }
+///
+/// let req = Request::builder().body(()).unwrap();
+/// assert_eq!(ApiKey.key(&req).unwrap_err().then, Unkeyed::Refuse);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct NoKey {
+    /// What is wrong and what to do about it, for the log line.
+    pub why: &'static str,
+    /// What the layer does with the request.
+    pub then: Unkeyed,
+}
+
+/// What a layer does with a request that has no key ([`NoKey`]): nothing shares a key with it
+/// either way.
+///
+/// # Examples
+///
+/// ```
+/// use floodgate::layer::Unkeyed;
+///
+/// assert_eq!(Unkeyed::default(), Unkeyed::Refuse);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Unkeyed {
+    /// Refuse it with `500 Internal Server Error` (the inner service is not called), with an
+    /// empty body: the server cannot tell who sent it, which is the server's configuration to
+    /// fix, not the client's doing. The default.
+    #[default]
+    Refuse,
+    /// Serve it without limiting it: the inner service is called, nothing is counted.
+    Serve,
 }
 
 /// The default key: the host the request is for, in one canonical spelling, and at most
@@ -105,14 +175,15 @@ where
 ///     }
 ///     req.body(()).unwrap()
 /// };
-/// assert_eq!(HostKey.key(&req("/", Some("API.Example:8080"))), "api.example");
-/// assert_eq!(HostKey.key(&req("/", Some("api.example..:"))), "api.example");
-/// assert_eq!(HostKey.key(&req("/", Some("[0:0::1]:8080"))), "[::1]");
-/// assert_eq!(HostKey.key(&req("http://a.example/x", Some("b.example"))), "a.example");
-/// assert_eq!(HostKey.key(&req("/", None)), HostKey::FALLBACK);
+/// let key = |uri: &str, host: Option<&str>| HostKey.key(&req(uri, host)).unwrap().into_owned();
+/// assert_eq!(key("/", Some("API.Example:8080")), "api.example");
+/// assert_eq!(key("/", Some("api.example..:")), "api.example");
+/// assert_eq!(key("/", Some("[0:0::1]:8080")), "[::1]");
+/// assert_eq!(key("http://a.example/x", Some("b.example")), "a.example");
+/// assert_eq!(key("/", None), HostKey::FALLBACK);
 ///
 /// let long = "a".repeat(10_000);
-/// let key = HostKey.key(&req("/", Some(&long))).into_owned();
+/// let key = key("/", Some(&long));
 /// assert_eq!(key.len(), HostKey::MAX_LEN);
 /// assert!(key.starts_with(&long[..253]));
 /// ```
@@ -128,12 +199,13 @@ impl HostKey {
     pub const MAX_LEN: usize = fields::host::MAX_LEN;
 }
 
+/// Never fails: every request has a host key, [`HostKey::FALLBACK`] at worst.
 impl<B> KeyExtractor<B> for HostKey {
-    fn key<'r>(&self, req: &'r Request<B>) -> Cow<'r, str> {
-        fields::host::request_host_key(
+    fn key<'r>(&self, req: &'r Request<B>) -> Result<Cow<'r, str>, NoKey> {
+        Ok(fields::host::request_host_key(
             req.uri().authority().map(Authority::as_str),
             req.headers().get(HOST).map(HeaderValue::as_bytes),
-        )
+        ))
     }
 }
 
@@ -146,7 +218,7 @@ mod tests {
         if let Some(host) = host {
             req = req.header(HOST, HeaderValue::from_bytes(host).unwrap());
         }
-        HostKey.key(&req.body(()).unwrap()).into_owned()
+        HostKey.key(&req.body(()).unwrap()).unwrap().into_owned()
     }
 
     #[test]

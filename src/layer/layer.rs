@@ -10,7 +10,7 @@ use super::{
     future::ResponseFuture, CostExtractor, KeyExtractor, LimitBody, LimitsExtractor, RejectedKey,
 };
 use super::{HostKey, LimitService, LimiterDefaults, RefuseAtOnce, UnitCost, WaitUpTo};
-use crate::Limiter;
+use crate::{ConfigError, Limiter};
 #[cfg(doc)]
 use crate::{Limits, OwnedPermit, Reason, Rejected};
 
@@ -20,7 +20,11 @@ use crate::{Limits, OwnedPermit, Reason, Rejected};
 /// # What it does with a request
 ///
 /// 1. It takes the request's key: by default the origin host ([`HostKey`]), or whatever a
-///    closure `Fn(&Request<B>) -> String` (or any [`KeyExtractor`]) returns.
+///    closure `Fn(&Request<B>) -> String` (or any [`KeyExtractor`], such as
+///    [`ClientKey`](super::ClientKey)) returns. A request its extractor cannot key (a client
+///    key's request without a peer address) is refused with an empty `500 Internal Server
+///    Error` carrying the [`NoKey`](super::NoKey) in its extensions, or served unlimited, as
+///    the extractor says ([`Unkeyed`](super::Unkeyed)); the layer logs why, once per cause.
 /// 2. It takes the request's [`Limits`]: by default the limiter's ([`Limiter::limits`], read
 ///    per request, so a [`Limiter::set_limits`] applies from the next request on), or whatever
 ///    a closure `Fn(&Request<B>) -> Limits` given to [`limits_fn`](Self::limits_fn) (or any
@@ -257,8 +261,15 @@ impl LimitLayer {
 }
 
 impl<F, L, W, C> LimitLayer<F, L, W, C> {
+    /// The longest [`retry_after_jitter`](Self::retry_after_jitter): an hour. Clients told to
+    /// come back after a random wait of days would not, and a value past it is a mistake.
+    pub const MAX_RETRY_AFTER_JITTER: Duration = super::settings::MAX_RETRY_AFTER_JITTER;
+
     /// The same layer, keying requests with `key` instead: a closure
-    /// `Fn(&Request<B>) -> String` or any [`KeyExtractor`].
+    /// `Fn(&Request<B>) -> String` or any [`KeyExtractor`], such as
+    /// [`ClientKey`](super::ClientKey) for the client's address. A request the extractor
+    /// cannot key ([`NoKey`](super::NoKey)) is refused with `500` or served unlimited, as the
+    /// extractor says, and logged once: never put under a key that others would share.
     ///
     /// # Examples
     ///
@@ -455,6 +466,11 @@ impl<F, L, W, C> LimitLayer<F, L, W, C> {
     /// The random numbers come from std's `RandomState` (fresh random keys each time, from a
     /// per-thread seed): no lock and no extra dependency, and only drawn for rate refusals.
     ///
+    /// # Errors
+    ///
+    /// [`ConfigError::RetryAfterJitter`](crate::ConfigError::RetryAfterJitter) for a `max`
+    /// over [`MAX_RETRY_AFTER_JITTER`](Self::MAX_RETRY_AFTER_JITTER) (an hour).
+    ///
     /// # Examples
     ///
     /// ```
@@ -471,7 +487,7 @@ impl<F, L, W, C> LimitLayer<F, L, W, C> {
     ///     .clock(&clock)
     ///     .build()
     ///     .unwrap();
-    /// let layer = LimitLayer::new(limiter).retry_after_jitter(Duration::from_secs(5));
+    /// let layer = LimitLayer::new(limiter).retry_after_jitter(Duration::from_secs(5)).unwrap();
     /// let origin = service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(String::new())) });
     /// let service = layer.layer(origin);
     /// let request = || Request::builder().uri("http://busy.example/").body(()).unwrap();
@@ -485,11 +501,11 @@ impl<F, L, W, C> LimitLayer<F, L, W, C> {
     /// assert!((2..=7).contains(&secs), "2 s, plus 0 to 5 s: {secs}");
     /// # }
     /// ```
-    pub fn retry_after_jitter(self, max: Duration) -> Self {
-        LimitLayer {
-            fields: self.fields.jitter(max),
+    pub fn retry_after_jitter(self, max: Duration) -> Result<Self, ConfigError> {
+        Ok(LimitLayer {
+            fields: self.fields.jitter(max)?,
             ..self
-        }
+        })
     }
 
     /// Whether admitted responses carry `RateLimit-Policy` and `RateLimit` too (503s always

@@ -1,5 +1,6 @@
 //! The tower layer (feature `tower`): [`LimitLayer`], [`LimitService`], its response futures
-//! in [`future`], [`LimitBody`], the request keys [`HostKey`] and [`KeyExtractor`], and the per-request limits
+//! in [`future`], [`LimitBody`], the request keys [`HostKey`], [`ClientKey`] and [`KeyExtractor`]
+//! (and what becomes of a request without one: [`NoKey`], [`Unkeyed`]), and the per-request limits
 //! [`LimitsExtractor`] and [`LimiterDefaults`], the per-request costs [`CostExtractor`] and
 //! [`UnitCost`]. The behaviour, and every header the layer
 //! sends, is documented on [`LimitLayer`], which is where users look.
@@ -35,7 +36,7 @@ mod wait;
 pub use body::LimitBody;
 pub use client_key::ClientKey;
 pub use cost::{CostExtractor, UnitCost};
-pub use key::{HostKey, KeyExtractor};
+pub use key::{HostKey, KeyExtractor, NoKey, Unkeyed};
 pub use layer::LimitLayer;
 pub use limits::{LimiterDefaults, LimitsExtractor};
 pub use mode::{RefuseAtOnce, WaitUpTo};

@@ -1,7 +1,7 @@
 //! The response to a refused request: what it is built from, and the building, which waits
 //! until the response future is polled.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{Response, StatusCode};
@@ -9,7 +9,7 @@ use http::{Response, StatusCode};
 use super::body::Inner;
 use super::headers;
 use super::settings::RefusalResponse;
-use super::LimitBody;
+use super::{LimitBody, NoKey};
 use crate::fields::ratelimit::Policies;
 use crate::{Reason, Rejected};
 
@@ -108,6 +108,41 @@ pub(super) fn refuse<B>(refusal: Option<Refusal>) -> Response<LimitBody<B>> {
     extensions.insert(rejected);
     extensions.insert(RejectedKey(key));
     response
+}
+
+/// The response to a request its key extractor could not key and said to refuse: `500
+/// Internal Server Error`, empty, with the [`NoKey`] in its extensions (the server cannot
+/// tell who sent it: its configuration's fault, not the client's).
+pub(super) fn refuse_unkeyed<B>(no_key: NoKey) -> Response<LimitBody<B>> {
+    let mut response = Response::new(LimitBody {
+        inner: Inner::Rejected { body: None },
+        permit: None,
+    });
+    *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+    response.extensions_mut().insert(no_key);
+    response
+}
+
+/// Says at error level why requests have no key and what is done with them: once per process
+/// for each distinct `why` (up to 16 of them; an extractor's causes are a handful of
+/// constants), so that a request without a key is never silent and a stream of them is one
+/// line. Lock-free: a slot holds the address of a `why` told.
+pub(super) fn tell_unkeyed(no_key: &NoKey) {
+    static TOLD: [AtomicUsize; 16] = [const { AtomicUsize::new(0) }; 16];
+    let id = no_key.why.as_ptr() as usize;
+    for slot in &TOLD {
+        // Relaxed: the slots order nothing else; a race at worst tells one cause twice.
+        match slot.compare_exchange(0, id, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => break,
+            Err(told) if told == id => return,
+            Err(_) => continue,
+        }
+    }
+    let then = match no_key.then {
+        super::Unkeyed::Refuse => "refusing them with 500",
+        super::Unkeyed::Serve => "serving them unlimited",
+    };
+    log::error!("{}; {then} (told once)", no_key.why);
 }
 
 /// Says once per process, at error level, that requests are answered 500 because the limits

@@ -9,11 +9,11 @@ use http::Response;
 use pin_project_lite::pin_project;
 
 use super::headers::Admitted;
-use super::refusal::{refuse, Refusal, RejectedKey};
+use super::refusal::{refuse, refuse_unkeyed, Refusal, RejectedKey};
 use super::settings::ResponseSettings;
-use super::LimitBody;
 #[cfg(doc)]
 use super::LimitService;
+use super::{LimitBody, NoKey};
 use crate::fields::ratelimit::Policies;
 use crate::limiter::Receipt;
 use crate::{Outcome, OwnedPermit, Rejected};
@@ -48,6 +48,10 @@ pin_project! {
         Rejected {
             // `None` once the refusal has been handed out.
             refusal: Option<Refusal>,
+        },
+        // A request its key extractor could not key, refused (500).
+        Unkeyed {
+            no_key: NoKey,
         },
     }
 }
@@ -105,6 +109,21 @@ impl<Fut> State<Fut> {
         }
     }
 
+    /// A request without a key, served unlimited: the inner service's `future`, no permit.
+    pub(super) fn unlimited(future: Fut) -> Self {
+        State::Admitted {
+            future,
+            admission: None,
+            admitted: None,
+            shadow_key: None,
+        }
+    }
+
+    /// A request without a key, refused.
+    pub(super) fn unkeyed(no_key: NoKey) -> Self {
+        State::Unkeyed { no_key }
+    }
+
     /// A refused request for `key`, answered as `settings` say.
     pub(super) fn refused(
         rejected: Rejected,
@@ -148,8 +167,7 @@ where
                 let mut admission = admission.take();
                 let overloaded = match &result {
                     Ok(response) => {
-                        response.status().is_server_error()
-                            && response.extensions().get::<Rejected>().is_none()
+                        response.status().is_server_error() && !refused_further_in(response)
                     }
                     Err(_) => true,
                 };
@@ -158,9 +176,10 @@ where
                 }
                 let admitted = admitted.take();
                 Poll::Ready(result.map(|mut response| {
-                    // Refused by an inner layer (another key, one decision): this key takes
-                    // its admission back, and its fields stay off the refusal.
-                    if response.extensions().get::<Rejected>().is_some() {
+                    // Refused by an inner layer (another key, one decision; or a request the
+                    // inner layer could not key): this key takes its admission back, and its
+                    // fields stay off the refusal.
+                    if refused_further_in(&response) {
                         if let Some(Admission { permit, receipt }) = admission {
                             permit.take_back(receipt);
                         }
@@ -183,8 +202,16 @@ where
                 }))
             }
             StateProj::Rejected { refusal } => Poll::Ready(Ok(refuse(refusal.take()))),
+            StateProj::Unkeyed { no_key } => Poll::Ready(Ok(refuse_unkeyed(*no_key))),
         }
     }
+}
+
+/// Whether `response` is an inner layer's refusal: over its limits, or of a request it could
+/// not key.
+fn refused_further_in<B>(response: &Response<B>) -> bool {
+    let extensions = response.extensions();
+    extensions.get::<Rejected>().is_some() || extensions.get::<NoKey>().is_some()
 }
 
 impl<Fut> std::fmt::Debug for ResponseFuture<Fut> {

@@ -9,17 +9,18 @@ use std::time::Duration;
 use http::{Request, Response};
 use tower_service::Service;
 
+use super::refusal::tell_unkeyed;
 use super::response::{Admission, ResponseFuture, State};
 use super::settings::{RefusalResponse, ResponseSettings};
 use super::wait::{WaitFuture, Waiting};
 #[cfg(doc)]
 use super::LimitLayer;
 use super::{
-    CostExtractor, HostKey, KeyExtractor, LimitBody, LimiterDefaults, LimitsExtractor,
-    RefuseAtOnce, UnitCost, WaitUpTo,
+    CostExtractor, HostKey, KeyExtractor, LimitBody, LimiterDefaults, LimitsExtractor, NoKey,
+    RefuseAtOnce, UnitCost, Unkeyed, WaitUpTo,
 };
 use crate::fields::ratelimit::Policies;
-use crate::Limiter;
+use crate::{ConfigError, Limiter};
 
 /// The service a [`LimitLayer`] makes: limits requests per key, refuses the rejected ones
 /// (503, see [`LimitLayer`] for the headers), and holds each admitted request's permit until
@@ -199,6 +200,11 @@ impl<S, F, L, W, C> LimitService<S, F, L, W, C> {
     /// Adds a random 0 to `max` whole seconds to `Retry-After` (see
     /// [`LimitLayer::retry_after_jitter`]).
     ///
+    /// # Errors
+    ///
+    /// [`ConfigError::RetryAfterJitter`] for a `max` over
+    /// [`LimitLayer::MAX_RETRY_AFTER_JITTER`] (an hour).
+    ///
     /// # Examples
     ///
     /// ```
@@ -212,7 +218,7 @@ impl<S, F, L, W, C> LimitService<S, F, L, W, C> {
     /// let clock = ManualClock::new();
     /// let limiter = Limiter::builder().max_rate(1, Duration::from_secs(1)).clock(&clock).build().unwrap();
     /// let origin = service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(String::new())) });
-    /// let service = LimitService::new(origin, limiter).retry_after_jitter(Duration::from_secs(3));
+    /// let service = LimitService::new(origin, limiter).retry_after_jitter(Duration::from_secs(3)).unwrap();
     /// let request = || Request::builder().uri("http://api.example/").body(()).unwrap();
     /// service.clone().oneshot(request()).await.unwrap();
     /// let refused = service.oneshot(request()).await.unwrap();
@@ -220,11 +226,11 @@ impl<S, F, L, W, C> LimitService<S, F, L, W, C> {
     /// assert!((2..=5).contains(&secs), "2 s exactly, plus 0 to 3 s: {secs}");
     /// # }
     /// ```
-    pub fn retry_after_jitter(self, max: Duration) -> Self {
-        LimitService {
-            fields: self.fields.jitter(max),
+    pub fn retry_after_jitter(self, max: Duration) -> Result<Self, ConfigError> {
+        Ok(LimitService {
+            fields: self.fields.jitter(max)?,
             ..self
-        }
+        })
     }
 
     /// Whether admitted responses carry `RateLimit-Policy` and `RateLimit` too (see
@@ -381,13 +387,19 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        let key = match self.key.key(&req) {
+            Ok(key) => key,
+            Err(no_key) => {
+                let state = unkeyed(&self.limiter, no_key, || self.inner.call(req));
+                return ResponseFuture { state };
+            }
+        };
         // The limits this request is judged against, read once so that the decision and the
         // fields that describe it agree: its own, or the defaults as the decision read them
         // (no thresholds worked out again per request).
         // Its own: the kinds they leave out, the defaults' now (read once here too).
         let own = self.limits.limits(&req).map(|l| self.limiter.plan_of(l));
         let cost = self.cost.cost(&req);
-        let key = self.key.key(&req);
         let (result, limits) = match own {
             Some(limits) => (
                 self.limiter
@@ -431,12 +443,18 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        let key = match self.key.key(&req) {
+            Ok(key) => key,
+            Err(no_key) => {
+                let state = unkeyed(&self.limiter, no_key, || self.inner.call(req));
+                return WaitFuture::decided(state);
+            }
+        };
         // A request's own limits, or none: then each attempt while it waits is judged against
         // the defaults of that moment, so a `set_limits` that raises them frees the waiters.
         // The fields of its response describe the defaults as they were when it came.
         let own = self.limits.limits(&req);
         let policies = Policies::of(&self.limiter, own);
-        let key = self.key.key(&req);
         let cost = self.cost.cost(&req);
         let acquire = match own {
             Some(limits) => self.limiter.with_limits(limits).cost(cost),
@@ -460,5 +478,24 @@ where
                 policies,
             },
         )
+    }
+}
+
+/// A request its key extractor could not key: told in the log (once per cause) and the
+/// metrics, then refused or served unlimited through `call`, as the extractor says. Never
+/// under a key of its own, which every such request would share.
+#[cold]
+fn unkeyed<Fut>(
+    limiter: &Limiter<String>,
+    no_key: NoKey,
+    call: impl FnOnce() -> Fut,
+) -> State<Fut> {
+    tell_unkeyed(&no_key);
+    let served = no_key.then == Unkeyed::Serve;
+    limiter.count_unkeyed(served);
+    if served {
+        State::unlimited(call())
+    } else {
+        State::unkeyed(no_key)
     }
 }

@@ -13,7 +13,11 @@ use super::headers::Admitted;
 #[cfg(doc)]
 use super::LimitLayer;
 use crate::fields::ratelimit::Policies;
-use crate::Limiter;
+use crate::{ConfigError, Limiter};
+
+/// The longest `Retry-After` jitter (see
+/// [`LimitLayer::MAX_RETRY_AFTER_JITTER`](super::LimitLayer::MAX_RETRY_AFTER_JITTER)).
+pub(super) const MAX_RETRY_AFTER_JITTER: Duration = Duration::from_secs(3_600);
 
 /// How a [`LimitLayer`] answers a request over a limit: `503 Service Unavailable` by default,
 /// or `429 Too Many Requests` (what the RateLimit draft recommends for a client over its
@@ -116,13 +120,21 @@ pub(super) struct ResponseSettings {
 }
 
 impl ResponseSettings {
-    pub(super) fn jitter(self, max: Duration) -> Self {
-        ResponseSettings {
+    /// A jitter of up to `max`, refused past the layer's
+    /// [`MAX_RETRY_AFTER_JITTER`](super::LimitLayer::MAX_RETRY_AFTER_JITTER).
+    pub(super) fn jitter(self, max: Duration) -> Result<Self, ConfigError> {
+        if max > MAX_RETRY_AFTER_JITTER {
+            return Err(ConfigError::RetryAfterJitter {
+                asked: max,
+                max: MAX_RETRY_AFTER_JITTER,
+            });
+        }
+        Ok(ResponseSettings {
             // Retry-After counts whole seconds: a jitter is whole seconds too, never more
             // than asked for.
             jitter_secs: max.as_secs(),
             ..self
-        }
+        })
     }
 
     pub(super) fn on_admitted(self, on: bool) -> Self {

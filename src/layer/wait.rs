@@ -69,6 +69,15 @@ impl<S, B> WaitFuture<S, B>
 where
     S: Service<Request<B>>,
 {
+    /// A request decided at once, without waiting (one without a key).
+    pub(super) fn decided(state: State<S::Future>) -> Self {
+        WaitFuture {
+            state: WaitState::Decided {
+                response: ResponseFuture { state },
+            },
+        }
+    }
+
     /// A request waiting on `acquire` for a permit.
     pub(super) fn new(acquire: Acquire<String>, waiting: Waiting<S, B>) -> Self {
         WaitFuture {

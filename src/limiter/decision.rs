@@ -103,8 +103,9 @@ pub(crate) fn in_fleet(t: &Thresholds, fleet: &FleetState) -> Thresholds {
             rate.fleet = FleetRate::new(None, !fleet.degraded, recheck);
             return t;
         }
-        // ⌈L ÷ N⌉ in integers (no libm call on the request path).
-        let n = fleet.nodes as isize;
+        // ⌈L ÷ N⌉ in integers (no libm call on the request path). Checked: a size past
+        // `isize::MAX` read as negative made every share negative, refusing every key.
+        let n = isize::try_from(fleet.nodes).unwrap_or(isize::MAX);
         let share = rate.limit / n + isize::from(rate.limit % n > 0);
         if fleet.degraded {
             // A limit of its own in the cache, in shadow if the limit was.
@@ -304,13 +305,22 @@ fn judge_in_fleet(
             .map_or(0, |n| n.max(0) as u64)
     };
     let (now, before) = (own(Some(window)), own(window.checked_sub(1)));
+    let on_share = |()| match t.fleet.share() {
+        Some(share) => judge_alone(view, &RateThreshold { limit: share, ..*t }, cost),
+        None => Ok(()),
+    };
     let judged = match counts.fleet.judged(view, window, now, before, cost) {
-        // At least this node's own counts: judging it judges those too.
-        Some(fleet) => judge_alone(&fleet, t, cost),
-        None => judge_alone(view, t, cost).and_then(|()| match t.fleet.share() {
-            Some(share) => judge_alone(view, &RateThreshold { limit: share, ..*t }, cost),
-            None => Ok(()),
+        // At least this node's own counts: judging it judges those too. The fleet's first
+        // word on the key does not show the nodes that hold it unseen on their shares: until
+        // this node's next sync, its own share holds too (`FleetView::is_first_word`).
+        Some(fleet) => judge_alone(&fleet, t, cost).and_then(|()| {
+            if counts.fleet.is_first_word(t.fleet.sync_nanos()) {
+                on_share(())
+            } else {
+                Ok(())
+            }
         }),
+        None => judge_alone(view, t, cost).and_then(on_share),
     };
     if judged.is_err() {
         counts.fleet.note_refusal(window);

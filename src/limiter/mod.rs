@@ -108,6 +108,7 @@ const SATURATED_AT: f64 = 0.5;
 /// |---|---|---|
 /// | `floodgate_requests_total` | counter | requests decided; labels `decision` = `admitted`, `refused` or `shadow_refused` (admitted in shadow), and `reason` = `none` (admitted), `inflight`, `rate`, `inflight_not_counted`, `rate_not_counted`, `limit_too_large` or `cost_over_limit` |
 /// | `floodgate_near_limit_total` | counter | admitted requests of promoted keys whose count reached 80% of a limit (with the default promotion at half the limit, every key that gets there is promoted) |
+/// | `floodgate_unkeyed_requests_total` | counter | requests the tower layer could not key (a `layer::ClientKey`'s request whose client cannot be told), by `then`: `refused` or `served` (unlimited); published once seen |
 /// | `floodgate_exact_keys`, `floodgate_exact_capacity` | gauges | keys the exact stage holds, and can hold |
 /// | `floodgate_waiting` | gauge | requests waiting for a permit |
 /// | `floodgate_learning_keys`, `floodgate_learning_keys_held` | gauges | with [`LimiterBuilder::adaptive_inflight`]: keys whose in-flight limit is learnt from their latency, and of them those held below their `max_inflight` (slow origins); each key's learnt limit is in [`Limiter::heavy_hitters`], not in a series per key, whose label values would grow without bound |
@@ -583,6 +584,15 @@ where
             .rate
             .as_ref()
             .map(crate::Rate::interval)
+    }
+}
+
+impl<K> Limiter<K> {
+    /// Counts in the metrics a request the tower layer could not key, refused or `served`
+    /// unlimited (feature `metrics`; nothing without).
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
+    pub(crate) fn count_unkeyed(&self, served: bool) {
+        self.shared.tally.unkeyed(served);
     }
 }
 

@@ -66,7 +66,7 @@ fn both_key_every_spelling_of_a_host_alike() {
     for (authority, host) in requests {
         let proxy = request_key(&pingora_request(authority, host));
         let request = tower_request(authority, host);
-        let layer = HostKey.key(&request);
+        let layer = HostKey.key(&request).expect("every request has a host key");
         assert_eq!(proxy, layer, "authority {authority:?}, host {host:?}");
     }
 }

@@ -78,6 +78,11 @@ impl FleetRate {
     }
 
     #[inline(always)]
+    pub(crate) fn sync_nanos(&self) -> u64 {
+        0
+    }
+
+    #[inline(always)]
     pub(crate) fn held_for(&self, retry: u64) -> u64 {
         retry
     }
@@ -98,6 +103,11 @@ impl FleetView {
         _cost: isize,
     ) -> Option<WindowView> {
         None
+    }
+
+    #[inline(always)]
+    pub(crate) fn is_first_word(&self, _sync: u64) -> bool {
+        false
     }
 
     #[inline(always)]

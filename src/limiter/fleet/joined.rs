@@ -98,6 +98,14 @@ impl<K> FleetSetup<K> {
         };
         setup.config.validate()?;
         check_interval(rate.interval())?;
+        let (sync, window) = (setup.config.get_sync_interval(), rate.interval());
+        if sync > window {
+            return Err(ConfigError::Fleet(format!(
+                "a fleet sync interval of {sync:?} is longer than the rate window of \
+                 {window:?}: it must be at most the window (a tenth of it or less keeps the \
+                 fleet near its limit)"
+            )));
+        }
         Ok(Fleet(Some(Arc::new(FleetNode::new(
             setup.config.clone(),
             rate.interval(),
@@ -150,6 +158,12 @@ impl FleetRate {
     #[inline]
     pub(crate) fn share(&self) -> Option<isize> {
         self.share
+    }
+
+    /// The sync interval in nanoseconds while the fleet's view is judged (0 otherwise).
+    #[inline]
+    pub(crate) fn sync_nanos(&self) -> u64 {
+        self.recheck
     }
 
     /// How long the over-limit cache may hold a refusal whose `retry_after` is `retry`.

@@ -12,12 +12,14 @@ use super::Gauges;
 use crate::limiter::{Reason, Rejected};
 
 /// Counters of one thread: admitted, near the limit, then refused and refused in shadow by
-/// reason.
+/// reason, then the requests the tower layer could not key, refused and served.
 const ADMITTED: usize = 0;
 const NEAR: usize = 1;
 const REFUSED: usize = 2;
 const SHADOW: usize = REFUSED + REASONS.len();
-const KINDS: usize = SHADOW + REASONS.len();
+const UNKEYED_REFUSED: usize = SHADOW + REASONS.len();
+const UNKEYED_SERVED: usize = UNKEYED_REFUSED + 1;
+const KINDS: usize = UNKEYED_SERVED + 1;
 
 type Counts = [AtomicU64; KINDS];
 
@@ -93,6 +95,16 @@ impl Tally {
         self.count(base + reason_index(rejected.reason));
     }
 
+    /// A request the tower layer could not key, refused or `served` unlimited (it never
+    /// reached a decision).
+    pub(crate) fn unkeyed(&self, served: bool) {
+        self.count(if served {
+            UNKEYED_SERVED
+        } else {
+            UNKEYED_REFUSED
+        });
+    }
+
     /// The total of one kind over every slot.
     fn total(&self, kind: usize) -> u64 {
         let sum = self.slots.iter().map(|s| s[kind].load(Ordering::Relaxed));
@@ -134,6 +146,18 @@ impl Tally {
             }
         }
         counter!("floodgate_near_limit_total", "limiter" => name.clone()).increment(delta(NEAR));
+        // Published once seen, as the misconfiguration reasons are.
+        for (then, kind) in [("refused", UNKEYED_REFUSED), ("served", UNKEYED_SERVED)] {
+            let value = delta(kind);
+            if value > 0 || self.total(kind) > 0 {
+                counter!(
+                    "floodgate_unkeyed_requests_total",
+                    "limiter" => name.clone(),
+                    "then" => then,
+                )
+                .increment(value);
+            }
+        }
         drop(published);
         let set = |metric: &'static str, value: f64| {
             gauge!(metric, "limiter" => name.clone()).set(value);
@@ -193,6 +217,11 @@ fn describe() {
     describe_counter!(
         "floodgate_requests_total",
         "Requests decided, by decision (admitted, refused, shadow_refused) and reason"
+    );
+    describe_counter!(
+        "floodgate_unkeyed_requests_total",
+        "Requests the tower layer could not key (a client that cannot be told), by what it \
+         did with them (refused, served unlimited)"
     );
     describe_counter!(
         "floodgate_near_limit_total",

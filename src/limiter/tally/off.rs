@@ -24,5 +24,7 @@ impl Tally {
     #[inline(always)]
     pub(crate) fn refused(&self, _rejected: &Rejected, _shadow: bool) {}
 
+    pub(crate) fn unkeyed(&self, _served: bool) {}
+
     pub(crate) fn publish(&self, _gauges: &Gauges) {}
 }
