@@ -534,8 +534,13 @@ fn redis_stalled_by_debug_sleep() {
             "node {i} decided {decided} of about {offered} requests during the stall"
         );
     }
+    // A decision that waited on Redis would take the client's timeout at least (500 ms) or
+    // the stall (2 s); a tenth of the timeout tells that apart from a thread the scheduler
+    // held up on this shared 2-core machine (the slowest healthy decisions take up to a
+    // millisecond here, and one took 2.3 ms during a stall under load): the property is
+    // that no decision waits on the network, not a speed, which the fleet bench measures.
     assert!(
-        slowest < Duration::from_millis(1),
+        slowest < TIMEOUT / 10,
         "a decision took {slowest:?} while Redis was stalled (of {decided}; healthy, the \
          slowest took {slowest_healthy:?})"
     );
