@@ -1003,6 +1003,14 @@ mod tests {
         }
     }
 
+    /// A learner under `ceiling`, `inflight` in flight when it started, that knows a no-load
+    /// latency of 10 ms.
+    fn knowing_10ms(ceiling: isize, inflight: isize) -> Learner {
+        let mut learner = Learner::start(ceiling, inflight, START);
+        learner.no_load = (10 * MS) as f64;
+        learner
+    }
+
     /// Drives until a change, panicking if none comes.
     fn change(
         origin: &mut Steady,
@@ -1068,8 +1076,7 @@ mod tests {
     #[test]
     fn a_limit_that_binds_at_the_no_load_latency_grows_as_a_slow_start() {
         let config = AdaptiveInflight::new();
-        let mut learner = Learner::start(200, 10, START);
-        learner.no_load = (10 * MS) as f64;
+        let mut learner = knowing_10ms(200, 10);
         learner.limit = 10.0;
         let mut origin = Steady::new();
         let mut limits = vec![];
@@ -1090,8 +1097,7 @@ mod tests {
     #[test]
     fn latency_over_the_tolerance_while_refused_shrinks_the_limit_at_most_by_half() {
         let config = AdaptiveInflight::new();
-        let mut learner = Learner::start(64, 16, START);
-        learner.no_load = (10 * MS) as f64;
+        let mut learner = knowing_10ms(64, 16);
         learner.probed = true;
         learner.phase = Phase::Track {
             rounds: 0,
@@ -1115,8 +1121,7 @@ mod tests {
     #[test]
     fn latency_over_the_tolerance_with_nothing_refused_and_nothing_growing_is_left_alone() {
         let config = AdaptiveInflight::new();
-        let mut learner = Learner::start(64, 16, START);
-        learner.no_load = (10 * MS) as f64;
+        let mut learner = knowing_10ms(64, 16);
         let mut origin = Steady::new();
         for _ in 0..20 {
             origin.run(
@@ -1136,8 +1141,7 @@ mod tests {
     #[test]
     fn overloads_cut_the_limit_by_half_their_share_and_a_clean_round_gives_it_back() {
         let config = AdaptiveInflight::new();
-        let mut learner = Learner::start(100, 20, START);
-        learner.no_load = (10 * MS) as f64;
+        let mut learner = knowing_10ms(100, 20);
         let mut origin = Steady::new();
         // Every request times out (a hang): halved a round, from at most twice what it used
         // (the first round used 20 of its 100).
@@ -1179,8 +1183,7 @@ mod tests {
     #[test]
     fn a_rare_overload_costs_a_hair() {
         let config = AdaptiveInflight::new();
-        let mut learner = Learner::start(100, 20, START);
-        learner.no_load = (10 * MS) as f64;
+        let mut learner = knowing_10ms(100, 20);
         let mut origin = Steady::new();
         let ceiling = ceiling_of(100);
         let mut outcomes = (0..100).map(|i| {
@@ -1214,8 +1217,7 @@ mod tests {
     #[test]
     fn an_origin_that_slows_down_is_probed_and_its_new_no_load_learnt() {
         let config = AdaptiveInflight::new();
-        let mut learner = Learner::start(100, 20, START);
-        learner.no_load = (10 * MS) as f64;
+        let mut learner = knowing_10ms(100, 20);
         let latency = |l: usize| 100 * MS * (l.max(10) as u64) / 10;
         let mut origin = Steady::new();
         let mut limits = Vec::new();
@@ -1248,8 +1250,7 @@ mod tests {
     fn the_limit_stays_between_the_floor_and_the_ceiling() {
         let config = AdaptiveInflight::new().floor(3);
         let latency = |l: usize| 10 * MS * l as u64;
-        let mut learner = Learner::start(40, 10, START);
-        learner.no_load = (10 * MS) as f64;
+        let mut learner = knowing_10ms(40, 10);
         let mut origin = Steady::new();
         for _ in 0..60 {
             let l = learner.limit(&config, 40) as usize;
@@ -1276,8 +1277,7 @@ mod tests {
     #[test]
     fn a_learner_at_rest_keeps_its_no_load_latency_until_it_is_forgotten() {
         let config = AdaptiveInflight::new().forget_after(Duration::from_secs(5));
-        let mut learner = Learner::start(100, 20, START);
-        learner.no_load = (10 * MS) as f64;
+        let mut learner = knowing_10ms(100, 20);
         learner.limit = 7.0;
         learner.rest();
         assert!(!learner.is_active());
