@@ -10,9 +10,10 @@
 //! docs), and the table says what the faulty origins got while faulty and after.
 //!
 //! `--seeds A..B` picks the members (default `101..125`, seeds the constants were not tuned on;
-//! they were chosen on `1..25`; seed 0 is the single model the law was first tuned on). `--json FILE` also writes the first faulty origin's limit, in
-//! flight and latency every 100 ms for the first member under each policy, for
-//! `tools/compare_report --adaptive FILE`, which draws docs/adaptive.svg.
+//! they were chosen on `1..25`; seed 0 is the single model the law was first tuned on).
+//! `--json FILE` also writes the first member's first faulty origin (its limit, in flight and
+//! latency every 100 ms) under each policy, for `tools/compare_report --adaptive FILE`, which
+//! draws docs/adaptive.svg.
 
 use std::fmt::Write as _;
 use std::ops::Range;
@@ -59,7 +60,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     println!();
     let mut met = vec![0; policies.len()];
-    let mut json = String::from("[");
+    let mut json = String::new();
     for seed in seeds.clone() {
         // Seed 0 is the model the law was first tuned on.
         let member = if seed == 0 {
@@ -87,6 +88,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 if ok { " ok" } else { "" }
             );
             if seed == seeds.start {
+                if i == 0 {
+                    write!(
+                        json,
+                        "{{\"member\":\"seed {seed}: {}\",\"from\":{:.1},\"to\":{:.1},\"ceiling\":{},\"runs\":[",
+                        member.describe(),
+                        (member.fault_from.as_secs_f64() - 2.0).max(0.0),
+                        (member.fault_until.as_secs_f64() + 5.0).min(member.duration.as_secs_f64()),
+                        member.ceiling
+                    )?;
+                }
                 let samples: Vec<String> = r
                     .samples
                     .iter()
@@ -120,7 +131,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     }
-    json.push(']');
+    json.push_str("]}");
     print!(
         "\nmembers meeting every goal, of {}:",
         seeds.end - seeds.start

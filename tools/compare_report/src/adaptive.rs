@@ -1,7 +1,8 @@
-//! `adaptive.svg`: the slow origin of `cargo run --release --example adaptive -- --json FILE`
-//! over time, under a learnt in-flight limit and under two static ones: above, the limit it was
-//! judged by and its requests in flight; below, the mean latency of its requests that completed
-//! in each 100 ms, on a log scale.
+//! `adaptive.svg`: the first faulty origin of one member of the family of origin models
+//! (`cargo run --release --example adaptive -- --seeds N..N+1 --json FILE`) over time, under
+//! each policy the example runs (floodgate's learnt limit, the static ceiling, Vegas,
+//! Gradient2): above, the limit it was judged by and its requests in flight; below, the mean
+//! latency of its requests that completed in each 100 ms, on a log scale.
 
 use std::error::Error;
 use std::path::Path;
@@ -9,7 +10,7 @@ use std::path::Path;
 use plotters::prelude::*;
 use serde_json::Value;
 
-use crate::plots::{BLUE_DARK, ORANGE, PURPLE};
+use crate::plots::{BLUE_DARK, GREEN_DARK, ORANGE, PURPLE};
 
 type Result<T> = std::result::Result<T, Box<dyn Error>>;
 
@@ -19,11 +20,29 @@ struct Run {
     samples: Vec<[f64; 4]>,
 }
 
-fn read(path: &Path) -> Result<Vec<Run>> {
+/// The member the example ran: its description, the span to draw (seconds), its ceiling.
+struct Member {
+    title: String,
+    from: f64,
+    to: f64,
+    ceiling: f64,
+}
+
+fn read(path: &Path) -> Result<(Member, Vec<Run>)> {
     let text = std::fs::read_to_string(path)?;
     let value: Value = serde_json::from_str(&text)?;
-    let runs = value.as_array().ok_or("expected an array of runs")?;
-    runs.iter()
+    let number = |key: &str| value[key].as_f64().ok_or(format!("no number \"{key}\""));
+    let member = Member {
+        title: value["member"].as_str().ok_or("no member")?.to_owned(),
+        from: number("from")?,
+        to: number("to")?,
+        ceiling: number("ceiling")?,
+    };
+    let runs = value["runs"]
+        .as_array()
+        .ok_or("expected an array of runs")?;
+    let runs = runs
+        .iter()
         .map(|run| {
             let policy = run["policy"]
                 .as_str()
@@ -40,7 +59,8 @@ fn read(path: &Path) -> Result<Vec<Run>> {
                 .collect::<Result<Vec<_>>>()?;
             Ok(Run { policy, samples })
         })
-        .collect()
+        .collect::<Result<Vec<_>>>()?;
+    Ok((member, runs))
 }
 
 /// The series' legend, in the upper right corner of `chart`.
@@ -62,22 +82,33 @@ where
 
 /// Draws `json` (the example's output) to `svg`.
 pub fn draw(json: &Path, svg: &Path) -> Result<()> {
-    let runs = read(json)?;
-    let (from, to) = (8.0, 30.0);
+    let (member, runs) = read(json)?;
+    let (from, to) = (member.from, member.to);
     let root = SVGBackend::new(svg, (1000, 760)).into_drawing_area();
     root.fill(&WHITE)?;
-    let root = root.titled(
-        "One origin slows down 10x from 10 s to 25 s (10 servers, 500 requests/s offered)",
-        ("sans-serif", 22),
-    )?;
+    let root = root.titled(&member.title, ("sans-serif", 18))?;
     let (upper, lower) = root.split_vertically(380);
-    let colors = [BLUE_DARK, ORANGE, PURPLE];
+    let colors = [BLUE_DARK, ORANGE, PURPLE, GREEN_DARK];
+    if runs.len() > colors.len() {
+        return Err(format!("{} runs, colours for {}", runs.len(), colors.len()).into());
+    }
+    let latencies = runs
+        .iter()
+        .flat_map(|r| r.samples.iter())
+        .filter(|s| (from..=to).contains(&s[0]) && s[3] > 0.0)
+        .map(|s| s[3]);
+    let (low, high) = latencies.fold((f64::INFINITY, 0.0f64), |(l, h), x| (l.min(x), h.max(x)));
+    let (low, high) = if low <= high {
+        (low / 2.0, high * 2.0)
+    } else {
+        (1.0, 10.0)
+    };
 
     let mut chart = ChartBuilder::on(&upper)
         .margin(15)
         .x_label_area_size(40)
         .y_label_area_size(70)
-        .build_cartesian_2d(from..to, 0.0..110.0)?;
+        .build_cartesian_2d(from..to, 0.0..member.ceiling * 1.1)?;
     chart
         .configure_mesh()
         .y_desc("in-flight limit / in flight")
@@ -108,7 +139,7 @@ pub fn draw(json: &Path, svg: &Path) -> Result<()> {
         .margin(15)
         .x_label_area_size(50)
         .y_label_area_size(70)
-        .build_cartesian_2d(from..to, (5.0..2000.0).log_scale())?;
+        .build_cartesian_2d(from..to, (low..high).log_scale())?;
     chart
         .configure_mesh()
         .x_desc("seconds")

@@ -14,8 +14,8 @@
 //!
 //! `compare_report --overestimate-only [--docs DIR]` needs no run: it draws
 //! `DIR/overestimate.svg` alone and prints its table. `compare_report --adaptive FILE [--docs
-//! DIR]` draws `DIR/adaptive.svg` from what `cargo run --release --example adaptive -- --json
-//! FILE` wrote.
+//! DIR]` draws `DIR/<FILE's stem>.svg` from what `cargo run --release --example adaptive --
+//! --json FILE` wrote.
 //!
 //! Which results to expect comes from `test-support/src/bench_ids.rs`, the module the benches
 //! take their ids from. Every input is read and every expected result checked before anything is
@@ -64,7 +64,9 @@ fn run() -> Result<(), String> {
         }
     }
     if let Some(json) = adaptive {
-        let svg = docs.join("adaptive.svg");
+        // Named after the JSON file: adaptive-24.json draws DIR/adaptive-24.svg.
+        let stem = json.file_stem().ok_or("--adaptive FILE: a file name")?;
+        let svg = docs.join(stem).with_extension("svg");
         adaptive::draw(&json, &svg).map_err(|e| format!("{}: {e}", json.display()))?;
         eprintln!("compare_report: wrote {}", svg.display());
         return Ok(());

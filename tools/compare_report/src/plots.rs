@@ -175,7 +175,7 @@ pub fn overestimate_table(rows: &[Overestimate]) -> (String, Vec<String>) {
 
 pub(crate) const BLUE_DARK: RGBColor = RGBColor(31, 119, 180);
 pub(crate) const ORANGE: RGBColor = RGBColor(230, 85, 13);
-const GREEN_DARK: RGBColor = RGBColor(44, 160, 44);
+pub(crate) const GREEN_DARK: RGBColor = RGBColor(44, 160, 44);
 pub(crate) const PURPLE: RGBColor = RGBColor(117, 107, 177);
 
 pub fn draw_overestimates(rows: &[Overestimate], path: &Path) -> Result<()> {
