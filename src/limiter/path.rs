@@ -413,13 +413,18 @@ where
                     return None;
                 }
                 let inflight = entry.counts.inflight.bound().saturating_add(s.cost);
-                let (at, tracked) = (self.time.precise(), entry.counts.inflight.tracked);
+                // The clock is read here only when a learner starts or wakes: an active one's
+                // requests read it once, at their admission below.
+                let tracked = entry.counts.inflight.tracked;
                 match entry.learner.as_deref_mut() {
+                    Some(_) if learning => {}
                     // A learner at rest keeps the no-load latency it measured.
-                    Some(learner) if !learning => learner.wake(ceiling.limit, tracked, at, config),
-                    Some(_) => {}
+                    Some(learner) => {
+                        learner.wake(ceiling.limit, tracked, self.time.precise(), config)
+                    }
                     None => {
-                        entry.learner = Some(Box::new(Learner::start(ceiling.limit, tracked, at)))
+                        let at = self.time.precise();
+                        entry.learner = Some(Box::new(Learner::start(ceiling.limit, tracked, at)));
                     }
                 }
                 let learner = entry.learner.as_deref_mut()?;
