@@ -879,7 +879,6 @@ mod tests {
     fn a_rare_overload_costs_a_hair() {
         let config = AdaptiveInflight::new();
         let mut learner = knowing_10ms(100, 20);
-        let mut origin = Steady::new();
         let ceiling = ceiling_of(100);
         let mut outcomes = (0..100).map(|i| {
             if i == 0 {
@@ -888,11 +887,10 @@ mod tests {
                 Outcome::Success
             }
         });
-        let _ = &mut origin;
         // Two rounds of 100: the first closes when the second opens, and is judged when 90
         // of its requests completed.
         let mut now = START;
-        for round in 0..3 {
+        for _ in 0..3 {
             for n in 0..100 {
                 learner.admitted(now + n, n as isize, 1);
             }
@@ -902,7 +900,6 @@ mod tests {
                 let admitted = now - 10 * MS + (99 - n) as u64;
                 learner.completed(&config, &ceiling, now, n + 1, completion(admitted, outcome));
             }
-            let _ = round;
             assert!(learner.limit >= 99.0, "{learner:?}");
         }
     }
