@@ -277,6 +277,11 @@ pub enum Policy {
     Vegas,
     /// Netflix concurrency-limits' Gradient2, one per origin (see [`baseline`]).
     Gradient2,
+    /// Hindsight: the faulty origins held to this many in flight exactly while they are
+    /// faulty, and to the ceiling otherwise; a policy no limiter can be (it knows when the
+    /// fault begins and ends, and the limit to hold), to say what any in-flight limit can
+    /// reach on a member ([`best_in_hindsight`]).
+    Hindsight(u32),
 }
 
 impl Policy {
@@ -287,6 +292,7 @@ impl Policy {
             Policy::Adaptive(_) => "floodgate",
             Policy::Vegas => "Vegas",
             Policy::Gradient2 => "Gradient2",
+            Policy::Hindsight(_) => "best limit in hindsight",
         }
     }
 }
@@ -377,6 +383,8 @@ trait OwnLimit {
 enum Limits {
     Floodgate(Limiter<usize>),
     Own(HashMap<usize, Box<dyn OwnLimit>>),
+    /// The faulty origins' limit while faulty ([`Policy::Hindsight`]).
+    Hindsight(u32),
 }
 
 /// A request in flight: when it completes, when it was admitted, its origin, whether its
@@ -434,6 +442,7 @@ pub fn run_with(member: &Member, policy: Policy, tune: impl Fn(Builder) -> Build
             Limits::Floodgate(tune(builder).build().expect("a valid limiter"))
         }
         Policy::Vegas | Policy::Gradient2 => Limits::Own(HashMap::new()),
+        Policy::Hindsight(limit) => Limits::Hindsight(limit),
     };
     let new_own = |ceiling: u32| -> Box<dyn OwnLimit> {
         match policy {
@@ -535,6 +544,18 @@ pub fn run_with(member: &Member, policy: Policy, tune: impl Fn(Builder) -> Build
                             Err(())
                         }
                     }
+                    Limits::Hindsight(held) => {
+                        let limit = if faulty && faulty_now {
+                            *held
+                        } else {
+                            member.ceiling
+                        };
+                        if inflight_of[origin] < limit {
+                            Ok(None)
+                        } else {
+                            Err(())
+                        }
+                    }
                 };
                 let permit = match admitted {
                     Ok(permit) => permit,
@@ -595,6 +616,12 @@ pub fn run_with(member: &Member, policy: Policy, tune: impl Fn(Builder) -> Build
             let limit_of = |origin: usize| match &limits {
                 Limits::Floodgate(limiter) => limiter.inflight_limit(&origin).unwrap_or(0),
                 Limits::Own(own) => own.get(&origin).map_or(member.ceiling, |l| l.limit()),
+                Limits::Hindsight(held)
+                    if origin < member.faulty && (fault_from..fault_until).contains(&now) =>
+                {
+                    *held
+                }
+                Limits::Hindsight(_) => member.ceiling,
             };
             let healthy = member.origins - 1;
             report.samples.push(Sample {
@@ -629,6 +656,38 @@ pub fn run_with(member: &Member, policy: Policy, tune: impl Fn(Builder) -> Build
         / member.faulty as f64
         / f64::from(member.ceiling);
     report
+}
+
+/// What the best in-flight limit in hindsight reaches on `member` ([`Policy::Hindsight`]):
+/// the limit, and its run. For a slower origin or one that lost servers, the fewest requests
+/// in flight at which the faulty origins' goodput reaches 0.9 (or the ceiling, if none does),
+/// or a neighbour of it (±2) that also meets the 99th percentile's goal if one does: both
+/// goodput and the 99th percentile grow with the limit, so where this run misses a goal, no
+/// limit held for the whole fault meets both (an origin of few servers needs a queue to stay
+/// busy under Poisson arrivals, and the queue is the latency). For a hang, the goal's own
+/// bound (a tenth of the ceiling, or 4).
+pub fn best_in_hindsight(member: &Member) -> (u32, Report) {
+    let at = |limit: u32| (limit, run(member, Policy::Hindsight(limit)));
+    if matches!(member.fault, Fault::Hang { .. }) {
+        return at((member.ceiling / 10).max(4).min(member.ceiling));
+    }
+    let (mut lo, mut hi) = (1, member.ceiling);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if at(mid).1.goodput >= 0.9 {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    let around = lo.saturating_sub(2).max(1)..=(lo + 2).min(member.ceiling);
+    let runs: Vec<(u32, Report)> = around.map(at).collect();
+    let best = runs
+        .iter()
+        .position(|(_, r)| r.meets_goals(member))
+        .or_else(|| runs.iter().position(|&(limit, _)| limit == lo))
+        .unwrap_or(0);
+    runs.into_iter().nth(best).expect("a limit was run")
 }
 
 /// Netflix concurrency-limits' Vegas and Gradient2, written from their documented algorithms
