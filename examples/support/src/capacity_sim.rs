@@ -142,8 +142,9 @@ impl Member {
     /// - one member in four has many origins, 400 of them (and servers in 1–8), a tenth of
     ///   them faulty at once; the others 5 origins, one faulty;
     /// - a ceiling (`max_inflight`) of 4× the servers, at least 16;
-    /// - the fault begins at 5 s and lasts 20 s or the time for 400 of the slowed origin's
-    ///   completions, whichever is longer; the run goes on 10 s after it.
+    /// - the fault begins at 5 s and lasts 20 s, the time for 400 of the slowed origin's
+    ///   completions, or (a hang) three timeouts and 10 s, whichever is longest; the run goes
+    ///   on 10 s after it.
     ///
     /// Members whose total rate would pass [`ranges::MAX_TOTAL_RATE`] are drawn again.
     pub fn draw(seed: u64) -> Member {
@@ -209,7 +210,13 @@ impl Member {
             if capacity * load * origins as f64 > ranges::MAX_TOTAL_RATE || capacity * load < 1.0 {
                 continue;
             }
-            let fault_for = (400.0 / draft.faulty_capacity()).max(20.0);
+            // Long enough for 400 completions, and for a hang to be judged after three
+            // timeouts (see `settled_from`).
+            let timeouts = match fault {
+                Fault::Hang { timeout, .. } => 3.0 * timeout.as_secs_f64() + 10.0,
+                _ => 0.0,
+            };
+            let fault_for = (400.0 / draft.faulty_capacity()).max(20.0).max(timeouts);
             return member(fault_for);
         }
     }
@@ -234,10 +241,17 @@ impl Member {
 
     /// When the figures "once settled" begin: 2 s after the fault began, or the time for
     /// 48 completions of a faulty origin (three rounds of a learnt limit's at the least)
-    /// when that is longer.
+    /// when that is longer; for a hang, three timeouts after it began if that is later still.
+    /// The goal for a hang is that requests stop piling up within a few timeouts: no caller,
+    /// and no limit that learns from what callers see, hears of a hang before its first
+    /// timeout, and what was admitted until then is in flight until it times out too.
     pub fn settled_from(&self) -> Duration {
         let rounds = 48.0 / self.faulty_capacity();
-        self.fault_from + Duration::from_secs_f64(rounds.max(2.0))
+        let timeouts = match self.fault {
+            Fault::Hang { timeout, .. } => 3.0 * timeout.as_secs_f64(),
+            _ => 0.0,
+        };
+        self.fault_from + Duration::from_secs_f64(rounds.max(2.0).max(timeouts))
     }
 
     /// A short description, for tables.
