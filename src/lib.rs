@@ -16,8 +16,10 @@
 //!   ([`LimitKind`] names a kind of limit);
 //!   [`Permit`] and [`OwnedPermit`] (borrowing and owning the limiter, as tokio's semaphore
 //!   permits), [`Acquire`] to wait for one, and [`Rejected`], [`Reason`], [`Estimate`],
-//!   [`HeavyHitter`] and [`LimiterStats`] for what it decided and why;
-//!   [`AdaptiveInflight`] for in-flight limits that each hot origin learns from its latency,
+//!   [`HeavyHitter`] and [`LimiterStats`] for what it decided and why (a heavy hitter's
+//!   figures are each a [`Figure`]: counted, or the sketch's upper bound);
+//!   [`AdaptiveInflight`] for in-flight limits that each hot origin learns from its latency
+//!   ([`InflightLimit`] says whether a key's limit is configured or learnt),
 //!   and [`Outcome`] for what a permit's origin answered.
 //! - [`fields`]: what an HTTP front end says about a decision, with no feature and no HTTP
 //!   crate: the key of a request's host, `Retry-After`, and the `RateLimit-Policy` and
@@ -100,8 +102,9 @@ pub use estimator::BlockedEstimator;
 pub use estimator::Estimator;
 pub use inflight::{Guard, Inflight};
 pub use limiter::{
-    Acquire, AdaptiveInflight, Estimate, HeavyHitter, LimitKind, Limiter, LimiterBuilder,
-    LimiterStats, Limits, Outcome, OwnedPermit, Permit, Reason, Rejected, WithLimits,
+    Acquire, AdaptiveInflight, Estimate, Figure, HeavyHitter, InflightLimit, LimitKind, Limiter,
+    LimiterBuilder, LimiterStats, Limits, Outcome, OwnedPermit, Permit, Reason, Rejected,
+    WithLimits,
 };
 pub use rate::Rate;
 
