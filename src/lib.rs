@@ -108,11 +108,17 @@ pub use limiter::{
 };
 pub use rate::Rate;
 
-/// The README's examples, run as doctests so the quick start stays true (its axum example
-/// uses the `LimitLayer`, hence the feature).
+/// The README's examples, run as doctests so the quick start stays true (its axum examples
+/// use the `LimitLayer`, hence the feature). `tests/readme.rs` checks what its first screen
+/// shows and that its links lead somewhere.
 #[cfg(all(doctest, feature = "tower"))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The guide's examples (docs/guide.md), run as doctests; some use the `LimitLayer`.
+#[cfg(all(doctest, feature = "tower"))]
+#[doc = include_str!("../docs/guide.md")]
+pub struct UsingDoctests;
 
 /// The migration guides' and the operating guide's examples, run as doctests.
 #[cfg(doctest)]
