@@ -48,6 +48,26 @@
 //!   pingora-limits' signatures (`Estimator::new`, `Rate::new`,
 //!   `Rate::new_with_estimator_config`) panic with its message instead.
 //!
+//! # Where the types are
+//!
+//! The types a first program needs, by the path it imports them from:
+//!
+//! | Type | Path |
+//! |---|---|
+//! | the limiter, its builder, per-key limits | `floodgate::{Limiter, LimiterBuilder, Limits}` |
+//! | a refusal and its reason | `floodgate::{Rejected, Reason}` |
+//! | a heavy hitter, its figures and in-flight limit | `floodgate::{HeavyHitter, Figure, InflightLimit}` |
+//! | the tower layer (feature `tower`) | `floodgate::layer::LimitLayer` |
+//! | keys by host, by client address, or your own | `floodgate::layer::{HostKey, ClientKey, KeyExtractor}` |
+//! | which client address a request is keyed by, and the proxies trusted | `floodgate::fields::client::ClientAddr` |
+//! | what to do with a request without a key | `floodgate::layer::Unkeyed` |
+//! | a 429 or a body of yours instead of the 503 | `floodgate::layer::RefusalResponse` |
+//! | one limit across a fleet (feature `redis`) | `floodgate::fleet::FleetConfig` |
+//! | a clock for tests | `floodgate::clock::ManualClock` |
+//!
+//! `ClientKey` is in `layer` because it reads the request's extensions; `ClientAddr` is in
+//! `fields::client` because it needs no HTTP crate, so a proxy without tower uses it too.
+//!
 //! The modules [`estimator`], [`inflight`] and [`rate`] mirror pingora-limits' paths, so code written
 //! for `pingora_limits::inflight::Inflight` compiles against `floodgate::inflight::Inflight`,
 //! a `struct Ctx { guard: Option<Guard> }` included. What behaves differently is listed in the
