@@ -16,8 +16,10 @@
 //!   ([`LimitKind`] names a kind of limit);
 //!   [`Permit`] and [`OwnedPermit`] (borrowing and owning the limiter, as tokio's semaphore
 //!   permits), [`Acquire`] to wait for one, and [`Rejected`], [`Reason`], [`Estimate`],
-//!   [`HeavyHitter`] and [`LimiterStats`] for what it decided and why;
-//!   [`AdaptiveInflight`] for in-flight limits that each hot origin learns from its latency,
+//!   [`HeavyHitter`] and [`LimiterStats`] for what it decided and why (a heavy hitter's
+//!   figures are each a [`Figure`]: counted, or the sketch's upper bound);
+//!   [`AdaptiveInflight`] for in-flight limits that each hot origin learns from its latency
+//!   ([`InflightLimit`] says whether a key's limit is configured or learnt),
 //!   and [`Outcome`] for what a permit's origin answered.
 //! - [`fields`]: what an HTTP front end says about a decision, with no feature and no HTTP
 //!   crate: the key of a request's host, `Retry-After`, and the `RateLimit-Policy` and
@@ -45,6 +47,26 @@
 //!   constructor (`try_new`, `with_size`, `with_error`, the builders); the constructors with
 //!   pingora-limits' signatures (`Estimator::new`, `Rate::new`,
 //!   `Rate::new_with_estimator_config`) panic with its message instead.
+//!
+//! # Where the types are
+//!
+//! The types a first program needs, by the path it imports them from:
+//!
+//! | Type | Path |
+//! |---|---|
+//! | the limiter, its builder, per-key limits | `floodgate::{Limiter, LimiterBuilder, Limits}` |
+//! | a refusal and its reason | `floodgate::{Rejected, Reason}` |
+//! | a heavy hitter, its figures and in-flight limit | `floodgate::{HeavyHitter, Figure, InflightLimit}` |
+//! | the tower layer (feature `tower`) | `floodgate::layer::LimitLayer` |
+//! | keys by host, by client address, or your own | `floodgate::layer::{HostKey, ClientKey, KeyExtractor}` |
+//! | which client address a request is keyed by, and the proxies trusted | `floodgate::fields::client::ClientAddr` |
+//! | what to do with a request without a key | `floodgate::layer::Unkeyed` |
+//! | a 429 or a body of yours instead of the 503 | `floodgate::layer::RefusalResponse` |
+//! | one limit across a fleet (feature `redis`) | `floodgate::fleet::FleetConfig` |
+//! | a clock for tests | `floodgate::clock::ManualClock` |
+//!
+//! `ClientKey` is in `layer` because it reads the request's extensions; `ClientAddr` is in
+//! `fields::client` because it needs no HTTP crate, so a proxy without tower uses it too.
 //!
 //! The modules [`estimator`], [`inflight`] and [`rate`] mirror pingora-limits' paths, so code written
 //! for `pingora_limits::inflight::Inflight` compiles against `floodgate::inflight::Inflight`,
@@ -100,16 +122,23 @@ pub use estimator::BlockedEstimator;
 pub use estimator::Estimator;
 pub use inflight::{Guard, Inflight};
 pub use limiter::{
-    Acquire, AdaptiveInflight, Estimate, HeavyHitter, LimitKind, Limiter, LimiterBuilder,
-    LimiterStats, Limits, Outcome, OwnedPermit, Permit, Reason, Rejected, WithLimits,
+    Acquire, AdaptiveInflight, Estimate, Figure, HeavyHitter, InflightLimit, LimitKind, Limiter,
+    LimiterBuilder, LimiterStats, Limits, Outcome, OwnedPermit, Permit, Reason, Rejected,
+    WithLimits,
 };
 pub use rate::Rate;
 
-/// The README's examples, run as doctests so the quick start stays true (its axum example
-/// uses the `LimitLayer`, hence the feature).
+/// The README's examples, run as doctests so the quick start stays true (its axum examples
+/// use the `LimitLayer`, hence the feature). `tests/readme.rs` checks what its first screen
+/// shows and that its links lead somewhere.
 #[cfg(all(doctest, feature = "tower"))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The guide's examples (docs/guide.md), run as doctests; some use the `LimitLayer`.
+#[cfg(all(doctest, feature = "tower"))]
+#[doc = include_str!("../docs/guide.md")]
+pub struct UsingDoctests;
 
 /// The migration guides' and the operating guide's examples, run as doctests.
 #[cfg(doctest)]

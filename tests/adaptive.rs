@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use floodgate::clock::ManualClock;
-use floodgate::{AdaptiveInflight, ConfigError, Limiter, Outcome, Reason};
+use floodgate::{AdaptiveInflight, ConfigError, InflightLimit, Limiter, Outcome, Reason};
 use floodgate_example_support::capacity_sim::{run_with, Fault, Member, Policy, Report};
 use proptest::prelude::*;
 
@@ -308,7 +308,13 @@ fn recorded_overloads_back_the_learnt_limit_off() {
         .heavy_hitters()
         .into_iter()
         .find(|h| h.key == "origin");
-    assert_eq!(hitter.and_then(|h| h.inflight_limit), Some(learnt));
+    assert_eq!(
+        hitter.and_then(|h| h.inflight_limit),
+        Some(InflightLimit::Learnt {
+            limit: learnt,
+            ceiling: 20
+        })
+    );
 }
 
 /// The tower layer records a 5xx from the inner service as the origin's overload (without it,

@@ -58,7 +58,8 @@ fn a_permit_gives_all_its_units_back_together_from_either_stage() {
     assert_eq!(hitters.len(), 1, "8 of 10 is past the promotion threshold");
     assert_eq!(
         (hitters[0].key.as_str(), hitters[0].inflight),
-        ("hot", Some(8))
+        ("hot", Some(floodgate::Figure::Counted(8))),
+        "promoted by its own request: all of its units were counted by the exact stage"
     );
     drop((light, hot));
     assert_eq!(limiter.estimate("light").inflight, Some(0));

@@ -145,7 +145,7 @@ fn an_in_flight_limiter_sweeps_a_key_that_cooled_down_through_an_untracked_relea
 /// Places come in sets of 16 chosen by hash: 1,000 keys over the 250 sets fill one past its
 /// 16 about once in 5,000 runs (1,500 keys did in 6 runs of 100). The sketch is given 64
 /// times its sized width: keys above half their limit may lose some of their first windows
-/// to a full line collision (the README's sizing section), which this test is not about (at
+/// to a full line collision (docs/guide.md's sizing section), which this test is not about (at
 /// the sized width it failed 1 run in 40 on that).
 #[test]
 fn a_stage_sized_from_the_peak_rate_holds_every_key_that_can_be_hot_at_it() {

@@ -19,7 +19,7 @@ fn plan(i: u32) -> Limits {
 /// All 200 keys hold their permits at once, so the in-flight table is given 4 rows of 2^20
 /// (a full collision between two of them once in 3,000 runs): at the sized width, 2 rows of
 /// 2^17, a key whose counters all share a key holding many permits is judged with those in
-/// flight too (the README's sizing section), which failed this test 1 run in 40.
+/// flight too (docs/guide.md's sizing section), which failed this test 1 run in 40.
 #[test]
 fn each_key_is_held_exactly_to_its_own_in_flight_limit() {
     let limiter: Limiter<u64> = Limiter::builder()
@@ -50,7 +50,7 @@ fn each_key_is_held_exactly_to_its_own_in_flight_limit() {
 }
 
 /// Each key alone in its windows: keys at their limits in one window may meet another's
-/// line in full (see the README's sizing section), which is not what this test is about.
+/// line in full (see docs/guide.md's sizing section), which is not what this test is about.
 #[test]
 fn each_key_is_admitted_exactly_its_own_rate_per_window() {
     let clock = ManualClock::new();

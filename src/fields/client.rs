@@ -62,6 +62,9 @@ impl Forwarding {
 /// How a request's client address becomes its key: the proxies you trust, the field they
 /// forward in, and the prefix lengths addresses are grouped by.
 ///
+/// The tower layer keys requests by it through
+/// `floodgate::layer::ClientKey` (feature `tower`): `ClientKey::new(ClientAddr::new())`.
+///
 /// # Examples
 ///
 /// ```

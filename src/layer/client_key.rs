@@ -13,6 +13,10 @@ use crate::fields::client::{ClientAddr, Unidentified};
 /// the address they forwarded (`X-Forwarded-For` or `Forwarded`), with IPv6 grouped by /64.
 /// [`fields::client`](crate::fields::client) says whose address that is, and why a client cannot choose it.
 ///
+/// It is built from a [`ClientAddr`], which lives in `floodgate::fields::client` (it needs no
+/// tower, so proxies without the layer use it too):
+/// `use floodgate::fields::client::ClientAddr;` beside `use floodgate::layer::ClientKey;`.
+///
 /// The peer's address is not part of an HTTP request: the server puts it in the request's
 /// extensions. `ClientKey` reads a [`SocketAddr`] or an [`IpAddr`] there by default; with
 /// axum, whose `into_make_service_with_connect_info::<SocketAddr>()` puts a

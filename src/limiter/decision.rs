@@ -31,7 +31,7 @@ use super::fleet::{FleetRate, FleetState};
 use super::limits::{Promotion, RateThreshold, Thresholds};
 use super::overlimit::limit_mix;
 use super::sketches::{less_own, Recount, Reread, Sketched, SATURATED};
-use super::{Estimate, Limits, Rejected};
+use super::{Estimate, Figure, Limits, Rejected};
 use crate::rate::{ExactWindows, WindowView};
 
 /// Whether an estimate of the request reached its promotion threshold (`p`: see
@@ -387,6 +387,36 @@ pub(crate) fn estimate(now: &Reread, counts: Option<&Counts>) -> Estimate {
             view.sliding()
         }),
     }
+}
+
+/// A key's figures for a report: [`estimate`]'s, each marked counted where the exact stage
+/// counted every request it covers (`counts`, for a promoted key), estimated otherwise.
+pub(crate) fn figures(
+    now: &Reread,
+    counts: Option<&Counts>,
+) -> (Option<Figure<isize>>, Option<Figure<f64>>) {
+    let bounds = estimate(now, counts);
+    let inflight = bounds.inflight.map(|at_most| match counts {
+        // Nothing admitted before the promotion is still in flight: all are tracked.
+        Some(c) if c.inflight.base == 0 => Figure::Counted(c.inflight.tracked),
+        _ => Figure::Estimated { at_most },
+    });
+    let rate = bounds.rate.map(|at_most| {
+        let counted = counts.zip(now.window).and_then(|(c, mut view)| {
+            let mut exact = c.rate;
+            exact.roll_to(view.bucket);
+            view.prev = match view.bucket.checked_sub(1) {
+                Some(prev) => exact.counted(prev)?,
+                // No window before the first: the sketch's is empty.
+                None if view.prev == 0 => 0,
+                None => return None,
+            };
+            view.curr = exact.counted(view.bucket)?;
+            Some(view.sliding())
+        });
+        counted.map_or(Figure::Estimated { at_most }, Figure::Counted)
+    });
+    (inflight, rate)
 }
 
 #[cfg(all(test, not(floodgate_loom)))]

@@ -6,7 +6,14 @@ use std::hash::Hash;
 use std::time::Duration;
 
 use super::SATURATED_AT;
-use super::{decision, exact, tally, Estimate, HeavyHitter, Limiter, LimiterStats, Shared};
+use super::{
+    decision, exact, tally, Estimate, HeavyHitter, InflightLimit, Limiter, LimiterStats, Shared,
+};
+
+/// A limit as reported (in the sketches' `isize`, never negative).
+fn reported(limit: isize) -> u32 {
+    limit.clamp(0, u32::MAX as isize) as u32
+}
 
 impl<K> Shared<K> {
     /// The in-flight limit a promoted key learnt, under the ceiling it was last judged by.
@@ -14,7 +21,7 @@ impl<K> Shared<K> {
         let learner = entry.learner.as_ref().filter(|l| l.is_active())?;
         let config = self.adaptive.as_ref()?;
         let ceiling = entry.thresholds.inflight?.limit;
-        Some(learner.limit(config, ceiling).clamp(0, u32::MAX as isize) as u32)
+        Some(reported(learner.limit(config, ceiling)))
     }
 
     /// See [`Limiter::stats`].
@@ -140,9 +147,16 @@ where
     /// refusals while the stage held the key, a run of them answered from the over-limit cache
     /// as one; the metrics count each (`floodgate_requests_total`, feature `metrics`).
     ///
+    /// A key is listed because its sketch estimate reached a promotion threshold, which other
+    /// keys sharing its counters can do for it: read each figure with its [`Figure`](super::Figure)
+    /// marking. A count is exact; an estimate is an upper bound on a figure that may be far
+    /// smaller.
+    ///
     /// # Examples
     ///
     /// ```
+    /// use floodgate::{Figure, InflightLimit};
+    ///
     /// let limiter: floodgate::Limiter<String> =
     ///     floodgate::Limiter::builder().max_inflight(4).build().unwrap();
     /// let permits: Vec<_> = (0..6).filter_map(|_| limiter.try_acquire("busy").ok()).collect();
@@ -150,7 +164,9 @@ where
     /// let hitters = limiter.heavy_hitters();
     /// assert_eq!(hitters.len(), 1);
     /// assert_eq!(hitters[0].key, "busy");
-    /// assert_eq!(hitters[0].inflight, Some(4));
+    /// // The request admitted before the promotion was counted by the sketch only.
+    /// assert_eq!(hitters[0].inflight, Some(Figure::Estimated { at_most: 4 }));
+    /// assert_eq!(hitters[0].inflight_limit, Some(InflightLimit::Configured(4)));
     /// assert_eq!(hitters[0].rejected, 2);
     /// ```
     pub fn heavy_hitters(&self) -> Vec<HeavyHitter<K>>
@@ -162,14 +178,19 @@ where
         let mut held = std::collections::HashSet::new();
         s.exact.for_each(|entry| {
             let now = s.sketches.reread(entry.hash);
-            let estimate = decision::estimate(&now, Some(&entry.counts));
+            let (inflight, rate) = decision::figures(&now, Some(&entry.counts));
             held.insert(entry.hash);
+            let ceiling = entry.thresholds.inflight.map(|t| reported(t.limit));
+            let inflight_limit = match (s.learnt_limit(entry), ceiling) {
+                (Some(limit), Some(ceiling)) => Some(InflightLimit::Learnt { limit, ceiling }),
+                (_, configured) => configured.map(InflightLimit::Configured),
+            };
             hitters.push(HeavyHitter {
                 key: entry.key.clone(),
-                inflight: estimate.inflight,
-                rate: estimate.rate,
+                inflight,
+                rate,
                 rejected: s.exact.rejected(entry),
-                inflight_limit: s.learnt_limit(entry),
+                inflight_limit,
                 left_ago: None,
             });
         });
@@ -191,11 +212,11 @@ where
         });
         for (hash, (ago, rejected, key)) in left {
             let Some(key) = key else { continue };
-            let estimate = decision::estimate(&s.sketches.reread(hash), None);
+            let (inflight, rate) = decision::figures(&s.sketches.reread(hash), None);
             hitters.push(HeavyHitter {
                 key,
-                inflight: estimate.inflight,
-                rate: estimate.rate,
+                inflight,
+                rate,
                 rejected,
                 inflight_limit: None,
                 left_ago: Some(Duration::from_nanos(ago)),

@@ -84,7 +84,7 @@ pub use adaptive::{AdaptiveInflight, Outcome};
 pub use builder::LimiterBuilder;
 pub use limits::{LimitKind, Limits};
 pub use permit::{OwnedPermit, Permit};
-pub use report::{Estimate, HeavyHitter, LimiterStats, Reason, Rejected};
+pub use report::{Estimate, Figure, HeavyHitter, InflightLimit, LimiterStats, Reason, Rejected};
 pub use wait::Acquire;
 use wait::Waiters;
 pub use with_limits::WithLimits;

@@ -213,16 +213,55 @@ impl std::fmt::Display for Rejected {
 
 impl std::error::Error for Rejected {}
 
-/// A key the exact stage is counting: one of the origins currently near or over its limit.
+/// A key the exact stage is counting, or stopped counting within the retention: the keys
+/// whose sketch estimates reached a promotion threshold.
+///
+/// Being listed is not proof that a key is busy. The sketch over-estimates a key whose
+/// counters are shared with heavier keys, so a key that sent two requests can be promoted and
+/// listed next to a flood. Each figure says how it is known: [`Figure::Counted`] when the exact
+/// stage counted every request it covers, [`Figure::Estimated`] when some of it comes from
+/// the sketch, and is then only an upper bound.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use floodgate::{clock::ManualClock, Figure, Limiter};
+///
+/// let clock = ManualClock::new();
+/// let limiter: Limiter<String> = Limiter::builder()
+///     .max_rate(4, Duration::from_secs(1))
+///     .clock(&clock)
+///     .build()?;
+/// for _ in 0..3 {
+///     let _ = limiter.try_acquire("busy");
+/// }
+/// // Promoted in this window: the requests before its promotion are bounded by the sketch.
+/// let busy = &limiter.heavy_hitters()[0];
+/// assert_eq!(busy.rate, Some(Figure::Estimated { at_most: 3.0 }));
+///
+/// // Two windows later, the exact stage has counted every request in both windows.
+/// clock.advance(Duration::from_secs(1));
+/// let _ = limiter.try_acquire("busy");
+/// clock.advance(Duration::from_secs(1));
+/// let _ = limiter.try_acquire("busy");
+/// let busy = &limiter.heavy_hitters()[0];
+/// assert_eq!(busy.rate, Some(Figure::Counted(2.0)));
+/// # Ok::<(), floodgate::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct HeavyHitter<K> {
     /// The key.
     pub key: K,
-    /// An upper bound on its requests in flight (if an in-flight limit is configured).
-    pub inflight: Option<isize>,
-    /// Its sliding-window count per interval (if a rate limit is configured).
-    pub rate: Option<f64>,
+    /// Its requests in flight (if an in-flight limit is configured): counted when the exact
+    /// stage admitted all of them, estimated while some that the sketch counted before the
+    /// promotion may still be in flight.
+    pub inflight: Option<Figure<isize>>,
+    /// Its sliding-window count per interval (if a rate limit is configured): counted when
+    /// the exact stage counted the key through the current and the previous window, estimated
+    /// before that (in its first two windows in the stage, and after it left).
+    pub rate: Option<Figure<f64>>,
     /// The key's refusals while the exact stage held it, counting each run of refusals the
     /// over-limit cache answered as one. A key over its rate limit is refused by the cache
     /// until one more request fits, without a look at its counts (that is what keeps a flood
@@ -230,14 +269,114 @@ pub struct HeavyHitter<K> {
     /// stage decided, and counts once. The metrics' `floodgate_requests_total` counts every
     /// refusal.
     pub rejected: u64,
-    /// The in-flight limit it is judged by now, where it is learnt from its latency
+    /// The in-flight limit it was last judged by, and whether it is configured or learnt
+    /// from its latency
     /// ([`LimiterBuilder::adaptive_inflight`](super::LimiterBuilder::adaptive_inflight));
-    /// `None` where it is the configured one.
-    pub inflight_limit: Option<u32>,
+    /// `None` without an in-flight limit, and for a key that left the stage.
+    pub inflight_limit: Option<InflightLimit>,
     /// `None` while the exact stage holds the key; how long ago it left, for a key it
     /// stopped counting within the retention
     /// ([`LimiterBuilder::heavy_hitters_retention`](super::LimiterBuilder::heavy_hitters_retention)).
     pub left_ago: Option<Duration>,
+}
+
+/// A figure the limiter reports of a key, and how it knows it.
+///
+/// The sketch never counts a key below its true count, but other keys that share its
+/// counters add to it. So an estimate is an upper bound, and may be far above the truth.
+///
+/// # Examples
+///
+/// ```
+/// use floodgate::Figure;
+///
+/// let counted = Figure::Counted(12);
+/// let estimated = Figure::Estimated { at_most: 499 };
+/// assert_eq!((counted.counted(), estimated.counted()), (Some(12), None));
+/// assert_eq!((counted.at_most(), estimated.at_most()), (12, 499));
+/// assert_eq!(format!("{counted} / {estimated}"), "12 / at most 499");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Figure<T> {
+    /// Counted exactly: the exact stage counted every request this figure covers.
+    Counted(T),
+    /// Estimated, wholly or in part, by the count-min sketch: the true figure is at most
+    /// `at_most`, and may be much lower.
+    Estimated {
+        /// The upper bound.
+        at_most: T,
+    },
+}
+
+impl<T: Copy> Figure<T> {
+    /// The count, if the figure is counted; `None` for an estimate.
+    pub fn counted(&self) -> Option<T> {
+        match *self {
+            Figure::Counted(n) => Some(n),
+            Figure::Estimated { .. } => None,
+        }
+    }
+
+    /// An upper bound on the true figure: the count itself, or the estimate.
+    pub fn at_most(&self) -> T {
+        match *self {
+            Figure::Counted(n) | Figure::Estimated { at_most: n } => n,
+        }
+    }
+
+    /// Whether the figure is counted, not estimated.
+    pub fn is_counted(&self) -> bool {
+        matches!(self, Figure::Counted(_))
+    }
+}
+
+/// A count as itself, an estimate as `at most` and its bound. Width and precision apply to
+/// the number.
+impl<T: std::fmt::Display> std::fmt::Display for Figure<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Figure::Counted(n) => n.fmt(f),
+            Figure::Estimated { at_most } => {
+                f.write_str("at most ")?;
+                at_most.fmt(f)
+            }
+        }
+    }
+}
+
+/// The in-flight limit a key is judged by, and where it comes from.
+///
+/// # Examples
+///
+/// ```
+/// use floodgate::InflightLimit;
+///
+/// let learnt = InflightLimit::Learnt { limit: 12, ceiling: 100 };
+/// assert_eq!(learnt.limit(), 12);
+/// assert_eq!(InflightLimit::Configured(100).limit(), 100);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum InflightLimit {
+    /// The configured `max_inflight`: the limiter's default, or the request's own
+    /// ([`Limiter::with_limits`](super::Limiter::with_limits)).
+    Configured(u32),
+    /// Learnt from the key's latency
+    /// ([`LimiterBuilder::adaptive_inflight`](super::LimiterBuilder::adaptive_inflight)).
+    Learnt {
+        /// The limit it learnt, at most `ceiling`.
+        limit: u32,
+        /// The configured `max_inflight` the learnt limit stays under.
+        ceiling: u32,
+    },
+}
+
+impl InflightLimit {
+    /// The limit, configured or learnt.
+    pub fn limit(&self) -> u32 {
+        match *self {
+            InflightLimit::Configured(limit) | InflightLimit::Learnt { limit, .. } => limit,
+        }
+    }
 }
 
 /// A key's counts as the limiter judges them; see [`Limiter::estimate`](super::Limiter::estimate).
@@ -246,7 +385,9 @@ pub struct HeavyHitter<K> {
 pub struct Estimate {
     /// An upper bound on its requests in flight (if an in-flight limit is configured).
     pub inflight: Option<isize>,
-    /// Its sliding-window count per interval (if a rate limit is configured).
+    /// An upper bound on its sliding-window count per interval (if a rate limit is
+    /// configured). [`Limiter::heavy_hitters`](super::Limiter::heavy_hitters) says which
+    /// figures of a hot key are counted.
     pub rate: Option<f64>,
 }
 

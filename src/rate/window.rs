@@ -236,6 +236,22 @@ impl ExactWindows {
             None
         }
     }
+
+    /// The requests admitted in window `bucket` (after `roll_to(bucket)` or
+    /// `roll_to(bucket + 1)`), if the exact stage counted all of them: a window after the one
+    /// in which counting began, or that one if nothing was admitted in it before. `None` where
+    /// only a bound is known.
+    pub(crate) fn counted(&self, bucket: u64) -> Option<isize> {
+        if bucket.checked_add(1) == Some(self.since) && self.before == Some(0) {
+            return Some(0);
+        }
+        let counted = self.windows.of(bucket)?;
+        match bucket.cmp(&self.since) {
+            std::cmp::Ordering::Greater => Some(counted),
+            std::cmp::Ordering::Equal => (self.base == 0).then_some(counted),
+            std::cmp::Ordering::Less => None,
+        }
+    }
 }
 
 /// Hooks for the limiter, which hashes a key once for all its sketches. Plain windows only

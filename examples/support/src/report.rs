@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
-use floodgate::{HeavyHitter, LimiterStats};
+use floodgate::{Figure, HeavyHitter, LimiterStats};
 
 use crate::clients::{invented_hosts, CLIENTS, REQUESTS_PER_ROTATING_HOST};
 use crate::memory::{ExactCounts, ExactMaps, HeapSample};
@@ -77,24 +77,39 @@ pub fn print_classes(stats: &Stats, rotating_hosts: Option<u64>) {
     row("total", &thousands(origins), total);
 }
 
+/// A figure of the heavy hitters' table: a count as itself, the sketch's estimate as its upper
+/// bound, marked.
+fn figure<T: Copy>(figure: Option<Figure<T>>, show: impl Fn(T) -> String) -> String {
+    match figure {
+        None => "-".into(),
+        Some(Figure::Counted(n)) => show(n),
+        Some(Figure::Estimated { at_most }) => format!("≤ {} est.", show(at_most)),
+    }
+}
+
 pub fn print_heavy_hitters(hitters: &[HeavyHitter<String>], limiter_stats: &LimiterStats) {
     println!("heavy hitters the limiter found (its exact stage, at the end of the run):");
     println!(
-        "  {:<22} {:>10} {:>14} {:>16}",
+        "  {:<22} {:>14} {:>16} {:>16}",
         "key", "in flight", "requests/s", "rejected"
     );
     for h in hitters.iter().take(10) {
         println!(
-            "  {:<22} {:>10} {:>14} {:>16}",
+            "  {:<22} {:>14} {:>16} {:>16}",
             h.key,
-            h.inflight.map_or("-".into(), |n| n.to_string()),
-            h.rate.map_or("-".into(), |r| thousands(r.round() as u64)),
+            figure(h.inflight, |n| n.to_string()),
+            figure(h.rate, |r| thousands(r.round() as u64)),
             thousands(h.rejected),
         );
     }
     if hitters.len() > 10 {
         println!("  … and {} more", hitters.len() - 10);
     }
+    println!(
+        "  (a plain figure is counted: the exact stage counted each request it covers. \"≤ n est.\" is the\n   \
+         sketch's estimate, an upper bound: keys that share the key's counters add to it, so the true\n   \
+         figure may be far lower. A key is listed once its estimate reaches half a limit.)"
+    );
     println!(
         "  (promotions so far {}, keys in the exact stage now {}, decisions by the sketch alone because the key found no place in the exact stage {})",
         thousands(limiter_stats.promotions),

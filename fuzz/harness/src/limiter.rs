@@ -887,7 +887,8 @@ impl<'a> Run<'a> {
                 "{hitter:?}: too many rejections"
             );
             match (model.s.max_inflight, hitter.inflight) {
-                (Some(_), Some(n)) => {
+                (Some(_), Some(figure)) => {
+                    let n = figure.at_most();
                     assert!(
                         n >= model.in_flight[key],
                         "{hitter:?}: under the exact count"
@@ -896,13 +897,26 @@ impl<'a> Run<'a> {
                     if all_dropped {
                         assert_eq!(n, 0, "{hitter:?}: every permit dropped");
                     }
+                    if let Some(counted) = figure.counted() {
+                        assert_eq!(
+                            counted, model.in_flight[key],
+                            "{hitter:?}: a count is the exact count"
+                        );
+                    }
                 }
                 (None, None) => {}
                 _ => panic!("{hitter:?}: in-flight count present iff an in-flight limit is set"),
             }
             match (model.s.max_rate, hitter.rate) {
-                (Some(_), Some(r)) => {
+                (Some(_), Some(figure)) => {
+                    let r = figure.at_most();
                     let exact = model.sliding(&model.admitted, now, Some(key));
+                    if let Some(counted) = figure.counted() {
+                        assert!(
+                            (counted - exact).abs() <= slack(exact),
+                            "{hitter:?}: a count is the exact {exact}"
+                        );
+                    }
                     assert!(
                         r >= exact - slack(exact),
                         "{hitter:?}: under the exact {exact}"
