@@ -165,6 +165,12 @@ pub enum ConfigError {
         /// The longest allowed.
         max: Duration,
     },
+    /// A refusal's status (the tower layer's `RefusalResponse`, feature `tower`) that is not
+    /// a client or a server error: a refusal must not read as a success or a redirection.
+    RefusalStatus {
+        /// The status asked for.
+        status: u16,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -277,6 +283,10 @@ impl fmt::Display for ConfigError {
             ConfigError::RetryAfterJitter { asked, max } => write!(
                 f,
                 "a Retry-After jitter of {asked:?} is too long: it must be at most {max:?}"
+            ),
+            ConfigError::RefusalStatus { status } => write!(
+                f,
+                "a refusal must answer with a client or a server error (400 to 599), not {status}"
             ),
         }
     }

@@ -1720,7 +1720,7 @@ async fn stacked_layers_charge_the_outer_key_only_for_what_the_inner_one_admits(
 
 /// Over loopback, a layer whose requests cost their `x-units` header: 10 units a second per
 /// host, so 4 + 4 are served, 4 more are refused (with the RateLimit fields in units), the 2
-/// left are served, and 11 can never fit: refused without `Retry-After`.
+/// left are served, and 11 can never fit: a 413 without `Retry-After`.
 #[tokio::test]
 async fn a_layer_with_a_cost_fn_counts_each_requests_units() {
     let clock = ManualClock::new();
@@ -1750,10 +1750,57 @@ async fn a_layer_with_a_cost_fn_counts_each_requests_units() {
     assert!(retry_after(&headers).is_some());
     assert_eq!(send("2").await.0, StatusCode::OK, "the 2 units left");
     let (status, headers) = send("11").await;
-    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(retry_after(&headers), None, "11 never fit under 10");
     assert_eq!(calls(&origins, "api.example"), 3);
     assert_eq!(limiter.estimate("api.example").rate, Some(10.0));
+}
+
+/// A request that costs more than its limit can never be admitted, however long it waits: it
+/// is answered `413 Content Too Large` (not the 429 of a refusal a wait cures), with no
+/// `Retry-After` and a body that says a retry will not help; the limits are still described.
+#[tokio::test]
+async fn a_request_over_its_limit_by_its_cost_alone_is_a_413_that_says_retrying_will_not_help() {
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder()
+        .max_rate(10, Duration::from_secs(1))
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let units = |req: &Request<Incoming>| {
+        let value = req.headers().get("x-units").and_then(|v| v.to_str().ok());
+        value.and_then(|v| v.parse().ok()).unwrap_or(1)
+    };
+    let origins = Arc::new(Origins::default());
+    let layer = LimitLayer::new(limiter.clone())
+        .cost_fn(units)
+        .refusal(RefusalResponse::too_many_requests());
+    let addr = serve(layer.layer(handler(&origins))).await;
+    let client = client();
+    let send = |units: &str| {
+        let mut req = request(addr, "api.example");
+        req.headers_mut().insert("x-units", units.parse().unwrap());
+        client.request(req)
+    };
+    let response = send("11").await.unwrap();
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let headers = response.headers().clone();
+    assert_eq!(retry_after(&headers), None, "no wait ever admits it");
+    assert_eq!(headers["ratelimit-policy"], "\"rate\";q=10;w=1");
+    assert!(headers.get("ratelimit").is_none(), "{headers:?}");
+    assert!(headers["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/plain"));
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let body = std::str::from_utf8(&body).unwrap();
+    assert!(body.contains("retrying it will not help"), "{body:?}");
+    // A refusal a wait cures is still the operator's 429, and the 11 units counted nothing.
+    assert_eq!(send("10").await.unwrap().status(), StatusCode::OK);
+    let response = send("1").await.unwrap();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(retry_after(response.headers()).is_some());
+    assert_eq!(calls(&origins, "api.example"), 1);
 }
 
 proptest! {

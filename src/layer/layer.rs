@@ -45,7 +45,10 @@ use crate::{Limits, OwnedPermit, Reason, Rejected};
 ///      completely sent, not just until the handler returns its head.
 ///    - **Rejected:** the inner service is **not** called. The answer is `503 Service
 ///      Unavailable` with an empty body and the headers below, or what the operator chose
-///      with [`refusal`](Self::refusal) (`429`, a body, no RateLimit fields). The [`Rejected`]
+///      with [`refusal`](Self::refusal) (`429`, a body, no RateLimit fields). A request whose
+///      cost alone is over a limit ([`Reason::CostOverLimit`]) can never be admitted, and is
+///      told so: `413 Content Too Large` (or the operator's status), no `Retry-After`, and a
+///      body that says retrying will not help. The [`Rejected`]
 ///      and the key it was judged under ([`RejectedKey`]) are put in the response's
 ///      extensions, so an outer layer can log or count who was refused and why. With
 ///      [`wait`](Self::wait), a request over a limit first waits (up to its `max_wait`) for a
@@ -366,7 +369,8 @@ impl<F, L, W, C> LimitLayer<F, L, W, C> {
     /// say. A request is admitted only if all its units fit in each of its limits (see
     /// [`WithLimits::cost`](crate::WithLimits::cost) for what a cost counts, and the limits
     /// and `peak_rate` to set in units); one whose cost is over a limit can never fit, and is
-    /// refused without `Retry-After` ([`Reason::CostOverLimit`]). The `RateLimit` fields
+    /// answered `413` without `Retry-After` ([`Reason::CostOverLimit`], see
+    /// [`RefusalResponse::cost_over_limit`]). The `RateLimit` fields
     /// count units too.
     ///
     /// # Examples

@@ -3,7 +3,8 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use http::header::{CONTENT_TYPE, RETRY_AFTER};
+use bytes::Bytes;
+use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{Response, StatusCode};
 
 use super::body::Inner;
@@ -53,12 +54,22 @@ pub(super) struct Refusal {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RejectedKey(pub String);
 
+/// The body of a request whose cost alone is over a limit: no wait admits it. It names no
+/// number, so it says nothing the RateLimit fields (which the operator may keep back) would
+/// not.
+const NEVER_FITS: &str =
+    "This request costs more than its limit allows: it can never be admitted, and retrying it \
+     will not help.\n";
+
 /// The response to a refused request, with the [`Rejected`] and its [`RejectedKey`] in its
 /// extensions:
 ///
-/// - over a limit: the operator's status (503 unless told otherwise) and body, with
-///   `Retry-After` where the wait is known, and `RateLimit-Policy` and `RateLimit` unless
-///   switched off;
+/// - over a limit a wait can cure: the operator's status (503 unless told otherwise) and
+///   body, with `Retry-After` where the wait is known, and `RateLimit-Policy` and `RateLimit`
+///   unless switched off;
+/// - a cost over a limit, which no wait cures: the operator's status for it (413 unless told
+///   otherwise), no `Retry-After` nor `RateLimit`, `RateLimit-Policy` unless switched off, and
+///   a body that says retrying will not help;
 /// - limits of a kind the limiter does not count: 500 and nothing else; the client did
 ///   nothing wrong, the server's configuration did, which is logged (once per process).
 ///
@@ -86,7 +97,12 @@ pub(super) fn refuse<B>(refusal: Option<Refusal>) -> Response<LimitBody<B>> {
         *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
         misconfigured(&rejected);
     } else {
-        *response.status_mut() = answer.status;
+        let never = rejected.reason == Reason::CostOverLimit;
+        *response.status_mut() = if never {
+            answer.cost_over_limit
+        } else {
+            answer.status
+        };
         let fields = response.headers_mut();
         if let Some(retry_after) = headers::retry_after(&rejected, jitter_secs) {
             fields.insert(RETRY_AFTER, retry_after);
@@ -99,7 +115,15 @@ pub(super) fn refuse<B>(refusal: Option<Refusal>) -> Response<LimitBody<B>> {
                 fields.insert(headers::ratelimit(), limit);
             }
         }
-        if let Some((content_type, body)) = answer.body {
+        let body = if never {
+            Some((
+                HeaderValue::from_static("text/plain; charset=utf-8"),
+                Bytes::from_static(NEVER_FITS.as_bytes()),
+            ))
+        } else {
+            answer.body
+        };
+        if let Some((content_type, body)) = body {
             fields.insert(CONTENT_TYPE, content_type);
             response.body_mut().inner = Inner::Rejected { body: Some(body) };
         }
@@ -215,5 +239,46 @@ mod tests {
         assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert!(response.headers().get(RETRY_AFTER).is_none());
         assert_eq!(response.headers()["ratelimit"], "\"inflight\";r=0");
+    }
+
+    #[test]
+    fn a_cost_over_a_limit_is_a_413_without_retry_after_or_ratelimit_whatever_the_status() {
+        for answer in [
+            RefusalResponse::default(),
+            RefusalResponse::too_many_requests()
+                .body(HeaderValue::from_static("application/json"), "{}")
+                .ratelimit_fields(false),
+        ] {
+            let mut refusal = refusal(Reason::CostOverLimit, None);
+            refusal.response = answer.clone();
+            let response = refuse::<()>(Some(refusal));
+            assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+            let fields = response.headers();
+            assert!(fields.get(RETRY_AFTER).is_none());
+            assert!(fields.get("ratelimit").is_none());
+            assert_eq!(
+                fields.contains_key("ratelimit-policy"),
+                answer.ratelimit_fields
+            );
+            assert_eq!(fields[CONTENT_TYPE], "text/plain; charset=utf-8");
+            let LimitBody {
+                inner: Inner::Rejected { body: Some(body) },
+                ..
+            } = response.body()
+            else {
+                panic!("a body");
+            };
+            assert!(std::str::from_utf8(body)
+                .unwrap()
+                .contains("retrying it will not help"));
+        }
+        let mut refusal = refusal(Reason::CostOverLimit, None);
+        refusal.response = RefusalResponse::default()
+            .cost_over_limit(StatusCode::BAD_REQUEST)
+            .unwrap();
+        assert_eq!(
+            refuse::<()>(Some(refusal)).status(),
+            StatusCode::BAD_REQUEST
+        );
     }
 }

@@ -24,12 +24,15 @@ pub(super) const MAX_RETRY_AFTER_JITTER: Duration = Duration::from_secs(3_600);
 /// quota), with an empty body or one of the operator's, with or without the `RateLimit-Policy`
 /// and `RateLimit` fields.
 ///
-/// Only refusals over a limit ([`Reason::Inflight`](crate::Reason::Inflight),
-/// [`Reason::Rate`](crate::Reason::Rate), and [`Reason::CostOverLimit`](crate::Reason::CostOverLimit),
-/// a request costing more than a limit holds, which no wait helps: it has no `Retry-After`)
-/// follow it. Limits the limiter does not count are the
-/// server's configuration error and stay a `500` without a body or fields. `Retry-After` is
-/// sent whenever the wait is known, whatever the fields: HTTP defines it for both statuses
+/// Refusals over a limit that a wait can cure ([`Reason::Inflight`](crate::Reason::Inflight),
+/// [`Reason::Rate`](crate::Reason::Rate)) answer with its status and body. A request whose
+/// cost alone is over a limit ([`Reason::CostOverLimit`](crate::Reason::CostOverLimit)) can
+/// never be admitted, and is told so apart: `413 Content Too Large` by default (or the status
+/// given to [`cost_over_limit`](Self::cost_over_limit)), no `Retry-After`, no `RateLimit`
+/// field (`RateLimit-Policy` still says what the limits are), and a plain-text body saying
+/// that retrying will not help (it names no number). Limits the limiter does not count are
+/// the server's configuration error and stay a `500` without a body or fields. `Retry-After`
+/// is sent whenever the wait is known, whatever the fields: HTTP defines it for both statuses
 /// (RFC 9110 §10.2.3, RFC 6585 §4).
 ///
 /// # Examples
@@ -51,6 +54,8 @@ pub(super) const MAX_RETRY_AFTER_JITTER: Duration = Duration::from_secs(3_600);
 #[derive(Debug, Clone)]
 pub struct RefusalResponse {
     pub(super) status: StatusCode,
+    /// The status of a request whose cost is over a limit.
+    pub(super) cost_over_limit: StatusCode,
     pub(super) body: Option<(HeaderValue, Bytes)>,
     pub(super) ratelimit_fields: bool,
 }
@@ -67,6 +72,7 @@ impl RefusalResponse {
     pub fn service_unavailable() -> Self {
         RefusalResponse {
             status: StatusCode::SERVICE_UNAVAILABLE,
+            cost_over_limit: StatusCode::PAYLOAD_TOO_LARGE,
             body: None,
             ratelimit_fields: true,
         }
@@ -102,7 +108,42 @@ impl RefusalResponse {
         }
     }
 
-    /// The status a refusal over a limit answers with.
+    /// The status a request whose cost alone is over a limit
+    /// ([`Reason::CostOverLimit`](crate::Reason::CostOverLimit)) answers with: `413 Content
+    /// Too Large` unless told otherwise (`400 Bad Request` or `422 Unprocessable Content`
+    /// suit an API whose costs are not bytes). Whatever the status, the answer has no
+    /// `Retry-After`: no wait admits the request.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::RefusalStatus`] for a status that is not a client or a server error
+    /// (400 to 599): a refusal must not read as a success or a redirection.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use floodgate::layer::RefusalResponse;
+    /// use http::StatusCode;
+    ///
+    /// let refusal = RefusalResponse::too_many_requests()
+    ///     .cost_over_limit(StatusCode::UNPROCESSABLE_ENTITY)
+    ///     .unwrap();
+    /// assert_eq!(refusal.status(), StatusCode::TOO_MANY_REQUESTS);
+    /// assert!(RefusalResponse::default().cost_over_limit(StatusCode::OK).is_err());
+    /// ```
+    pub fn cost_over_limit(self, status: StatusCode) -> Result<Self, ConfigError> {
+        if !(status.is_client_error() || status.is_server_error()) {
+            return Err(ConfigError::RefusalStatus {
+                status: status.as_u16(),
+            });
+        }
+        Ok(RefusalResponse {
+            cost_over_limit: status,
+            ..self
+        })
+    }
+
+    /// The status a refusal over a limit a wait can cure answers with.
     pub fn status(&self) -> StatusCode {
         self.status
     }
