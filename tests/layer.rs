@@ -23,8 +23,8 @@ use common::layer::{list, origin_form, parse_list, single, Bare, Item};
 use floodgate::clock::ManualClock;
 use floodgate::fields::client::ClientAddr;
 use floodgate::layer::{
-    ClientKey, HostKey, KeyExtractor, LimitLayer, LimitService, RefusalResponse, RejectedKey,
-    ShadowRejected, Unkeyed,
+    BodyBytes, ChargeExceeded, ChargedBody, ClientKey, HostKey, KeyExtractor, LimitLayer,
+    LimitService, RefusalResponse, RejectedKey, ShadowRejected, Uncharged, Unkeyed, UnknownLength,
 };
 use floodgate::{Limiter, Limits, Reason, Rejected};
 use http::header::{HeaderMap, HeaderValue, HOST, RETRY_AFTER};
@@ -1801,6 +1801,246 @@ async fn a_request_over_its_limit_by_its_cost_alone_is_a_413_that_says_retrying_
     assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
     assert!(retry_after(response.headers()).is_some());
     assert_eq!(calls(&origins, "api.example"), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Costs in body bytes (`BodyBytes`): uploads with a length and without one (chunked).
+
+type Upload = BoxBody<Bytes, Infallible>;
+
+/// What the upload origin saw of one request body: the bytes it read, and whether the body
+/// ended with `ChargeExceeded` (any other error fails the test).
+type Read = (u64, bool);
+
+/// An origin that reads each request body to its end and tells the test what it read.
+fn reader(
+    seen: mpsc::UnboundedSender<Read>,
+) -> impl Service<
+    Request<ChargedBody<Incoming>>,
+    Response = Response<TestBody>,
+    Error = Infallible,
+    Future = impl Send,
+> + Clone
+       + Send
+       + 'static {
+    tower::service_fn(move |req: Request<ChargedBody<Incoming>>| {
+        let seen = seen.clone();
+        async move {
+            let mut body = req.into_body();
+            let (mut read, mut exceeded) = (0, false);
+            while let Some(frame) = body.frame().await {
+                match frame {
+                    Ok(frame) => read += frame.data_ref().map_or(0, |d| d.len() as u64),
+                    Err(error) => {
+                        assert!(error.downcast_ref::<ChargeExceeded>().is_some(), "{error}");
+                        exceeded = true;
+                        break;
+                    }
+                }
+            }
+            let _ = seen.send((read, exceeded));
+            Ok(Response::new(Full::new(Bytes::from_static(b"ok")).boxed()))
+        }
+    })
+}
+
+fn upload_client() -> Client<HttpConnector, Upload> {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// `n` bytes with a length (`Content-Length`).
+fn sized(n: usize) -> Upload {
+    Full::new(Bytes::from(vec![b'x'; n])).boxed()
+}
+
+/// `n` bytes without a length: the client sends them chunked.
+fn chunked(n: usize) -> Upload {
+    Full::new(Bytes::from(vec![b'x'; n]))
+        .map_frame(|frame| frame)
+        .boxed()
+}
+
+/// POSTs `body` to `addr` for `api.example`: the response's status, headers and body.
+async fn upload(
+    client: &Client<HttpConnector, Upload>,
+    addr: SocketAddr,
+    body: Upload,
+) -> (StatusCode, HeaderMap, Bytes) {
+    let req = Request::post(format!("http://{addr}/"))
+        .header(HOST, "api.example")
+        .body(body)
+        .unwrap();
+    let (head, body) = client.request(req).await.unwrap().into_parts();
+    (
+        head.status,
+        head.headers,
+        body.collect().await.unwrap().to_bytes(),
+    )
+}
+
+/// Over loopback, 100,000 bytes a second per host, counted with `BodyBytes`: two uploads of
+/// 60 KB with a length do not both pass, and neither do two sent chunked (each charged the
+/// 64 KiB it may carry), where charging a body without a length 1 let both through.
+#[tokio::test]
+async fn chunked_uploads_do_not_pass_a_byte_limit_that_the_same_uploads_with_a_length_do_not() {
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder()
+        .max_rate(100_000, Duration::from_secs(1))
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let layer = LimitLayer::new(limiter).cost_fn(BodyBytes::new(UnknownLength::Charge(65_536)));
+    let (seen, mut read) = mpsc::unbounded_channel();
+    let addr = serve(layer.layer(reader(seen))).await;
+    let client = upload_client();
+
+    for (how, body) in [
+        ("sized", sized as fn(usize) -> Upload),
+        ("chunked", chunked),
+    ] {
+        let (status, _, _) = upload(&client, addr, body(60_000)).await;
+        assert_eq!(status, StatusCode::OK, "{how}");
+        assert_eq!(read.recv().await, Some((60_000, false)), "{how}");
+        let (status, headers, _) = upload(&client, addr, body(60_000)).await;
+        assert_eq!(
+            status,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "{how}: over 100,000 bytes"
+        );
+        assert_eq!(
+            headers["ratelimit-policy"], "\"rate\";q=100000;w=1",
+            "{how}"
+        );
+        assert!(retry_after(&headers).is_some(), "{how}");
+        clock.advance(Duration::from_secs(2));
+    }
+    assert!(
+        read.try_recv().is_err(),
+        "the refused uploads never reached the origin"
+    );
+}
+
+/// Over loopback, a chunked upload longer than the 64 KiB it was charged reaches the origin
+/// cut: the origin reads at most the bytes charged, then the body's `ChargeExceeded`. One that
+/// stays within its charge is read whole.
+#[tokio::test]
+async fn a_chunked_upload_never_passes_more_bytes_than_it_was_charged() {
+    let limiter: Limiter<String> = Limiter::builder()
+        .max_rate(1_000_000, Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let layer = LimitLayer::new(limiter).cost_fn(BodyBytes::new(UnknownLength::Charge(65_536)));
+    let (seen, mut read) = mpsc::unbounded_channel();
+    let addr = serve(layer.layer(reader(seen))).await;
+    let client = upload_client();
+
+    let (status, _, _) = upload(&client, addr, chunked(65_536)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(read.recv().await, Some((65_536, false)));
+    // The origin's answer may reach the client before the client has sent its whole body, or
+    // the connection may close under it: what the origin read is what counts.
+    let req = Request::post(format!("http://{addr}/"))
+        .header(HOST, "api.example")
+        .body(chunked(200_000))
+        .unwrap();
+    let _ = client.request(req).await;
+    let (bytes, exceeded) = read.recv().await.unwrap();
+    assert!(exceeded, "the body went on past its charge");
+    assert!(
+        bytes <= 65_536,
+        "the origin read {bytes} bytes of a 65,536-byte charge"
+    );
+}
+
+/// Over loopback, an operator that requires a length: a chunked upload is answered `411
+/// Length Required` with a body that says so, before any limit is asked (nothing is counted,
+/// the origin is not called); an upload with a length, and a request without a body, pass.
+#[tokio::test]
+async fn requests_without_a_length_are_answered_411_when_the_operator_requires_one() {
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder()
+        .max_rate(100_000, Duration::from_secs(1))
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let layer = LimitLayer::new(limiter.clone()).cost_fn(BodyBytes::new(UnknownLength::Refuse));
+    let (seen, mut read) = mpsc::unbounded_channel();
+    let addr = serve(layer.layer(reader(seen))).await;
+    let client = upload_client();
+
+    let (status, headers, body) = upload(&client, addr, chunked(10)).await;
+    assert_eq!(status, StatusCode::LENGTH_REQUIRED);
+    assert!(no_fields(&headers), "{headers:?}");
+    assert!(
+        std::str::from_utf8(&body)
+            .unwrap()
+            .contains("Content-Length"),
+        "{body:?}"
+    );
+    assert!(read.try_recv().is_err(), "the origin was called");
+    assert_eq!(
+        limiter.estimate("api.example").rate,
+        Some(0.0),
+        "nothing counted"
+    );
+
+    let (status, _, _) = upload(&client, addr, sized(10)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(read.recv().await, Some((10, false)));
+    let (status, _, _) = upload(&client, addr, Empty::new().boxed()).await;
+    assert_eq!(status, StatusCode::OK, "no body: a length of 0");
+    assert_eq!(read.recv().await, Some((0, false)));
+    assert_eq!(
+        limiter.estimate("api.example").rate,
+        Some(11.0),
+        "10 bytes, then 1"
+    );
+}
+
+/// A host's layer around a client's: a request the client's layer will not charge (its `411`)
+/// is a refusal further in, and the host's layer takes its admission back, as for any other.
+#[tokio::test]
+async fn an_inner_layers_411_gives_the_outer_layers_admission_back() {
+    let clock = ManualClock::new();
+    let per_second = |limit| {
+        Limiter::builder()
+            .max_rate(limit, Duration::from_secs(1))
+            .clock(&clock)
+            .build()
+            .unwrap()
+    };
+    let inner = LimitLayer::new(per_second(1_000_000))
+        .key_fn(|_: &Request<Upload>| "client".to_owned())
+        .cost_fn(BodyBytes::new(UnknownLength::Refuse));
+    let origin = tower::service_fn(|_: Request<ChargedBody<Upload>>| async {
+        Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
+    });
+    let service = tower::ServiceBuilder::new()
+        .layer(LimitLayer::new(per_second(2)))
+        .layer(inner)
+        .service(origin);
+    let send = |body: Upload| {
+        let req = Request::post("http://api.example/").body(body).unwrap();
+        service.clone().oneshot(req)
+    };
+    for _ in 0..3 {
+        let refused = send(chunked(10)).await.unwrap();
+        assert_eq!(refused.status(), StatusCode::LENGTH_REQUIRED);
+        let uncharged = refused.extensions().get::<Uncharged>().unwrap();
+        assert_eq!(uncharged.status, StatusCode::LENGTH_REQUIRED);
+    }
+    for _ in 0..2 {
+        let admitted = send(sized(10)).await.unwrap();
+        assert_eq!(
+            admitted.status(),
+            StatusCode::OK,
+            "the host's 2 are all left"
+        );
+    }
+    assert_eq!(
+        send(sized(10)).await.unwrap().status(),
+        StatusCode::SERVICE_UNAVAILABLE
+    );
 }
 
 proptest! {

@@ -7,7 +7,8 @@ use tower_layer::Layer;
 use super::settings::{RefusalResponse, ResponseSettings};
 #[cfg(doc)]
 use super::{
-    future::ResponseFuture, CostExtractor, KeyExtractor, LimitBody, LimitsExtractor, RejectedKey,
+    future::ResponseFuture, BodyBytes, CostExtractor, KeyExtractor, LimitBody, LimitsExtractor,
+    RejectedKey,
 };
 use super::{HostKey, LimitService, LimiterDefaults, RefuseAtOnce, UnitCost, WaitUpTo};
 use crate::{ConfigError, Limiter};
@@ -32,9 +33,13 @@ use crate::{Limits, OwnedPermit, Reason, Rejected};
 ///    limiter's defaults of the moment (a kind is turned off by saying so,
 ///    [`Limits::no_rate`](crate::Limits::no_rate)); the `RateLimit-Policy` field describes
 ///    the limits so judged.
-/// 3. It takes the request's cost: 1 by default ([`UnitCost`]), or the units a closure
-///    `Fn(&Request<B>) -> u32` given to [`cost_fn`](Self::cost_fn) (or any
-///    [`CostExtractor`]) returns: its body's bytes, say.
+/// 3. It takes the request's cost: 1 by default ([`UnitCost`]), or what the
+///    [`CostExtractor`] given to [`cost_fn`](Self::cost_fn) says: its body's bytes with
+///    [`BodyBytes`] (a body without a length charged what the operator says, and held to
+///    it), or the units a closure `Fn(&Request<B>) -> u32` returns. A request the extractor
+///    will not charge ([`Uncharged`](super::Uncharged): with `BodyBytes`, a body without a
+///    length when the operator requires one) is answered at once (`411 Length Required`),
+///    the limiter not asked.
 /// 4. It asks the limiter for an [`OwnedPermit`] for that key under those limits and for that
 ///    cost ([`Limiter::with_limits`], [`WithLimits::cost`](crate::WithLimits::cost)).
 ///    - **Admitted:** the inner service is called, and the permit travels with the request:
@@ -364,48 +369,64 @@ impl<F, L, W, C> LimitLayer<F, L, W, C> {
         }
     }
 
-    /// The same layer, counting each request as the units `cost` gives it instead of 1: a
-    /// closure `Fn(&Request<B>) -> u32` (or any [`CostExtractor`]), from its body's length,
-    /// say. A request is admitted only if all its units fit in each of its limits (see
-    /// [`WithLimits::cost`](crate::WithLimits::cost) for what a cost counts, and the limits
-    /// and `peak_rate` to set in units); one whose cost is over a limit can never fit, and is
-    /// answered `413` without `Retry-After` ([`Reason::CostOverLimit`], see
-    /// [`RefusalResponse::cost_over_limit`]). The `RateLimit` fields
-    /// count units too.
+    /// The same layer, counting each request as what `cost` says instead of 1: its body's
+    /// bytes with [`BodyBytes`], or the units a closure `Fn(&Request<B>) -> u32` (or any
+    /// [`CostExtractor`]) returns: its tokens, its weight. A request is admitted only if all
+    /// its units fit in each of its limits (see [`WithLimits::cost`](crate::WithLimits::cost)
+    /// for what a cost counts, and the limits and `peak_rate` to set in units); one whose cost
+    /// is over a limit can never fit, and is answered `413` without `Retry-After`
+    /// ([`Reason::CostOverLimit`], see [`RefusalResponse::cost_over_limit`]). The `RateLimit`
+    /// fields count units too.
+    ///
+    /// The inner service is given the request as the extractor admits it
+    /// ([`CostExtractor::admit`]): a closure's unchanged, [`BodyBytes`]' with its body held to
+    /// the bytes charged ([`ChargedBody`](super::ChargedBody)), so a client never sends more
+    /// than it paid for. Count bytes with `BodyBytes`, not with a closure reading
+    /// `Content-Length`: a body sent without one (chunked) has no size before it is read, and
+    /// whatever a closure charges it, the client can send more.
     ///
     /// # Examples
     ///
-    /// Up to 10 KB of request bodies a second per origin host:
+    /// Up to 100 KB of request bodies a second per origin host; a body without a length is
+    /// charged 64 KiB, the most it may carry:
     ///
     /// ```
     /// use std::convert::Infallible;
     /// use std::time::Duration;
-    /// use floodgate::{clock::ManualClock, Limiter, layer::LimitLayer};
-    /// use http::{header::CONTENT_LENGTH, Request, Response, StatusCode};
+    /// use bytes::Bytes;
+    /// use floodgate::layer::{BodyBytes, ChargedBody, LimitLayer, UnknownLength};
+    /// use floodgate::{clock::ManualClock, Limiter};
+    /// use http::{Request, Response, StatusCode};
+    /// use http_body_util::{combinators::BoxBody, BodyExt, Full};
     /// use tower::{service_fn, Layer, ServiceExt};
     ///
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// let clock = ManualClock::new(); // a real proxy leaves this out
     /// let limiter = Limiter::builder()
-    ///     .max_rate(10_000, Duration::from_secs(1))
+    ///     .max_rate(100_000, Duration::from_secs(1))
     ///     .clock(&clock)
     ///     .build()
     ///     .unwrap();
-    /// let bytes = |req: &Request<()>| {
-    ///     let length = req.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok());
-    ///     // Past u32::MAX: u32::MAX, refused as over any limit rather than counted as 1.
-    ///     u32::try_from(length.unwrap_or(1u64)).unwrap_or(u32::MAX).max(1)
-    /// };
-    /// let service = LimitLayer::new(limiter).cost_fn(bytes).layer(service_fn(|_: Request<()>| async {
+    /// type Upload = BoxBody<Bytes, Infallible>;
+    /// let origin = service_fn(|req: Request<ChargedBody<Upload>>| async move {
+    ///     let _body = req.into_body(); // never more than was charged
     ///     Ok::<_, Infallible>(Response::new(String::new()))
-    /// }));
-    /// let upload = |bytes: &str| {
-    ///     let req = Request::post("http://api.example/").header(CONTENT_LENGTH, bytes);
-    ///     service.clone().oneshot(req.body(()).unwrap())
+    /// });
+    /// let bytes = BodyBytes::new(UnknownLength::Charge(64 * 1024));
+    /// let service = LimitLayer::new(limiter).cost_fn(bytes).layer(origin);
+    /// let upload = |body: Upload| {
+    ///     service.clone().oneshot(Request::post("http://api.example/").body(body).unwrap())
     /// };
-    /// assert_eq!(upload("6000").await.unwrap().status(), StatusCode::OK);
-    /// assert_eq!(upload("6000").await.unwrap().status(), StatusCode::SERVICE_UNAVAILABLE);
-    /// assert_eq!(upload("4000").await.unwrap().status(), StatusCode::OK, "the 4,000 left");
+    /// let sized = || Full::new(Bytes::from(vec![0; 60_000])).boxed(); // Content-Length: 60000
+    /// let chunked = || Full::new(Bytes::from(vec![0; 60_000])).map_frame(|f| f).boxed(); // no length
+    ///
+    /// assert_eq!(upload(sized()).await.unwrap().status(), StatusCode::OK);
+    /// let refused = upload(sized()).await.unwrap();
+    /// assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE, "120,000 bytes");
+    /// clock.advance(Duration::from_secs(2)); // the window forgets them
+    /// assert_eq!(upload(chunked()).await.unwrap().status(), StatusCode::OK, "charged 65,536");
+    /// let refused = upload(chunked()).await.unwrap();
+    /// assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE, "131,072 bytes");
     /// # }
     /// ```
     pub fn cost_fn<D>(self, cost: D) -> LimitLayer<F, L, W, D> {

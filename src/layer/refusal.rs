@@ -10,7 +10,7 @@ use http::{Response, StatusCode};
 use super::body::Inner;
 use super::headers;
 use super::settings::RefusalResponse;
-use super::{LimitBody, NoKey};
+use super::{LimitBody, NoKey, Uncharged};
 use crate::fields::ratelimit::Policies;
 use crate::{Reason, Rejected};
 
@@ -144,6 +144,24 @@ pub(super) fn refuse_unkeyed<B>(no_key: NoKey) -> Response<LimitBody<B>> {
     });
     *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
     response.extensions_mut().insert(no_key);
+    response
+}
+
+/// The response to a request its cost extractor would not charge ([`Uncharged`]): its status,
+/// its `why` as a plain-text body, and the `Uncharged` in its extensions. The client's doing
+/// (a body without a length, say), so not logged.
+pub(super) fn refuse_uncharged<B>(uncharged: Uncharged) -> Response<LimitBody<B>> {
+    let body = Bytes::from_static(uncharged.why.as_bytes());
+    let mut response = Response::new(LimitBody {
+        inner: Inner::Rejected { body: Some(body) },
+        permit: None,
+    });
+    *response.status_mut() = uncharged.status;
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response.extensions_mut().insert(uncharged);
     response
 }
 
