@@ -24,7 +24,8 @@ use floodgate::clock::ManualClock;
 use floodgate::fields::client::ClientAddr;
 use floodgate::layer::{
     BodyBytes, ChargeExceeded, ChargedBody, ClientKey, HostKey, KeyExtractor, LimitLayer,
-    LimitService, RefusalResponse, RejectedKey, ShadowRejected, Uncharged, Unkeyed, UnknownLength,
+    LimitService, RefusalResponse, Refused, RejectedKey, ShadowRejected, Uncharged, Unkeyed,
+    UnknownLength,
 };
 use floodgate::{Limiter, Limits, Reason, Rejected};
 use http::header::{HeaderMap, HeaderValue, HOST, RETRY_AFTER};
@@ -960,6 +961,183 @@ async fn limits_the_limiter_cannot_judge_stay_a_bare_500_whatever_the_refusal_an
         "says what is wrong: {}",
         errors[0]
     );
+}
+
+/// A body function that writes what it was told of the refusal, one `name=value` a line.
+fn told(refused: &Refused<'_>) -> Option<(HeaderValue, Bytes)> {
+    let retry = refused
+        .retry_after
+        .map_or("none".to_owned(), |s| s.to_string());
+    let text = format!(
+        "reason={:?}\nkey={}\nlimit={}\nrate={:?}\nstatus={}\nretry_after={retry}\n",
+        refused.rejected.reason,
+        refused.key,
+        refused.rejected.limit,
+        refused.limits.rate_limit(),
+        refused.status.as_u16(),
+    );
+    Some((HeaderValue::from_static("text/plain"), text.into()))
+}
+
+/// The `name=value` lines of a body [`told`] made.
+fn lines_of(body: &[u8]) -> HashMap<String, String> {
+    std::str::from_utf8(body)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let (name, value) = line.split_once('=').unwrap();
+            (name.to_owned(), value.to_owned())
+        })
+        .collect()
+}
+
+/// Over loopback, a refusal body made from each refusal: it says the reason, the key, the
+/// limit and the very `Retry-After` the response carries (the same draw of the jitter), and a
+/// cost over the limit gets the function's body too, on its 413.
+#[tokio::test]
+async fn a_refusal_body_made_from_the_refusal_says_its_reason_limit_key_and_the_wait_sent() {
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder()
+        .max_rate(2, Duration::from_secs(1))
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let units = |req: &Request<Incoming>| {
+        let value = req.headers().get("x-units").and_then(|v| v.to_str().ok());
+        value.and_then(|v| v.parse().ok()).unwrap_or(1)
+    };
+    let layer = LimitLayer::new(limiter)
+        .cost_fn(units)
+        .retry_after_jitter(Duration::from_secs(30))
+        .unwrap()
+        .refusal(RefusalResponse::too_many_requests().body_fn(told));
+    let origins = Arc::new(Origins::default());
+    let addr = serve(layer.layer(handler(&origins))).await;
+    let client = client();
+    let send = |units: &str| {
+        let mut req = request(addr, "busy.example");
+        req.headers_mut().insert("x-units", units.parse().unwrap());
+        client.request(req)
+    };
+    assert_eq!(send("2").await.unwrap().status(), StatusCode::OK);
+    let mut draws = BTreeSet::new();
+    for _ in 0..20 {
+        let response = send("1").await.unwrap();
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        let sent = retry_after(response.headers()).unwrap();
+        assert_eq!(response.headers()["content-type"], "text/plain");
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        let told = lines_of(&body);
+        assert_eq!(told["reason"], "Rate");
+        assert_eq!(told["key"], "busy.example");
+        assert_eq!(told["limit"], "2");
+        assert_eq!(told["rate"], "Some(2)");
+        assert_eq!(told["status"], "429");
+        assert_eq!(
+            told["retry_after"],
+            sent.to_string(),
+            "the wait the response says"
+        );
+        draws.insert(sent);
+    }
+    assert!(draws.len() > 1, "the jitter never varied: {draws:?}");
+
+    let response = send("3").await.unwrap();
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(retry_after(response.headers()), None);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let told = lines_of(&body);
+    assert_eq!(told["reason"], "CostOverLimit");
+    assert_eq!(told["status"], "413");
+    assert_eq!(told["retry_after"], "none");
+    assert_eq!(calls(&origins, "busy.example"), 1);
+}
+
+/// The body function runs when the refusal is sent, not when the request is decided: a
+/// refusal whose future is dropped unpolled costs no formatting.
+#[tokio::test]
+async fn a_refusal_body_is_made_when_the_response_is_polled_and_never_before() {
+    let limiter: Limiter<String> = Limiter::builder().max_inflight(1).build().unwrap();
+    let made = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = Arc::clone(&made);
+    let refusal = RefusalResponse::default().body_fn(move |refused| {
+        count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        told(refused)
+    });
+    let origin = tower::service_fn(|_: Request<()>| async {
+        Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
+    });
+    let mut service = LimitService::new(origin, limiter.clone()).refusal(refusal);
+    let _busy = limiter.try_acquire_owned("api.example").unwrap();
+    let request = || {
+        Request::builder()
+            .uri("http://api.example/")
+            .body(())
+            .unwrap()
+    };
+    let dropped = service.ready().await.unwrap().call(request());
+    drop(dropped);
+    let refused = service.ready().await.unwrap().call(request());
+    let made_now = || made.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(made_now(), 0, "decided, not yet polled");
+    let refused = refused.await.unwrap();
+    assert_eq!(made_now(), 1);
+    let body = refused.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(lines_of(&body)["reason"], "Inflight");
+    assert_eq!(lines_of(&body)["retry_after"], "none");
+}
+
+/// A body function that panics does not take the request down: the refusal is answered as
+/// without a body of the operator's (empty for a 503; the retrying-will-not-help text for a
+/// 413), and the layer says so once.
+#[tokio::test]
+async fn a_refusal_body_function_that_panics_leaves_the_default_answer_and_is_logged_once() {
+    record_logs();
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder()
+        .max_rate(1, Duration::from_secs(1))
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let origin = tower::service_fn(|_: Request<()>| async {
+        Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
+    });
+    let refusal = RefusalResponse::default()
+        .body_fn(|refused: &Refused<'_>| panic!("a bug in the body of {}", refused.key));
+    let service = LimitService::new(origin, limiter)
+        .cost_fn(|req: &Request<()>| if req.uri().path() == "/big" { 2 } else { 1 })
+        .refusal(refusal);
+    let request = |path: &str| {
+        let uri = format!("http://api.example{path}");
+        Request::builder().uri(uri).body(()).unwrap()
+    };
+    assert_eq!(
+        service
+            .clone()
+            .oneshot(request("/"))
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
+    for _ in 0..3 {
+        let refused = service.clone().oneshot(request("/")).await.unwrap();
+        assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(retry_after(refused.headers()).is_some());
+        let body = refused.into_body().collect().await.unwrap().to_bytes();
+        assert!(body.is_empty(), "{body:?}");
+    }
+    let refused = service.clone().oneshot(request("/big")).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let body = refused.into_body().collect().await.unwrap().to_bytes();
+    assert!(std::str::from_utf8(&body)
+        .unwrap()
+        .contains("will not help"));
+    let logged = LOGGED.lock().unwrap();
+    let panics = logged
+        .iter()
+        .filter(|m| m.contains("body function panicked"));
+    assert_eq!(panics.count(), 1, "told once: {logged:?}");
 }
 
 /// Every record logged in this test binary (the layer logs a misconfiguration once).

@@ -55,6 +55,16 @@ impl Policies {
         Policies { limits, interval }
     }
 
+    /// The limits these policies describe.
+    pub const fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// The rate limit's interval, which `w` is in whole seconds.
+    pub const fn interval(&self) -> Option<Duration> {
+        self.interval
+    }
+
     /// The policies of a request's own limits, or of `limiter`'s defaults as they are now.
     pub fn of<K>(limiter: &Limiter<K>, own: Option<Limits>) -> Policies
     where

@@ -10,7 +10,6 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 #[cfg(doc)]
 use super::LimitService;
 use crate::fields::ratelimit::Policies;
-use crate::fields::retry::retry_after_secs;
 use crate::{Estimate, Rejected};
 
 /// The `RateLimit-Policy` field's name.
@@ -47,12 +46,6 @@ impl Admitted {
             fields.append(ratelimit(), limit);
         }
     }
-}
-
-/// `Retry-After` for `rejected` (see [`retry_after_secs`]); `None` where the wait is
-/// unknown.
-pub(super) fn retry_after(rejected: &Rejected, jitter_secs: u64) -> Option<HeaderValue> {
-    retry_after_secs(rejected, jitter_secs).map(HeaderValue::from)
 }
 
 /// `RateLimit-Policy` for `policies`, as a field value.

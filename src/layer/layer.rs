@@ -579,8 +579,9 @@ impl<F, L, W, C> LimitLayer<F, L, W, C> {
     }
 
     /// How a request over a limit is answered: `503` with an empty body and every field by
-    /// default; see [`RefusalResponse`] for `429`, a body of the operator's, and leaving the
-    /// RateLimit fields out.
+    /// default; see [`RefusalResponse`] for `429`, a body of the operator's (the same bytes
+    /// for every refusal, or made from each one by
+    /// [`body_fn`](RefusalResponse::body_fn)), and leaving the RateLimit fields out.
     ///
     /// # Examples
     ///

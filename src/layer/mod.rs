@@ -15,8 +15,9 @@
 //! its refusals in `service.rs`, [`ResponseFuture`](future::ResponseFuture) in `response.rs`, [`LimitBody`] in
 //! `body.rs`, the keys in `key.rs`, the per-request limits in `limits.rs` and costs in `cost.rs`
 //! (the request body held to its charge in `charged.rs`), the
-//! `RateLimit-Policy`, `RateLimit` and `Retry-After` values in `headers.rs`, what responses say
-//! beyond the decision ([`RefusalResponse`]) in `settings.rs`, the refusal's building in
+//! `RateLimit-Policy` and `RateLimit` field values in `headers.rs`, what responses say beyond
+//! the decision ([`RefusalResponse`]) in `settings.rs`, the refusal's building (its
+//! `Retry-After` included, and what an operator's body function sees of it, [`Refused`]) in
 //! `refusal.rs`, and the waiting mode's [`WaitFuture`](future::WaitFuture) in `wait.rs`.
 
 mod body;
@@ -44,7 +45,7 @@ pub use key::{HostKey, KeyExtractor, NoKey, Unkeyed};
 pub use layer::LimitLayer;
 pub use limits::{LimiterDefaults, LimitsExtractor};
 pub use mode::{RefuseAtOnce, WaitUpTo};
-pub use refusal::RejectedKey;
+pub use refusal::{Refused, RejectedKey};
 pub use response::ShadowRejected;
 pub use service::LimitService;
 pub use settings::RefusalResponse;

@@ -1,7 +1,9 @@
 //! The response to a refused request: what it is built from, and the building, which waits
 //! until the response future is polled.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
@@ -9,10 +11,11 @@ use http::{Response, StatusCode};
 
 use super::body::Inner;
 use super::headers;
-use super::settings::RefusalResponse;
+use super::settings::{RefusalBody, RefusalResponse};
 use super::{LimitBody, NoKey, Uncharged};
 use crate::fields::ratelimit::Policies;
-use crate::{Reason, Rejected};
+use crate::fields::retry::retry_after_secs;
+use crate::{Limits, Reason, Rejected};
 
 /// A refused request: what its response is built from when the future is polled (nothing is
 /// formatted before then).
@@ -53,6 +56,48 @@ pub(super) struct Refusal {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RejectedKey(pub String);
+
+/// A refusal over a limit, as the operator's body function sees it
+/// ([`RefusalResponse::body_fn`]): what the response says, to say it again in the body, in
+/// words of the API's own.
+///
+/// Borrowed from the refusal while its response is built, when the response future is
+/// polled.
+///
+/// # Examples
+///
+/// ```
+/// use floodgate::layer::Refused;
+/// use floodgate::Reason;
+///
+/// fn explain(refused: &Refused<'_>) -> String {
+///     match (refused.rejected.reason, refused.retry_after) {
+///         (Reason::Rate, Some(secs)) => format!("over {} requests: retry in {secs} s", refused.rejected.limit),
+///         (Reason::CostOverLimit, _) => "too large for any quota: do not retry".to_owned(),
+///         _ => format!("refused with {}", refused.status),
+///     }
+/// }
+/// # let _ = explain;
+/// ```
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct Refused<'a> {
+    /// Why the request was refused, the count it was judged by, the limit, and the exact
+    /// wait (`retry_after`, before rounding and jitter).
+    pub rejected: &'a Rejected,
+    /// The key it was judged under (a tenant's, a client's address: the operator decides
+    /// whether the client may read it).
+    pub key: &'a str,
+    /// The limits it was judged against (its own, or the limiter's defaults then).
+    pub limits: Limits,
+    /// The limiter's rate interval, which a rate limit counts over.
+    pub interval: Option<Duration>,
+    /// The response's status.
+    pub status: StatusCode,
+    /// The seconds the response's `Retry-After` says, jitter included; `None` when it has
+    /// none (the wait is unknown, or no wait helps).
+    pub retry_after: Option<u64>,
+}
 
 /// The body of a request whose cost alone is over a limit: no wait admits it. It names no
 /// number, so it says nothing the RateLimit fields (which the operator may keep back) would
@@ -98,14 +143,16 @@ pub(super) fn refuse<B>(refusal: Option<Refusal>) -> Response<LimitBody<B>> {
         misconfigured(&rejected);
     } else {
         let never = rejected.reason == Reason::CostOverLimit;
-        *response.status_mut() = if never {
+        let status = if never {
             answer.cost_over_limit
         } else {
             answer.status
         };
+        *response.status_mut() = status;
+        let retry_after = retry_after_secs(&rejected, jitter_secs);
         let fields = response.headers_mut();
-        if let Some(retry_after) = headers::retry_after(&rejected, jitter_secs) {
-            fields.insert(RETRY_AFTER, retry_after);
+        if let Some(secs) = retry_after {
+            fields.insert(RETRY_AFTER, HeaderValue::from(secs));
         }
         if answer.ratelimit_fields {
             if let Some(policy) = headers::policy_field(&policies) {
@@ -115,14 +162,28 @@ pub(super) fn refuse<B>(refusal: Option<Refusal>) -> Response<LimitBody<B>> {
                 fields.insert(headers::ratelimit(), limit);
             }
         }
-        let body = if never {
-            Some((
+        let made = match &answer.body {
+            RefusalBody::Made(make) => made_body(
+                make.as_ref(),
+                &Refused {
+                    rejected: &rejected,
+                    key: &key,
+                    limits: policies.limits(),
+                    interval: policies.interval(),
+                    status,
+                    retry_after,
+                },
+            ),
+            RefusalBody::Empty | RefusalBody::Fixed(..) => None,
+        };
+        let body = made.or_else(|| match answer.body {
+            _ if never => Some((
                 HeaderValue::from_static("text/plain; charset=utf-8"),
                 Bytes::from_static(NEVER_FITS.as_bytes()),
-            ))
-        } else {
-            answer.body
-        };
+            )),
+            RefusalBody::Fixed(content_type, body) => Some((content_type, body)),
+            RefusalBody::Empty | RefusalBody::Made(_) => None,
+        });
         if let Some((content_type, body)) = body {
             fields.insert(CONTENT_TYPE, content_type);
             response.body_mut().inner = Inner::Rejected { body: Some(body) };
@@ -185,6 +246,31 @@ pub(super) fn tell_unkeyed(no_key: &NoKey) {
         super::Unkeyed::Serve => "serving them unlimited",
     };
     log::error!("{}; {then} (told once)", no_key.why);
+}
+
+/// The operator's body for `refused`, or `None` (the default body) if the function gave
+/// none or panicked: a panic is caught rather than taking the connection down, and said once
+/// per process, at error level.
+fn made_body(
+    make: &(dyn Fn(&Refused<'_>) -> Option<(HeaderValue, Bytes)> + Send + Sync),
+    refused: &Refused<'_>,
+) -> Option<(HeaderValue, Bytes)> {
+    // Unwind safety: the function sees the refusal by shared reference, and nothing of it is
+    // used after a panic.
+    match catch_unwind(AssertUnwindSafe(|| make(refused))) {
+        Ok(body) => body,
+        Err(_) => {
+            static TOLD: AtomicBool = AtomicBool::new(false);
+            // Relaxed: the flag only keeps a flood of lines out.
+            if !TOLD.swap(true, Ordering::Relaxed) {
+                log::error!(
+                    "floodgate layer: the refusal body function panicked; answering such \
+                     refusals without its body (told once)"
+                );
+            }
+            None
+        }
+    }
 }
 
 /// Says once per process, at error level, that requests are answered 500 because the limits

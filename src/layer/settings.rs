@@ -3,6 +3,7 @@
 //! ([`RefusalResponse`]: its status, body and fields). The layer's switches, copied into each
 //! service it makes.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -12,6 +13,7 @@ use http::StatusCode;
 use super::headers::Admitted;
 #[cfg(doc)]
 use super::LimitLayer;
+use super::Refused;
 use crate::fields::ratelimit::Policies;
 use crate::{ConfigError, Limiter};
 
@@ -51,13 +53,43 @@ pub(super) const MAX_RETRY_AFTER_JITTER: Duration = Duration::from_secs(3_600);
 /// );
 /// # let _ = layer;
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RefusalResponse {
     pub(super) status: StatusCode,
     /// The status of a request whose cost is over a limit.
     pub(super) cost_over_limit: StatusCode,
-    pub(super) body: Option<(HeaderValue, Bytes)>,
+    pub(super) body: RefusalBody,
     pub(super) ratelimit_fields: bool,
+}
+
+/// An operator's function from a refusal to its body and `Content-Type`.
+type MakeBody = dyn Fn(&Refused<'_>) -> Option<(HeaderValue, Bytes)> + Send + Sync;
+
+/// The body a refusal over a limit is answered with.
+#[derive(Clone)]
+pub(super) enum RefusalBody {
+    /// Nothing (a cost over a limit still gets its own text).
+    Empty,
+    /// The same bytes for every refusal a wait can cure.
+    Fixed(HeaderValue, Bytes),
+    /// Made from each refusal by the operator's function.
+    Made(Arc<MakeBody>),
+}
+
+impl std::fmt::Debug for RefusalResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let body = match &self.body {
+            RefusalBody::Empty => "empty",
+            RefusalBody::Fixed(..) => "fixed",
+            RefusalBody::Made(_) => "made by a function",
+        };
+        f.debug_struct("RefusalResponse")
+            .field("status", &self.status)
+            .field("cost_over_limit", &self.cost_over_limit)
+            .field("body", &body)
+            .field("ratelimit_fields", &self.ratelimit_fields)
+            .finish()
+    }
 }
 
 impl Default for RefusalResponse {
@@ -73,7 +105,7 @@ impl RefusalResponse {
         RefusalResponse {
             status: StatusCode::SERVICE_UNAVAILABLE,
             cost_over_limit: StatusCode::PAYLOAD_TOO_LARGE,
-            body: None,
+            body: RefusalBody::Empty,
             ratelimit_fields: true,
         }
     }
@@ -87,13 +119,88 @@ impl RefusalResponse {
         }
     }
 
-    /// The refusal's body, with its `Content-Type`. The same bytes for every refusal, never
-    /// copied. Static bytes (`&'static str`, `HeaderValue::from_static`) cost a refusal
-    /// nothing more; owned ones are shared, one reference count taken per refusal. The
-    /// response body's data type must be made from `Bytes`, as hyper's and axum's are.
+    /// The body of a refusal a wait can cure (over the rate or the in-flight limit), with its
+    /// `Content-Type`. The same bytes for every refusal, never copied. Static bytes
+    /// (`&'static str`, `HeaderValue::from_static`) cost a refusal nothing more; owned ones
+    /// are shared, one reference count taken per refusal. The response body's data type must
+    /// be made from `Bytes`, as hyper's and axum's are. A request whose cost is over a limit
+    /// keeps its own body, which says retrying will not help. Replaces a
+    /// [`body_fn`](Self::body_fn).
     pub fn body(self, content_type: HeaderValue, body: impl Into<Bytes>) -> Self {
         RefusalResponse {
-            body: Some((content_type, body.into())),
+            body: RefusalBody::Fixed(content_type, body.into()),
+            ..self
+        }
+    }
+
+    /// A refusal's body and `Content-Type`, made from the refusal by `body`: what the
+    /// [`Refused`] says (the reason, the limit, the key, the `Retry-After` sent, the status),
+    /// for a body that tells the client why and for how long, in the API's own format.
+    /// Replaces a fixed [`body`](Self::body).
+    ///
+    /// It is called for every refusal over a limit, a cost over a limit included (its
+    /// status says which), when the response is polled, never before: a refusal dropped
+    /// unanswered costs nothing. `None` leaves the refusal as it would be without a body of
+    /// the operator's (empty; for a cost over a limit, the text that says retrying will not
+    /// help). Keep it cheap: a flood is mostly refusals. It should not panic; if it does, the
+    /// panic is caught, the refusal is answered as for `None`, and the layer says so once, at
+    /// error level, through the `log` facade.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use floodgate::layer::{LimitLayer, RefusalResponse, Refused};
+    /// use floodgate::{clock::ManualClock, Limiter, Reason};
+    /// use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+    /// use http::{Request, Response, StatusCode};
+    /// use http_body_util::BodyExt;
+    /// use tower::{service_fn, Layer, ServiceExt};
+    ///
+    /// /// A JSON problem, as the API's other errors are.
+    /// fn problem(refused: &Refused<'_>) -> Option<(HeaderValue, bytes::Bytes)> {
+    ///     let reason = match refused.rejected.reason {
+    ///         Reason::Rate => "rate",
+    ///         Reason::Inflight => "in-flight",
+    ///         Reason::CostOverLimit => "too-large",
+    ///         _ => return None,
+    ///     };
+    ///     let retry = refused.retry_after.map_or("null".to_owned(), |secs| secs.to_string());
+    ///     let json = format!(
+    ///         r#"{{"limit":"{reason}","quota":{},"retry_after":{retry}}}"#,
+    ///         refused.rejected.limit
+    ///     );
+    ///     Some((HeaderValue::from_static("application/problem+json"), json.into()))
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let clock = ManualClock::new(); // a real proxy leaves this out
+    /// let limiter = Limiter::builder()
+    ///     .max_rate(1, Duration::from_secs(1))
+    ///     .clock(&clock)
+    ///     .build()
+    ///     .unwrap();
+    /// let layer = LimitLayer::new(limiter)
+    ///     .refusal(RefusalResponse::too_many_requests().body_fn(problem));
+    /// let origin = service_fn(|_: Request<String>| async { Ok::<_, Infallible>(Response::new(String::new())) });
+    /// let service = layer.layer(origin);
+    /// let request = || Request::builder().uri("http://api.example/").body(String::new()).unwrap();
+    /// service.clone().oneshot(request()).await.unwrap();
+    /// let refused = service.oneshot(request()).await.unwrap();
+    /// assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    /// assert_eq!(refused.headers()[CONTENT_TYPE], "application/problem+json");
+    /// assert_eq!(refused.headers()[RETRY_AFTER], "2");
+    /// let body = refused.into_body().collect().await.unwrap().to_bytes();
+    /// assert_eq!(&body[..], br#"{"limit":"rate","quota":1,"retry_after":2}"#);
+    /// # }
+    /// ```
+    pub fn body_fn<G>(self, body: G) -> Self
+    where
+        G: Fn(&Refused<'_>) -> Option<(HeaderValue, Bytes)> + Send + Sync + 'static,
+    {
+        RefusalResponse {
+            body: RefusalBody::Made(Arc::new(body)),
             ..self
         }
     }
