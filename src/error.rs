@@ -171,6 +171,15 @@ pub enum ConfigError {
         /// The status asked for.
         status: u16,
     },
+    /// A name for a policy of the RateLimit fields (`fields::ratelimit::PolicyNames`) that a
+    /// client could not read: empty, with a character a Structured Field String cannot carry,
+    /// or the same for both policies.
+    PolicyName {
+        /// The name given.
+        name: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -284,6 +293,9 @@ impl fmt::Display for ConfigError {
                 f,
                 "a Retry-After jitter of {asked:?} is too long: it must be at most {max:?}"
             ),
+            ConfigError::PolicyName { name, why } => {
+                write!(f, "the RateLimit policy name {name:?} {why}")
+            }
             ConfigError::RefusalStatus { status } => write!(
                 f,
                 "a refusal must answer with a client or a server error (400 to 599), not {status}"

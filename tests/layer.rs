@@ -22,6 +22,7 @@ use bytes::Bytes;
 use common::layer::{list, origin_form, parse_list, single, Bare, Item};
 use floodgate::clock::ManualClock;
 use floodgate::fields::client::ClientAddr;
+use floodgate::fields::ratelimit::{Policies, PolicyNames};
 use floodgate::layer::{
     BodyBytes, ChargeExceeded, ChargedBody, ClientKey, HostKey, KeyExtractor, LimitLayer,
     LimitService, RefusalResponse, Refused, RejectedKey, ShadowRejected, Uncharged, Unkeyed,
@@ -969,8 +970,9 @@ fn told(refused: &Refused<'_>) -> Option<(HeaderValue, Bytes)> {
         .retry_after
         .map_or("none".to_owned(), |s| s.to_string());
     let text = format!(
-        "reason={:?}\nkey={}\nlimit={}\nrate={:?}\nstatus={}\nretry_after={retry}\n",
+        "reason={:?}\npolicy={:?}\nkey={}\nlimit={}\nrate={:?}\nstatus={}\nretry_after={retry}\n",
         refused.rejected.reason,
+        refused.policy,
         refused.key,
         refused.rejected.limit,
         refused.limits.rate_limit(),
@@ -1029,6 +1031,7 @@ async fn a_refusal_body_made_from_the_refusal_says_its_reason_limit_key_and_the_
         let body = response.into_body().collect().await.unwrap().to_bytes();
         let told = lines_of(&body);
         assert_eq!(told["reason"], "Rate");
+        assert_eq!(told["policy"], "Some(\"rate\")", "as RateLimit names it");
         assert_eq!(told["key"], "busy.example");
         assert_eq!(told["limit"], "2");
         assert_eq!(told["rate"], "Some(2)");
@@ -1048,6 +1051,7 @@ async fn a_refusal_body_made_from_the_refusal_says_its_reason_limit_key_and_the_
     let body = response.into_body().collect().await.unwrap().to_bytes();
     let told = lines_of(&body);
     assert_eq!(told["reason"], "CostOverLimit");
+    assert_eq!(told["policy"], "None");
     assert_eq!(told["status"], "413");
     assert_eq!(told["retry_after"], "none");
     assert_eq!(calls(&origins, "busy.example"), 1);
@@ -1896,6 +1900,94 @@ async fn stacked_layers_charge_the_outer_key_only_for_what_the_inner_one_admits(
     }
 }
 
+/// Over loopback, a host's layer around a client's, both putting the fields on admitted
+/// responses, each with policy names of its own: one response carries both lists, and a client
+/// tells every item apart and finds each `RateLimit` item's policy. A refusal of the client's
+/// layer names the client's policy.
+#[tokio::test]
+async fn stacked_layers_with_names_of_their_own_send_items_a_client_can_tell_apart() {
+    let clock = ManualClock::new();
+    let limiter = |rate| {
+        Limiter::builder()
+            .max_inflight(100)
+            .max_rate(rate, Duration::from_secs(1))
+            .clock(&clock)
+            .build()
+            .unwrap()
+    };
+    let names = |rate: &str, inflight: &str| PolicyNames::new(rate, inflight).unwrap();
+    let addrs = ClientAddr::new().trust("127.0.0.0/8".parse().unwrap());
+    let clients = LimitLayer::new(limiter(3))
+        .key_fn(ClientKey::new(addrs))
+        .ratelimit_headers_on_admitted(true)
+        .policy_names(names("client", "client-inflight"));
+    let hosts = LimitLayer::new(limiter(5))
+        .ratelimit_headers_on_admitted(true)
+        .policy_names(names("host", "host-inflight"));
+    let origins = Arc::new(Origins::default());
+    let service = tower::ServiceBuilder::new()
+        .layer(hosts)
+        .layer(clients)
+        .service(handler(&origins));
+    let addr = serve(service).await;
+    let client = client();
+    let send = || {
+        let mut req = request(addr, "origin.example");
+        req.headers_mut()
+            .insert("x-forwarded-for", "192.0.2.7".parse().unwrap());
+        fetch(&client, req)
+    };
+
+    for sent in 1..=3i64 {
+        let (status, headers) = send().await;
+        assert_eq!(status, StatusCode::OK);
+        let policies = list(&headers, "ratelimit-policy");
+        let named: Vec<&str> = policies.iter().map(Item::name).collect();
+        assert_eq!(
+            named,
+            ["client", "client-inflight", "host", "host-inflight"],
+            "every policy once, in one list"
+        );
+        let limits = list(&headers, "ratelimit");
+        let named: Vec<&str> = limits.iter().map(Item::name).collect();
+        assert_eq!(named, ["client", "host"], "each layer's closest policy");
+        assert_eq!(limits[0].int("r"), Some(3 - sent));
+        assert_eq!(limits[1].int("r"), Some(5 - sent));
+    }
+    let (status, headers) = send().await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let refused = single(&headers, "ratelimit");
+    assert_eq!((refused.name(), refused.int("r")), ("client", Some(0)));
+    let named: Vec<String> = list(&headers, "ratelimit-policy")
+        .iter()
+        .map(|item| item.name().to_owned())
+        .collect();
+    assert_eq!(
+        named,
+        ["client", "client-inflight"],
+        "the client's refusal alone"
+    );
+}
+
+/// A refusal for `reason` of a request under a limit of 1, as the limiter makes it.
+fn refused_for(reason: Reason) -> Rejected {
+    let limiter: Limiter<String> = Limiter::builder()
+        .max_inflight(1)
+        .max_rate(1, Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let _first = limiter.try_acquire("key").unwrap();
+    let rejected = match reason {
+        Reason::Inflight => limiter.try_acquire("key").unwrap_err(),
+        _ => {
+            let plan = Limits::new().max_rate(1).no_inflight();
+            limiter.with_limits(plan).try_acquire("key").unwrap_err()
+        }
+    };
+    assert_eq!(rejected.reason, reason);
+    rejected
+}
+
 /// Over loopback, a layer whose requests cost their `x-units` header: 10 units a second per
 /// host, so 4 + 4 are served, 4 more are refused (with the RateLimit fields in units), the 2
 /// left are served, and 11 can never fit: a 413 without `Retry-After`.
@@ -2223,6 +2315,43 @@ async fn an_inner_layers_411_gives_the_outer_layers_admission_back() {
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Any two strings as policy names: refused when they are made (empty, a character a
+    /// Structured Field String cannot carry, or both alike), or else every field built with
+    /// them parses, with a strict reader, back to the very names.
+    #[test]
+    fn policy_names_are_refused_when_made_or_read_back_as_given(
+        rate in prop_oneof![any::<String>(), "[ -~]{0,12}", Just(String::new()), Just("\"\\".to_owned())],
+        inflight in prop_oneof![any::<String>(), "[ -~]{0,12}", Just("rate".to_owned())],
+    ) {
+        let carried = |name: &str| !name.is_empty() && name.bytes().all(|b| (0x20..=0x7e).contains(&b));
+        match PolicyNames::new(&rate, &inflight) {
+            Err(error) => {
+                prop_assert!(!carried(&rate) || !carried(&inflight) || rate == inflight, "{error}");
+                let said = error.to_string();
+                prop_assert!(said.contains("policy name"), "{said}");
+            }
+            Ok(names) => {
+                prop_assert!(carried(&rate) && carried(&inflight) && rate != inflight);
+                prop_assert_eq!((names.rate(), names.inflight()), (rate.as_str(), inflight.as_str()));
+                let policies = Policies::new(
+                    Limits::new().max_rate(u32::MAX).max_inflight(0),
+                    Some(Duration::MAX),
+                );
+                let items = parse_list(&policies.policy_named(&names).unwrap());
+                let read: Vec<&str> = items.iter().map(Item::name).collect();
+                prop_assert_eq!(read, [rate.as_str(), inflight.as_str()]);
+                for reason in [Reason::Rate, Reason::Inflight] {
+                    let rejected = refused_for(reason);
+                    let field = policies.refused_named(&rejected, &names).unwrap();
+                    let item = parse_list(&field).remove(0);
+                    prop_assert_eq!(Some(item.name()), names.of(reason));
+                }
+                // Names a header value takes as they are.
+                prop_assert!(HeaderValue::try_from(policies.policy_named(&names).unwrap()).is_ok());
+            }
+        }
+    }
 
     /// A `Retry-After` jitter anywhere from 0 to `Duration::MAX`: refused past the layer's
     /// maximum with an error that says it, or else a refusal's `Retry-After` within the exact

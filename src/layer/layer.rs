@@ -11,6 +11,7 @@ use super::{
     RejectedKey,
 };
 use super::{HostKey, LimitService, LimiterDefaults, RefuseAtOnce, UnitCost, WaitUpTo};
+use crate::fields::ratelimit::PolicyNames;
 use crate::{ConfigError, Limiter};
 #[cfg(doc)]
 use crate::{Limits, OwnedPermit, Reason, Rejected};
@@ -88,10 +89,13 @@ use crate::{Limits, OwnedPermit, Reason, Rejected};
 /// responses carry the two fields as well.
 ///
 /// Both fields are Structured Field lists (RFC 9651) whose items are named by a policy, one
-/// per kind of limit: `"rate"` for the rate limit and `"inflight"` for the in-flight limit.
-/// The names say which limit; they do not name the key (a request's limits apply to its key
-/// alone, and the draft's partition key `pk` is not sent: a key may be a tenant or an API key
-/// that should not be echoed, draft §6.1).
+/// per kind of limit: `"rate"` for the rate limit and `"inflight"` for the in-flight limit,
+/// or the names given to [`policy_names`](Self::policy_names). The names say which limit;
+/// they do not name the key (a request's limits apply to its key alone, and the draft's
+/// partition key `pk` is not sent: a key may be a tenant or an API key that should not be
+/// echoed, draft §6.1). Layers whose fields can meet in one response (stacked layers with
+/// admitted responses carrying them, or an origin with fields of its own) need names of their
+/// own, or a client cannot tell which `RateLimit` item is whose.
 ///
 /// - **`Retry-After`**, on a 503 for the rate limit: the seconds until the same request would
 ///   fit, rounded up, at least 1. With [`retry_after_jitter(max)`](Self::retry_after_jitter),
@@ -136,7 +140,8 @@ use crate::{Limits, OwnedPermit, Reason, Rejected};
 /// On an admitted response the two fields are appended, not inserted: fields the inner
 /// service set for policies of its own stay, and the lists join (RFC 9651 §3.1). Their values
 /// are built from integers (at most 15 digits, the most a Structured Field Integer carries)
-/// and fixed ASCII names, so building them never fails or panics.
+/// and policy names checked when they were given ([`PolicyNames`]), so building them never
+/// fails or panics.
 ///
 /// # Sharing one limit
 ///
@@ -619,6 +624,53 @@ impl<F, L, W, C> LimitLayer<F, L, W, C> {
         }
     }
 
+    /// Names the policies of the `RateLimit-Policy` and `RateLimit` fields: `"rate"` and
+    /// `"inflight"` unless told otherwise. Give each layer whose fields can meet others in one
+    /// response names of its own: a host's layer around a client's, both telling admitted
+    /// responses their fields, send two `RateLimit-Policy` lists on one response, and with
+    /// the same names a client cannot tell whose `RateLimit` item is whose. The names are
+    /// checked when they are made ([`PolicyNames::new`]): a name a client could not parse is a
+    /// [`ConfigError`] then, never a broken field later. The limiter's
+    /// [`name`](crate::LimiterBuilder::name), a label of its metrics, is not sent.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use floodgate::fields::ratelimit::PolicyNames;
+    /// use floodgate::layer::LimitLayer;
+    /// use floodgate::{clock::ManualClock, Limiter};
+    /// use http::{Request, Response};
+    /// use tower::{service_fn, ServiceBuilder, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), floodgate::ConfigError> {
+    /// let clock = ManualClock::new(); // a real proxy leaves this out
+    /// let per_second = |n| Limiter::builder().max_rate(n, Duration::from_secs(1)).clock(&clock).build();
+    /// let hosts = LimitLayer::new(per_second(100)?)
+    ///     .ratelimit_headers_on_admitted(true)
+    ///     .policy_names(PolicyNames::new("host", "host-inflight")?);
+    /// let tenants = LimitLayer::new(per_second(10)?)
+    ///     .key_fn(|_: &Request<()>| "acme".to_owned())
+    ///     .ratelimit_headers_on_admitted(true)
+    ///     .policy_names(PolicyNames::new("tenant", "tenant-inflight")?);
+    /// let origin = service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(String::new())) });
+    /// let service = ServiceBuilder::new().layer(hosts).layer(tenants).service(origin);
+    /// let request = Request::builder().uri("http://api.example/").body(()).unwrap();
+    /// let response = service.oneshot(request).await.unwrap();
+    /// let policies: Vec<_> = response.headers().get_all("ratelimit-policy").iter().collect();
+    /// assert_eq!(policies, [r#""tenant";q=10;w=1"#, r#""host";q=100;w=1"#]);
+    /// let left: Vec<_> = response.headers().get_all("ratelimit").iter().collect();
+    /// assert_eq!(left, [r#""tenant";r=9;t=2"#, r#""host";r=99;t=2"#]);
+    /// # Ok(()) }
+    /// ```
+    pub fn policy_names(self, names: PolicyNames) -> Self {
+        LimitLayer {
+            fields: self.fields.names(names),
+            ..self
+        }
+    }
+
     /// The limiter, for its [`heavy_hitters`](Limiter::heavy_hitters) and
     /// [`stats`](Limiter::stats).
     ///
@@ -660,6 +712,7 @@ impl<F, L, W: std::fmt::Debug, C> std::fmt::Debug for LimitLayer<F, L, W, C> {
             .field("ratelimit_headers_on_admitted", &self.fields.on_admitted)
             .field("retry_after_jitter_secs", &self.fields.jitter_secs)
             .field("refusal", &self.fields.refusal)
+            .field("policy_names", &self.fields.names)
             .field("mode", &self.mode)
             .finish_non_exhaustive()
     }

@@ -13,7 +13,7 @@ use super::body::Inner;
 use super::headers;
 use super::settings::{RefusalBody, RefusalResponse};
 use super::{LimitBody, NoKey, Uncharged};
-use crate::fields::ratelimit::Policies;
+use crate::fields::ratelimit::{Policies, PolicyNames};
 use crate::fields::retry::retry_after_secs;
 use crate::{Limits, Reason, Rejected};
 
@@ -26,6 +26,8 @@ pub(super) struct Refusal {
     pub(super) key: String,
     /// The limits the decision was judged against.
     pub(super) policies: Policies,
+    /// The names of their policies.
+    pub(super) names: PolicyNames,
     pub(super) jitter_secs: u64,
     /// How the operator answers a request over a limit.
     pub(super) response: RefusalResponse,
@@ -92,6 +94,9 @@ pub struct Refused<'a> {
     pub limits: Limits,
     /// The limiter's rate interval, which a rate limit counts over.
     pub interval: Option<Duration>,
+    /// The name of the policy that refused, as `RateLimit` names it; `None` for a cost over
+    /// a limit.
+    pub policy: Option<&'a str>,
     /// The response's status.
     pub status: StatusCode,
     /// The seconds the response's `Retry-After` says, jitter included; `None` when it has
@@ -129,6 +134,7 @@ pub(super) fn refuse<B>(refusal: Option<Refusal>) -> Response<LimitBody<B>> {
         rejected,
         key,
         policies,
+        names,
         jitter_secs,
         response: answer,
     }) = refusal
@@ -155,10 +161,10 @@ pub(super) fn refuse<B>(refusal: Option<Refusal>) -> Response<LimitBody<B>> {
             fields.insert(RETRY_AFTER, HeaderValue::from(secs));
         }
         if answer.ratelimit_fields {
-            if let Some(policy) = headers::policy_field(&policies) {
+            if let Some(policy) = headers::policy_field(&policies, &names) {
                 fields.insert(headers::ratelimit_policy(), policy);
             }
-            if let Some(limit) = headers::refused_field(&policies, &rejected) {
+            if let Some(limit) = headers::refused_field(&policies, &rejected, &names) {
                 fields.insert(headers::ratelimit(), limit);
             }
         }
@@ -170,6 +176,7 @@ pub(super) fn refuse<B>(refusal: Option<Refusal>) -> Response<LimitBody<B>> {
                     key: &key,
                     limits: policies.limits(),
                     interval: policies.interval(),
+                    policy: names.of(rejected.reason),
                     status,
                     retry_after,
                 },
@@ -307,6 +314,7 @@ mod tests {
                 Limits::new().max_inflight(2).max_rate(2),
                 Some(Duration::from_secs(1)),
             ),
+            names: PolicyNames::default(),
             jitter_secs: 0,
             response: RefusalResponse::default(),
         }

@@ -145,6 +145,7 @@ impl<Fut> State<Fut> {
                 rejected,
                 key,
                 policies,
+                names: settings.names.clone(),
                 jitter_secs: settings.jitter_secs,
                 response: settings.refusal.clone(),
             }),
@@ -271,6 +272,7 @@ mod tests {
                         Limits::new().max_rate(2),
                         Some(Duration::from_secs(1))
                     ),
+                    names: Default::default(),
                     jitter_secs: 0,
                     response: crate::layer::RefusalResponse::default(),
                 }),

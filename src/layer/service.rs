@@ -19,7 +19,7 @@ use super::{
     CostExtractor, HostKey, KeyExtractor, LimitBody, LimiterDefaults, LimitsExtractor, NoKey,
     RefuseAtOnce, UnitCost, Unkeyed, WaitUpTo,
 };
-use crate::fields::ratelimit::Policies;
+use crate::fields::ratelimit::{Policies, PolicyNames};
 use crate::{ConfigError, Limiter};
 
 /// The service a [`LimitLayer`] makes: limits requests per key, refuses the rejected ones
@@ -290,6 +290,35 @@ impl<S, F, L, W, C> LimitService<S, F, L, W, C> {
         }
     }
 
+    /// Names the policies of the RateLimit fields (see [`LimitLayer::policy_names`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use floodgate::fields::ratelimit::PolicyNames;
+    /// use floodgate::{Limiter, layer::LimitService};
+    /// use http::{Request, Response};
+    /// use tower::{service_fn, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let limiter: Limiter<String> = Limiter::builder().max_inflight(1).build().unwrap();
+    /// let _busy = limiter.try_acquire_owned("api.example").unwrap();
+    /// let origin = service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(String::new())) });
+    /// let names = PolicyNames::new("api-rate", "api-concurrency").unwrap();
+    /// let service = LimitService::new(origin, limiter).policy_names(names);
+    /// let request = Request::builder().uri("http://api.example/").body(()).unwrap();
+    /// let refused = service.oneshot(request).await.unwrap();
+    /// assert_eq!(refused.headers()["ratelimit"], r#""api-concurrency";r=0"#);
+    /// # }
+    /// ```
+    pub fn policy_names(self, names: PolicyNames) -> Self {
+        LimitService {
+            fields: self.fields.names(names),
+            ..self
+        }
+    }
+
     /// The limiter.
     ///
     /// # Examples
@@ -365,6 +394,7 @@ where
             .field("ratelimit_headers_on_admitted", &self.fields.on_admitted)
             .field("retry_after_jitter_secs", &self.fields.jitter_secs)
             .field("refusal", &self.fields.refusal)
+            .field("policy_names", &self.fields.names)
             .field("mode", &self.mode)
             .finish_non_exhaustive()
     }

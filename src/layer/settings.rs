@@ -1,6 +1,6 @@
 //! What a service's responses say beyond its decision: the RateLimit fields of admitted
-//! responses, the jitter of `Retry-After`, and the refusal an operator chose
-//! ([`RefusalResponse`]: its status, body and fields). The layer's switches, copied into each
+//! responses and the names of their policies, the jitter of `Retry-After`, and the refusal an
+//! operator chose ([`RefusalResponse`]: its status, body and fields). The layer's switches, copied into each
 //! service it makes.
 
 use std::sync::Arc;
@@ -14,7 +14,7 @@ use super::headers::Admitted;
 #[cfg(doc)]
 use super::LimitLayer;
 use super::Refused;
-use crate::fields::ratelimit::Policies;
+use crate::fields::ratelimit::{Policies, PolicyNames};
 use crate::{ConfigError, Limiter};
 
 /// The longest `Retry-After` jitter (see
@@ -265,6 +265,8 @@ pub(super) struct ResponseSettings {
     pub(super) jitter_secs: u64,
     /// How a request over a limit is answered.
     pub(super) refusal: RefusalResponse,
+    /// The names of the policies in the RateLimit fields.
+    pub(super) names: PolicyNames,
 }
 
 impl ResponseSettings {
@@ -296,6 +298,10 @@ impl ResponseSettings {
         ResponseSettings { refusal, ..self }
     }
 
+    pub(super) fn names(self, names: PolicyNames) -> Self {
+        ResponseSettings { names, ..self }
+    }
+
     /// What the RateLimit fields of an admitted response say, if admitted responses carry
     /// them: the key's counts with this request in them. A second lookup of the key, so only
     /// when switched on.
@@ -308,6 +314,7 @@ impl ResponseSettings {
         self.on_admitted.then(|| Admitted {
             policies,
             estimate: limiter.estimate(key),
+            names: self.names.clone(),
         })
     }
 }
