@@ -9,7 +9,7 @@ use http_body::Body;
 
 use super::ChargedBody;
 #[cfg(doc)]
-use super::{LimitLayer, LimitService};
+use super::{ChargeExceeded, LimitLayer, LimitService};
 #[cfg(doc)]
 use crate::{Limiter, Reason, WithLimits};
 
