@@ -165,6 +165,21 @@ pub enum ConfigError {
         /// The longest allowed.
         max: Duration,
     },
+    /// A refusal's status (the tower layer's `RefusalResponse`, feature `tower`) that is not
+    /// a client or a server error: a refusal must not read as a success or a redirection.
+    RefusalStatus {
+        /// The status asked for.
+        status: u16,
+    },
+    /// A name for a policy of the RateLimit fields (`fields::ratelimit::PolicyNames`) that a
+    /// client could not read: empty, with a character a Structured Field String cannot carry,
+    /// or the same for both policies.
+    PolicyName {
+        /// The name given.
+        name: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -277,6 +292,13 @@ impl fmt::Display for ConfigError {
             ConfigError::RetryAfterJitter { asked, max } => write!(
                 f,
                 "a Retry-After jitter of {asked:?} is too long: it must be at most {max:?}"
+            ),
+            ConfigError::PolicyName { name, why } => {
+                write!(f, "the RateLimit policy name {name:?} {why}")
+            }
+            ConfigError::RefusalStatus { status } => write!(
+                f,
+                "a refusal must answer with a client or a server error (400 to 599), not {status}"
             ),
         }
     }

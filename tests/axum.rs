@@ -4,7 +4,8 @@
 //! axum turns into a response), answers 503 + `Retry-After` + the RateLimit fields over the
 //! limits, and holds the request's permit until axum's response body has been read to the
 //! end. In process, so the tests also see the `Rejected` each refusal carries in its
-//! extensions; client keys over loopback, served by `axum::serve` as a user serves them.
+//! extensions; client keys over loopback, served by `axum::serve` as a user serves them; and
+//! `BodyBytes`, whose handler body is held to its charge.
 
 mod common;
 
@@ -13,20 +14,21 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::ConnectInfo;
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
 use bytes::Bytes;
 use common::layer::{list, single};
 use floodgate::clock::ManualClock;
 use floodgate::fields::client::ClientAddr;
-use floodgate::layer::ClientKey;
+use floodgate::layer::{BodyBytes, ChargeExceeded, ClientKey, UnknownLength};
 use floodgate::{
     layer::KeyExtractor, layer::LimitLayer, layer::LimitsExtractor, Limiter, Limits, Reason,
     Rejected,
 };
 use http::header::RETRY_AFTER;
 use http::{Request, StatusCode};
-use http_body_util::{BodyExt, Empty};
+use http_body::Body as _;
+use http_body_util::{BodyExt, Empty, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tokio::net::TcpListener;
@@ -324,5 +326,53 @@ async fn client_keys_without_a_peer_address_never_share_one_limit() {
         statuses(with_peers).await,
         [200, 200, 503, 503, 200],
         "each client its own limit of 2"
+    );
+}
+
+/// `BodyBytes` as an axum layer: the handler's body is held to the bytes charged, and a handler
+/// that reads past them finds `ChargeExceeded` under axum's error (here answered 413); a body
+/// within its charge is read whole.
+#[tokio::test]
+async fn body_bytes_hold_an_axum_handlers_body_to_its_charge() {
+    let limiter: Limiter<String> = Limiter::builder()
+        .max_rate(1_000, Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let read = |request: Request<Body>| async move {
+        match request.into_body().collect().await {
+            Ok(body) => (StatusCode::OK, body.to_bytes().len().to_string()),
+            Err(error) => {
+                let error = error.into_inner();
+                assert!(error.downcast_ref::<ChargeExceeded>().is_some(), "{error}");
+                (StatusCode::PAYLOAD_TOO_LARGE, error.to_string())
+            }
+        }
+    };
+    let app = Router::new()
+        .route("/", post(read))
+        .layer(LimitLayer::new(limiter).cost_fn(BodyBytes::new(UnknownLength::Charge(16))));
+    // Bodies whose length is not known before they are read, as chunked uploads'.
+    let chunked = |bytes: &'static [u8]| {
+        let body = Body::new(Full::new(Bytes::from_static(bytes)).map_frame(|frame| frame));
+        assert_eq!(body.size_hint().exact(), None);
+        Request::post("/")
+            .header("host", "api.example")
+            .body(body)
+            .unwrap()
+    };
+    let response = app
+        .clone()
+        .oneshot(chunked(b"sixteen bytes..!"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&body[..], b"16");
+    let response = app.oneshot(chunked(b"seventeen bytes..")).await.unwrap();
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert!(
+        std::str::from_utf8(&body).unwrap().contains("16 bytes"),
+        "{body:?}"
     );
 }

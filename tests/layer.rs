@@ -22,9 +22,11 @@ use bytes::Bytes;
 use common::layer::{list, origin_form, parse_list, single, Bare, Item};
 use floodgate::clock::ManualClock;
 use floodgate::fields::client::ClientAddr;
+use floodgate::fields::ratelimit::{Policies, PolicyNames};
 use floodgate::layer::{
-    ClientKey, HostKey, KeyExtractor, LimitLayer, LimitService, RefusalResponse, RejectedKey,
-    ShadowRejected, Unkeyed,
+    BodyBytes, ChargeExceeded, ChargedBody, ClientKey, HostKey, KeyExtractor, LimitLayer,
+    LimitService, RefusalResponse, Refused, RejectedKey, ShadowRejected, Uncharged, Unkeyed,
+    UnknownLength,
 };
 use floodgate::{Limiter, Limits, Reason, Rejected};
 use http::header::{HeaderMap, HeaderValue, HOST, RETRY_AFTER};
@@ -962,6 +964,186 @@ async fn limits_the_limiter_cannot_judge_stay_a_bare_500_whatever_the_refusal_an
     );
 }
 
+/// A body function that writes what it was told of the refusal, one `name=value` a line.
+fn told(refused: &Refused<'_>) -> Option<(HeaderValue, Bytes)> {
+    let retry = refused
+        .retry_after
+        .map_or("none".to_owned(), |s| s.to_string());
+    let text = format!(
+        "reason={:?}\npolicy={:?}\nkey={}\nlimit={}\nrate={:?}\nstatus={}\nretry_after={retry}\n",
+        refused.rejected.reason,
+        refused.policy,
+        refused.key,
+        refused.rejected.limit,
+        refused.limits.rate_limit(),
+        refused.status.as_u16(),
+    );
+    Some((HeaderValue::from_static("text/plain"), text.into()))
+}
+
+/// The `name=value` lines of a body [`told`] made.
+fn lines_of(body: &[u8]) -> HashMap<String, String> {
+    std::str::from_utf8(body)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let (name, value) = line.split_once('=').unwrap();
+            (name.to_owned(), value.to_owned())
+        })
+        .collect()
+}
+
+/// Over loopback, a refusal body made from each refusal: it says the reason, the key, the
+/// limit and the very `Retry-After` the response carries (the same draw of the jitter), and a
+/// cost over the limit gets the function's body too, on its 413.
+#[tokio::test]
+async fn a_refusal_body_made_from_the_refusal_says_its_reason_limit_key_and_the_wait_sent() {
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder()
+        .max_rate(2, Duration::from_secs(1))
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let units = |req: &Request<Incoming>| {
+        let value = req.headers().get("x-units").and_then(|v| v.to_str().ok());
+        value.and_then(|v| v.parse().ok()).unwrap_or(1)
+    };
+    let layer = LimitLayer::new(limiter)
+        .cost_fn(units)
+        .retry_after_jitter(Duration::from_secs(30))
+        .unwrap()
+        .refusal(RefusalResponse::too_many_requests().body_fn(told));
+    let origins = Arc::new(Origins::default());
+    let addr = serve(layer.layer(handler(&origins))).await;
+    let client = client();
+    let send = |units: &str| {
+        let mut req = request(addr, "busy.example");
+        req.headers_mut().insert("x-units", units.parse().unwrap());
+        client.request(req)
+    };
+    assert_eq!(send("2").await.unwrap().status(), StatusCode::OK);
+    let mut draws = BTreeSet::new();
+    for _ in 0..20 {
+        let response = send("1").await.unwrap();
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        let sent = retry_after(response.headers()).unwrap();
+        assert_eq!(response.headers()["content-type"], "text/plain");
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        let told = lines_of(&body);
+        assert_eq!(told["reason"], "Rate");
+        assert_eq!(told["policy"], "Some(\"rate\")", "as RateLimit names it");
+        assert_eq!(told["key"], "busy.example");
+        assert_eq!(told["limit"], "2");
+        assert_eq!(told["rate"], "Some(2)");
+        assert_eq!(told["status"], "429");
+        assert_eq!(
+            told["retry_after"],
+            sent.to_string(),
+            "the wait the response says"
+        );
+        draws.insert(sent);
+    }
+    assert!(draws.len() > 1, "the jitter never varied: {draws:?}");
+
+    let response = send("3").await.unwrap();
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(retry_after(response.headers()), None);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let told = lines_of(&body);
+    assert_eq!(told["reason"], "CostOverLimit");
+    assert_eq!(told["policy"], "None");
+    assert_eq!(told["status"], "413");
+    assert_eq!(told["retry_after"], "none");
+    assert_eq!(calls(&origins, "busy.example"), 1);
+}
+
+/// The body function runs when the refusal is sent, not when the request is decided: a
+/// refusal whose future is dropped unpolled costs no formatting.
+#[tokio::test]
+async fn a_refusal_body_is_made_when_the_response_is_polled_and_never_before() {
+    let limiter: Limiter<String> = Limiter::builder().max_inflight(1).build().unwrap();
+    let made = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = Arc::clone(&made);
+    let refusal = RefusalResponse::default().body_fn(move |refused| {
+        count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        told(refused)
+    });
+    let origin = tower::service_fn(|_: Request<()>| async {
+        Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
+    });
+    let mut service = LimitService::new(origin, limiter.clone()).refusal(refusal);
+    let _busy = limiter.try_acquire_owned("api.example").unwrap();
+    let request = || {
+        Request::builder()
+            .uri("http://api.example/")
+            .body(())
+            .unwrap()
+    };
+    let dropped = service.ready().await.unwrap().call(request());
+    drop(dropped);
+    let refused = service.ready().await.unwrap().call(request());
+    let made_now = || made.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(made_now(), 0, "decided, not yet polled");
+    let refused = refused.await.unwrap();
+    assert_eq!(made_now(), 1);
+    let body = refused.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(lines_of(&body)["reason"], "Inflight");
+    assert_eq!(lines_of(&body)["retry_after"], "none");
+}
+
+/// A body function that panics does not take the request down: the refusal is answered as
+/// without a body of the operator's (empty for a 503; the retrying-will-not-help text for a
+/// 413), and the layer says so once.
+#[tokio::test]
+async fn a_refusal_body_function_that_panics_leaves_the_default_answer_and_is_logged_once() {
+    record_logs();
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder()
+        .max_rate(1, Duration::from_secs(1))
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let origin = tower::service_fn(|_: Request<()>| async {
+        Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
+    });
+    let refusal = RefusalResponse::default()
+        .body_fn(|refused: &Refused<'_>| panic!("a bug in the body of {}", refused.key));
+    let service = LimitService::new(origin, limiter)
+        .cost_fn(|req: &Request<()>| if req.uri().path() == "/big" { 2 } else { 1 })
+        .refusal(refusal);
+    let request = |path: &str| {
+        let uri = format!("http://api.example{path}");
+        Request::builder().uri(uri).body(()).unwrap()
+    };
+    assert_eq!(
+        service
+            .clone()
+            .oneshot(request("/"))
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
+    for _ in 0..3 {
+        let refused = service.clone().oneshot(request("/")).await.unwrap();
+        assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(retry_after(refused.headers()).is_some());
+        let body = refused.into_body().collect().await.unwrap().to_bytes();
+        assert!(body.is_empty(), "{body:?}");
+    }
+    let refused = service.clone().oneshot(request("/big")).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let body = refused.into_body().collect().await.unwrap().to_bytes();
+    assert!(std::str::from_utf8(&body)
+        .unwrap()
+        .contains("will not help"));
+    let logged = LOGGED.lock().unwrap();
+    let panics = logged
+        .iter()
+        .filter(|m| m.contains("body function panicked"));
+    assert_eq!(panics.count(), 1, "told once: {logged:?}");
+}
+
 /// Every record logged in this test binary (the layer logs a misconfiguration once).
 static LOGGED: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
@@ -1718,9 +1900,97 @@ async fn stacked_layers_charge_the_outer_key_only_for_what_the_inner_one_admits(
     }
 }
 
+/// Over loopback, a host's layer around a client's, both putting the fields on admitted
+/// responses, each with policy names of its own: one response carries both lists, and a client
+/// tells every item apart and finds each `RateLimit` item's policy. A refusal of the client's
+/// layer names the client's policy.
+#[tokio::test]
+async fn stacked_layers_with_names_of_their_own_send_items_a_client_can_tell_apart() {
+    let clock = ManualClock::new();
+    let limiter = |rate| {
+        Limiter::builder()
+            .max_inflight(100)
+            .max_rate(rate, Duration::from_secs(1))
+            .clock(&clock)
+            .build()
+            .unwrap()
+    };
+    let names = |rate: &str, inflight: &str| PolicyNames::new(rate, inflight).unwrap();
+    let addrs = ClientAddr::new().trust("127.0.0.0/8".parse().unwrap());
+    let clients = LimitLayer::new(limiter(3))
+        .key_fn(ClientKey::new(addrs))
+        .ratelimit_headers_on_admitted(true)
+        .policy_names(names("client", "client-inflight"));
+    let hosts = LimitLayer::new(limiter(5))
+        .ratelimit_headers_on_admitted(true)
+        .policy_names(names("host", "host-inflight"));
+    let origins = Arc::new(Origins::default());
+    let service = tower::ServiceBuilder::new()
+        .layer(hosts)
+        .layer(clients)
+        .service(handler(&origins));
+    let addr = serve(service).await;
+    let client = client();
+    let send = || {
+        let mut req = request(addr, "origin.example");
+        req.headers_mut()
+            .insert("x-forwarded-for", "192.0.2.7".parse().unwrap());
+        fetch(&client, req)
+    };
+
+    for sent in 1..=3i64 {
+        let (status, headers) = send().await;
+        assert_eq!(status, StatusCode::OK);
+        let policies = list(&headers, "ratelimit-policy");
+        let named: Vec<&str> = policies.iter().map(Item::name).collect();
+        assert_eq!(
+            named,
+            ["client", "client-inflight", "host", "host-inflight"],
+            "every policy once, in one list"
+        );
+        let limits = list(&headers, "ratelimit");
+        let named: Vec<&str> = limits.iter().map(Item::name).collect();
+        assert_eq!(named, ["client", "host"], "each layer's closest policy");
+        assert_eq!(limits[0].int("r"), Some(3 - sent));
+        assert_eq!(limits[1].int("r"), Some(5 - sent));
+    }
+    let (status, headers) = send().await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let refused = single(&headers, "ratelimit");
+    assert_eq!((refused.name(), refused.int("r")), ("client", Some(0)));
+    let named: Vec<String> = list(&headers, "ratelimit-policy")
+        .iter()
+        .map(|item| item.name().to_owned())
+        .collect();
+    assert_eq!(
+        named,
+        ["client", "client-inflight"],
+        "the client's refusal alone"
+    );
+}
+
+/// A refusal for `reason` of a request under a limit of 1, as the limiter makes it.
+fn refused_for(reason: Reason) -> Rejected {
+    let limiter: Limiter<String> = Limiter::builder()
+        .max_inflight(1)
+        .max_rate(1, Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let _first = limiter.try_acquire("key").unwrap();
+    let rejected = match reason {
+        Reason::Inflight => limiter.try_acquire("key").unwrap_err(),
+        _ => {
+            let plan = Limits::new().max_rate(1).no_inflight();
+            limiter.with_limits(plan).try_acquire("key").unwrap_err()
+        }
+    };
+    assert_eq!(rejected.reason, reason);
+    rejected
+}
+
 /// Over loopback, a layer whose requests cost their `x-units` header: 10 units a second per
 /// host, so 4 + 4 are served, 4 more are refused (with the RateLimit fields in units), the 2
-/// left are served, and 11 can never fit: refused without `Retry-After`.
+/// left are served, and 11 can never fit: a 413 without `Retry-After`.
 #[tokio::test]
 async fn a_layer_with_a_cost_fn_counts_each_requests_units() {
     let clock = ManualClock::new();
@@ -1750,14 +2020,338 @@ async fn a_layer_with_a_cost_fn_counts_each_requests_units() {
     assert!(retry_after(&headers).is_some());
     assert_eq!(send("2").await.0, StatusCode::OK, "the 2 units left");
     let (status, headers) = send("11").await;
-    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(retry_after(&headers), None, "11 never fit under 10");
     assert_eq!(calls(&origins, "api.example"), 3);
     assert_eq!(limiter.estimate("api.example").rate, Some(10.0));
 }
 
+/// A request that costs more than its limit can never be admitted, however long it waits: it
+/// is answered `413 Content Too Large` (not the 429 of a refusal a wait cures), with no
+/// `Retry-After` and a body that says a retry will not help; the limits are still described.
+#[tokio::test]
+async fn a_request_over_its_limit_by_its_cost_alone_is_a_413_that_says_retrying_will_not_help() {
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder()
+        .max_rate(10, Duration::from_secs(1))
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let units = |req: &Request<Incoming>| {
+        let value = req.headers().get("x-units").and_then(|v| v.to_str().ok());
+        value.and_then(|v| v.parse().ok()).unwrap_or(1)
+    };
+    let origins = Arc::new(Origins::default());
+    let layer = LimitLayer::new(limiter.clone())
+        .cost_fn(units)
+        .refusal(RefusalResponse::too_many_requests());
+    let addr = serve(layer.layer(handler(&origins))).await;
+    let client = client();
+    let send = |units: &str| {
+        let mut req = request(addr, "api.example");
+        req.headers_mut().insert("x-units", units.parse().unwrap());
+        client.request(req)
+    };
+    let response = send("11").await.unwrap();
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let headers = response.headers().clone();
+    assert_eq!(retry_after(&headers), None, "no wait ever admits it");
+    assert_eq!(headers["ratelimit-policy"], "\"rate\";q=10;w=1");
+    assert!(headers.get("ratelimit").is_none(), "{headers:?}");
+    assert!(headers["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/plain"));
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let body = std::str::from_utf8(&body).unwrap();
+    assert!(body.contains("retrying it will not help"), "{body:?}");
+    // A refusal a wait cures is still the operator's 429, and the 11 units counted nothing.
+    assert_eq!(send("10").await.unwrap().status(), StatusCode::OK);
+    let response = send("1").await.unwrap();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(retry_after(response.headers()).is_some());
+    assert_eq!(calls(&origins, "api.example"), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Costs in body bytes (`BodyBytes`): uploads with a length and without one (chunked).
+
+type Upload = BoxBody<Bytes, Infallible>;
+
+/// What the upload origin saw of one request body: the bytes it read, and whether the body
+/// ended with `ChargeExceeded` (any other error fails the test).
+type Read = (u64, bool);
+
+/// An origin that reads each request body to its end and tells the test what it read.
+fn reader(
+    seen: mpsc::UnboundedSender<Read>,
+) -> impl Service<
+    Request<ChargedBody<Incoming>>,
+    Response = Response<TestBody>,
+    Error = Infallible,
+    Future = impl Send,
+> + Clone
+       + Send
+       + 'static {
+    tower::service_fn(move |req: Request<ChargedBody<Incoming>>| {
+        let seen = seen.clone();
+        async move {
+            let mut body = req.into_body();
+            let (mut read, mut exceeded) = (0, false);
+            while let Some(frame) = body.frame().await {
+                match frame {
+                    Ok(frame) => read += frame.data_ref().map_or(0, |d| d.len() as u64),
+                    Err(error) => {
+                        assert!(error.downcast_ref::<ChargeExceeded>().is_some(), "{error}");
+                        exceeded = true;
+                        break;
+                    }
+                }
+            }
+            let _ = seen.send((read, exceeded));
+            Ok(Response::new(Full::new(Bytes::from_static(b"ok")).boxed()))
+        }
+    })
+}
+
+fn upload_client() -> Client<HttpConnector, Upload> {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// `n` bytes with a length (`Content-Length`).
+fn sized(n: usize) -> Upload {
+    Full::new(Bytes::from(vec![b'x'; n])).boxed()
+}
+
+/// `n` bytes without a length: the client sends them chunked.
+fn chunked(n: usize) -> Upload {
+    Full::new(Bytes::from(vec![b'x'; n]))
+        .map_frame(|frame| frame)
+        .boxed()
+}
+
+/// POSTs `body` to `addr` for `api.example`: the response's status, headers and body.
+async fn upload(
+    client: &Client<HttpConnector, Upload>,
+    addr: SocketAddr,
+    body: Upload,
+) -> (StatusCode, HeaderMap, Bytes) {
+    let req = Request::post(format!("http://{addr}/"))
+        .header(HOST, "api.example")
+        .body(body)
+        .unwrap();
+    let (head, body) = client.request(req).await.unwrap().into_parts();
+    (
+        head.status,
+        head.headers,
+        body.collect().await.unwrap().to_bytes(),
+    )
+}
+
+/// Over loopback, 100,000 bytes a second per host, counted with `BodyBytes`: two uploads of
+/// 60 KB with a length do not both pass, and neither do two sent chunked (each charged the
+/// 64 KiB it may carry), where charging a body without a length 1 let both through.
+#[tokio::test]
+async fn chunked_uploads_do_not_pass_a_byte_limit_that_the_same_uploads_with_a_length_do_not() {
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder()
+        .max_rate(100_000, Duration::from_secs(1))
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let layer = LimitLayer::new(limiter).cost_fn(BodyBytes::new(UnknownLength::Charge(65_536)));
+    let (seen, mut read) = mpsc::unbounded_channel();
+    let addr = serve(layer.layer(reader(seen))).await;
+    let client = upload_client();
+
+    for (how, body) in [
+        ("sized", sized as fn(usize) -> Upload),
+        ("chunked", chunked),
+    ] {
+        let (status, _, _) = upload(&client, addr, body(60_000)).await;
+        assert_eq!(status, StatusCode::OK, "{how}");
+        assert_eq!(read.recv().await, Some((60_000, false)), "{how}");
+        let (status, headers, _) = upload(&client, addr, body(60_000)).await;
+        assert_eq!(
+            status,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "{how}: over 100,000 bytes"
+        );
+        assert_eq!(
+            headers["ratelimit-policy"], "\"rate\";q=100000;w=1",
+            "{how}"
+        );
+        assert!(retry_after(&headers).is_some(), "{how}");
+        clock.advance(Duration::from_secs(2));
+    }
+    assert!(
+        read.try_recv().is_err(),
+        "the refused uploads never reached the origin"
+    );
+}
+
+/// Over loopback, a chunked upload longer than the 64 KiB it was charged reaches the origin
+/// cut: the origin reads at most the bytes charged, then the body's `ChargeExceeded`. One that
+/// stays within its charge is read whole.
+#[tokio::test]
+async fn a_chunked_upload_never_passes_more_bytes_than_it_was_charged() {
+    let limiter: Limiter<String> = Limiter::builder()
+        .max_rate(1_000_000, Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let layer = LimitLayer::new(limiter).cost_fn(BodyBytes::new(UnknownLength::Charge(65_536)));
+    let (seen, mut read) = mpsc::unbounded_channel();
+    let addr = serve(layer.layer(reader(seen))).await;
+    let client = upload_client();
+
+    let (status, _, _) = upload(&client, addr, chunked(65_536)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(read.recv().await, Some((65_536, false)));
+    // The origin's answer may reach the client before the client has sent its whole body, or
+    // the connection may close under it: what the origin read is what counts.
+    let req = Request::post(format!("http://{addr}/"))
+        .header(HOST, "api.example")
+        .body(chunked(200_000))
+        .unwrap();
+    let _ = client.request(req).await;
+    let (bytes, exceeded) = read.recv().await.unwrap();
+    assert!(exceeded, "the body went on past its charge");
+    assert!(
+        bytes <= 65_536,
+        "the origin read {bytes} bytes of a 65,536-byte charge"
+    );
+}
+
+/// Over loopback, an operator that requires a length: a chunked upload is answered `411
+/// Length Required` with a body that says so, before any limit is asked (nothing is counted,
+/// the origin is not called); an upload with a length, and a request without a body, pass.
+#[tokio::test]
+async fn requests_without_a_length_are_answered_411_when_the_operator_requires_one() {
+    let clock = ManualClock::new();
+    let limiter = Limiter::builder()
+        .max_rate(100_000, Duration::from_secs(1))
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let layer = LimitLayer::new(limiter.clone()).cost_fn(BodyBytes::new(UnknownLength::Refuse));
+    let (seen, mut read) = mpsc::unbounded_channel();
+    let addr = serve(layer.layer(reader(seen))).await;
+    let client = upload_client();
+
+    let (status, headers, body) = upload(&client, addr, chunked(10)).await;
+    assert_eq!(status, StatusCode::LENGTH_REQUIRED);
+    assert!(no_fields(&headers), "{headers:?}");
+    assert!(
+        std::str::from_utf8(&body)
+            .unwrap()
+            .contains("Content-Length"),
+        "{body:?}"
+    );
+    assert!(read.try_recv().is_err(), "the origin was called");
+    assert_eq!(
+        limiter.estimate("api.example").rate,
+        Some(0.0),
+        "nothing counted"
+    );
+
+    let (status, _, _) = upload(&client, addr, sized(10)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(read.recv().await, Some((10, false)));
+    let (status, _, _) = upload(&client, addr, Empty::new().boxed()).await;
+    assert_eq!(status, StatusCode::OK, "no body: a length of 0");
+    assert_eq!(read.recv().await, Some((0, false)));
+    assert_eq!(
+        limiter.estimate("api.example").rate,
+        Some(11.0),
+        "10 bytes, then 1"
+    );
+}
+
+/// A host's layer around a client's: a request the client's layer will not charge (its `411`)
+/// is a refusal further in, and the host's layer takes its admission back, as for any other.
+#[tokio::test]
+async fn an_inner_layers_411_gives_the_outer_layers_admission_back() {
+    let clock = ManualClock::new();
+    let per_second = |limit| {
+        Limiter::builder()
+            .max_rate(limit, Duration::from_secs(1))
+            .clock(&clock)
+            .build()
+            .unwrap()
+    };
+    let inner = LimitLayer::new(per_second(1_000_000))
+        .key_fn(|_: &Request<Upload>| "client".to_owned())
+        .cost_fn(BodyBytes::new(UnknownLength::Refuse));
+    let origin = tower::service_fn(|_: Request<ChargedBody<Upload>>| async {
+        Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
+    });
+    let service = tower::ServiceBuilder::new()
+        .layer(LimitLayer::new(per_second(2)))
+        .layer(inner)
+        .service(origin);
+    let send = |body: Upload| {
+        let req = Request::post("http://api.example/").body(body).unwrap();
+        service.clone().oneshot(req)
+    };
+    for _ in 0..3 {
+        let refused = send(chunked(10)).await.unwrap();
+        assert_eq!(refused.status(), StatusCode::LENGTH_REQUIRED);
+        let uncharged = refused.extensions().get::<Uncharged>().unwrap();
+        assert_eq!(uncharged.status, StatusCode::LENGTH_REQUIRED);
+    }
+    for _ in 0..2 {
+        let admitted = send(sized(10)).await.unwrap();
+        assert_eq!(
+            admitted.status(),
+            StatusCode::OK,
+            "the host's 2 are all left"
+        );
+    }
+    assert_eq!(
+        send(sized(10)).await.unwrap().status(),
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Any two strings as policy names: refused when they are made (empty, a character a
+    /// Structured Field String cannot carry, or both alike), or else every field built with
+    /// them parses, with a strict reader, back to the very names.
+    #[test]
+    fn policy_names_are_refused_when_made_or_read_back_as_given(
+        rate in prop_oneof![any::<String>(), "[ -~]{0,12}", Just(String::new()), Just("\"\\".to_owned())],
+        inflight in prop_oneof![any::<String>(), "[ -~]{0,12}", Just("rate".to_owned())],
+    ) {
+        let carried = |name: &str| !name.is_empty() && name.bytes().all(|b| (0x20..=0x7e).contains(&b));
+        match PolicyNames::new(&rate, &inflight) {
+            Err(error) => {
+                prop_assert!(!carried(&rate) || !carried(&inflight) || rate == inflight, "{error}");
+                let said = error.to_string();
+                prop_assert!(said.contains("policy name"), "{said}");
+            }
+            Ok(names) => {
+                prop_assert!(carried(&rate) && carried(&inflight) && rate != inflight);
+                prop_assert_eq!((names.rate(), names.inflight()), (rate.as_str(), inflight.as_str()));
+                let policies = Policies::new(
+                    Limits::new().max_rate(u32::MAX).max_inflight(0),
+                    Some(Duration::MAX),
+                );
+                let items = parse_list(&policies.policy_named(&names).unwrap());
+                let read: Vec<&str> = items.iter().map(Item::name).collect();
+                prop_assert_eq!(read, [rate.as_str(), inflight.as_str()]);
+                for reason in [Reason::Rate, Reason::Inflight] {
+                    let rejected = refused_for(reason);
+                    let field = policies.refused_named(&rejected, &names).unwrap();
+                    let item = parse_list(&field).remove(0);
+                    prop_assert_eq!(Some(item.name()), names.of(reason));
+                }
+                // Names a header value takes as they are.
+                prop_assert!(HeaderValue::try_from(policies.policy_named(&names).unwrap()).is_ok());
+            }
+        }
+    }
 
     /// A `Retry-After` jitter anywhere from 0 to `Duration::MAX`: refused past the layer's
     /// maximum with an error that says it, or else a refusal's `Retry-After` within the exact

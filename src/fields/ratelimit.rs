@@ -1,25 +1,173 @@
 //! The `RateLimit-Policy` and `RateLimit` fields of draft-ietf-httpapi-ratelimit-headers-11,
-//! for the limits a decision was judged against, as field values (strings).
+//! for the limits a decision was judged against, as field values (strings), with the names of
+//! their policies ([`PolicyNames`]).
 //!
-//! Every value is built from integers and fixed ASCII names: valid field values, so
-//! `http::HeaderValue::try_from` (or any other HTTP stack's) takes them as they are.
+//! Every value is built from integers and names checked when they were given: valid field
+//! values, so `http::HeaderValue::try_from` (or any other HTTP stack's) takes them as they are.
 
 use std::fmt::Write as _;
 use std::hash::Hash;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::retry::whole_secs;
-use crate::{Estimate, Limiter, Limits, Reason, Rejected};
+use crate::{ConfigError, Estimate, Limiter, Limits, Reason, Rejected};
 
-/// The policy name of the rate limit: at most `q` requests per `w` seconds.
+/// The default name of the rate limit's policy: at most `q` requests per `w` seconds.
 const RATE_POLICY: &str = "rate";
-/// The policy name of the in-flight limit: at most `q` requests at once.
+/// The default name of the in-flight limit's policy: at most `q` requests at once.
 const INFLIGHT_POLICY: &str = "inflight";
 /// The draft's quota unit for limits on requests at once (§3.1.2).
 const CONCURRENT_REQUESTS: &str = "concurrent-requests";
 /// The largest Integer a Structured Field can carry (RFC 9651 §3.3.1: 15 digits). Larger
 /// counts are sent as this; a serializer must not send more digits.
 const SF_INTEGER_MAX: u64 = 999_999_999_999_999;
+
+/// The names of the two policies the RateLimit fields describe: `"rate"` and `"inflight"`
+/// unless told otherwise.
+///
+/// A client reads `RateLimit` by its policy's name, so two sets of limits whose fields can
+/// meet in one response (stacked layers, an origin's own fields) need names of their own: with
+/// the default names, a host's `"rate"` and a client's `"rate"` are one name for two policies.
+/// The draft makes a policy's name a Structured Field String (RFC 9651 §3.3.3): printable
+/// ASCII, sent between quotes, with `"` and `\` escaped. Names are checked when they are
+/// given, so no field is ever built with a name a client cannot parse.
+///
+/// The limiter's [`name`](crate::LimiterBuilder::name) is not used: it labels metrics for the
+/// operator, and is not for every client to read.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use floodgate::fields::ratelimit::{Policies, PolicyNames};
+/// use floodgate::Limits;
+///
+/// let names = PolicyNames::new("client-rate", "client-inflight")?;
+/// let policies = Policies::new(Limits::new().max_rate(5), Some(Duration::from_secs(1)));
+/// assert_eq!(policies.policy_named(&names).unwrap(), r#""client-rate";q=5;w=1"#);
+/// assert_eq!(policies.policy().unwrap(), r#""rate";q=5;w=1"#);
+///
+/// assert!(PolicyNames::new("rate", "rate").is_err(), "two policies, one name");
+/// assert!(PolicyNames::new("débit", "inflight").is_err(), "not ASCII");
+/// # Ok::<(), floodgate::ConfigError>(())
+/// ```
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct PolicyNames {
+    /// `None`: the default names, so that the default costs no allocation nor reference
+    /// count.
+    named: Option<Arc<Named>>,
+}
+
+/// Policy names of the operator's, and their Structured Field Strings.
+#[derive(PartialEq, Eq)]
+struct Named {
+    rate: String,
+    inflight: String,
+    rate_item: String,
+    inflight_item: String,
+}
+
+impl PolicyNames {
+    /// The default names, `"rate"` and `"inflight"`.
+    pub const DEFAULT: PolicyNames = PolicyNames { named: None };
+
+    /// The rate limit's policy named `rate` and the in-flight limit's `inflight`.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::PolicyName`] for a name that is empty or has a character a
+    /// Structured Field String cannot carry (anything but printable ASCII, space included),
+    /// or for two names alike.
+    pub fn new(rate: &str, inflight: &str) -> Result<PolicyNames, ConfigError> {
+        let rate_item = sf_string(rate)?;
+        let inflight_item = sf_string(inflight)?;
+        if rate == inflight {
+            return Err(ConfigError::PolicyName {
+                name: rate.to_owned(),
+                why: "names both policies: a client could not tell their RateLimit items apart",
+            });
+        }
+        Ok(PolicyNames {
+            named: Some(Arc::new(Named {
+                rate: rate.to_owned(),
+                inflight: inflight.to_owned(),
+                rate_item,
+                inflight_item,
+            })),
+        })
+    }
+
+    /// The rate limit's policy name.
+    pub fn rate(&self) -> &str {
+        self.named.as_ref().map_or(RATE_POLICY, |n| &n.rate)
+    }
+
+    /// The in-flight limit's policy name.
+    pub fn inflight(&self) -> &str {
+        self.named.as_ref().map_or(INFLIGHT_POLICY, |n| &n.inflight)
+    }
+
+    /// The policy name of a refusal's limit: `None` for a refusal that is not over the rate
+    /// nor the in-flight limit.
+    pub fn of(&self, reason: Reason) -> Option<&str> {
+        match reason {
+            Reason::Rate => Some(self.rate()),
+            Reason::Inflight => Some(self.inflight()),
+            _ => None,
+        }
+    }
+
+    /// The rate policy's name as a field item: a String.
+    fn rate_item(&self) -> &str {
+        self.named.as_ref().map_or("\"rate\"", |n| &n.rate_item)
+    }
+
+    /// The in-flight policy's name as a field item: a String.
+    fn inflight_item(&self) -> &str {
+        self.named
+            .as_ref()
+            .map_or("\"inflight\"", |n| &n.inflight_item)
+    }
+}
+
+impl std::fmt::Debug for PolicyNames {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PolicyNames")
+            .field("rate", &self.rate())
+            .field("inflight", &self.inflight())
+            .finish()
+    }
+}
+
+/// `name` as a Structured Field String (RFC 9651 §4.1.6): between quotes, `"` and `\`
+/// escaped; refused if it is empty or has a character a String cannot carry.
+fn sf_string(name: &str) -> Result<String, ConfigError> {
+    let refuse = |why| {
+        Err(ConfigError::PolicyName {
+            name: name.to_owned(),
+            why,
+        })
+    };
+    if name.is_empty() {
+        return refuse("is empty: a client reads a policy by its name");
+    }
+    if !name.bytes().all(|b| (0x20..=0x7e).contains(&b)) {
+        return refuse(
+            "has a character a Structured Field String cannot carry: printable ASCII only",
+        );
+    }
+    let mut item = String::with_capacity(name.len() + 2);
+    item.push('"');
+    for c in name.chars() {
+        if matches!(c, '"' | '\\') {
+            item.push('\\');
+        }
+        item.push(c);
+    }
+    item.push('"');
+    Ok(item)
+}
 
 /// The limits one decision was judged against (the request's own, or the limiter's defaults
 /// at that moment) and the rate's interval: what the RateLimit fields describe.
@@ -55,6 +203,16 @@ impl Policies {
         Policies { limits, interval }
     }
 
+    /// The limits these policies describe.
+    pub const fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// The rate limit's interval, which `w` is in whole seconds.
+    pub const fn interval(&self) -> Option<Duration> {
+        self.interval
+    }
+
     /// The policies of a request's own limits, or of `limiter`'s defaults as they are now.
     pub fn of<K>(limiter: &Limiter<K>, own: Option<Limits>) -> Policies
     where
@@ -67,11 +225,17 @@ impl Policies {
     }
 
     /// `RateLimit-Policy`: one item per limit kind, the rate first; `None` when the request
-    /// had no limit at all (the field must not be empty).
+    /// had no limit at all (the field must not be empty). Its policies have the default
+    /// names ([`policy_named`](Self::policy_named) names them).
     pub fn policy(&self) -> Option<String> {
+        self.policy_named(&PolicyNames::DEFAULT)
+    }
+
+    /// `RateLimit-Policy` as [`policy`](Self::policy) says, its policies named `names`.
+    pub fn policy_named(&self, names: &PolicyNames) -> Option<String> {
         let mut value = String::with_capacity(64);
         if let Some(quota) = self.limits.rate_limit() {
-            let _ = write!(value, "\"{RATE_POLICY}\";q={}", sf_count(quota));
+            let _ = write!(value, "{};q={}", names.rate_item(), sf_count(quota));
             if let Some(interval) = self.interval {
                 // The draft's window is whole seconds and never 0: rounding up understates
                 // the rate (q per a longer window), which only ever makes clients slower.
@@ -84,7 +248,8 @@ impl Policies {
             }
             let _ = write!(
                 value,
-                "\"{INFLIGHT_POLICY}\";q={};qu=\"{CONCURRENT_REQUESTS}\"",
+                "{};q={};qu=\"{CONCURRENT_REQUESTS}\"",
+                names.inflight_item(),
                 sf_count(quota)
             );
         }
@@ -94,18 +259,25 @@ impl Policies {
     /// `RateLimit` on a refusal: the policy that refused, nothing left (`r=0`), and for a rate
     /// refusal the seconds until the request would fit (`t`, as `Retry-After` before any
     /// jitter). No `t` where that time is unknown: an in-flight refusal waits for other
-    /// requests to finish, a rate limit of 0 never lets anything through.
+    /// requests to finish, a rate limit of 0 never lets anything through. Its policies have
+    /// the default names ([`refused_named`](Self::refused_named) names them).
     pub fn refused(&self, rejected: &Rejected) -> Option<String> {
+        self.refused_named(rejected, &PolicyNames::DEFAULT)
+    }
+
+    /// `RateLimit` on a refusal as [`refused`](Self::refused) says, its policies named
+    /// `names`.
+    pub fn refused_named(&self, rejected: &Rejected, names: &PolicyNames) -> Option<String> {
         let mut value = String::with_capacity(32);
         match rejected.reason {
             Reason::Rate => {
-                let _ = write!(value, "\"{RATE_POLICY}\";r=0");
+                let _ = write!(value, "{};r=0", names.rate_item());
                 if let Some(wait) = rejected.retry_after {
                     let _ = write!(value, ";t={}", sf_integer(whole_secs(wait)));
                 }
             }
             Reason::Inflight => {
-                let _ = write!(value, "\"{INFLIGHT_POLICY}\";r=0");
+                let _ = write!(value, "{};r=0", names.inflight_item());
             }
             // Not a limit the client went over (a limit kind the limiter does not count is
             // the server's configuration error), or a reason this layer does not know yet.
@@ -123,8 +295,15 @@ impl Policies {
     /// its own interval and fades out over the next), so after `t` seconds without requests
     /// the whole quota is back. Quota comes back gradually before that, and a client that
     /// spends only `r` at any time within `t` stays within the limit. The in-flight policy
-    /// has no `t`: its quota comes back as requests finish, not with time.
+    /// has no `t`: its quota comes back as requests finish, not with time. Its policies have
+    /// the default names ([`admitted_named`](Self::admitted_named) names them).
     pub fn admitted(&self, estimate: &Estimate) -> Option<String> {
+        self.admitted_named(estimate, &PolicyNames::DEFAULT)
+    }
+
+    /// `RateLimit` on an admitted response as [`admitted`](Self::admitted) says, its
+    /// policies named `names`.
+    pub fn admitted_named(&self, estimate: &Estimate, names: &PolicyNames) -> Option<String> {
         let rate = self
             .limits
             .rate_limit()
@@ -145,14 +324,14 @@ impl Policies {
         let mut value = String::with_capacity(32);
         match (rate_is_closest, rate, inflight) {
             (true, Some((_, left)), _) => {
-                let _ = write!(value, "\"{RATE_POLICY}\";r={}", sf_count(left));
+                let _ = write!(value, "{};r={}", names.rate_item(), sf_count(left));
                 if let Some(interval) = self.interval {
                     let t = whole_secs(interval.saturating_mul(2));
                     let _ = write!(value, ";t={}", sf_integer(t));
                 }
             }
             (_, _, Some((_, left))) => {
-                let _ = write!(value, "\"{INFLIGHT_POLICY}\";r={}", sf_count(left));
+                let _ = write!(value, "{};r={}", names.inflight_item(), sf_count(left));
             }
             _ => return None,
         }
@@ -281,6 +460,45 @@ mod tests {
         assert_eq!(p.refused(&never).unwrap(), "\"rate\";r=0");
         let misconfigured = rejected(Reason::InflightNotCounted, 2, None);
         assert_eq!(p.refused(&misconfigured), None);
+    }
+
+    #[test]
+    fn policies_are_named_as_the_operator_says_and_a_name_a_string_cannot_carry_is_refused() {
+        let names = PolicyNames::new("per-host", "say \"hi\" \\o/").unwrap();
+        let p = policies(Limits::new().max_inflight(2).max_rate(10), Some(1000));
+        assert_eq!(
+            p.policy_named(&names).unwrap(),
+            "\"per-host\";q=10;w=1, \"say \\\"hi\\\" \\\\o/\";q=2;qu=\"concurrent-requests\""
+        );
+        let rate = rejected(Reason::Rate, 10, Some(Duration::from_millis(1500)));
+        assert_eq!(
+            p.refused_named(&rate, &names).unwrap(),
+            "\"per-host\";r=0;t=2"
+        );
+        let value = p.admitted_named(&estimate(Some(1), Some(0.0)), &names);
+        assert_eq!(value.unwrap(), "\"say \\\"hi\\\" \\\\o/\";r=1");
+        assert_eq!(names.of(Reason::Inflight), Some("say \"hi\" \\o/"));
+        assert_eq!(names.of(Reason::CostOverLimit), None);
+        // The default names, whether asked for or not.
+        assert_eq!(p.policy_named(&PolicyNames::default()), p.policy());
+        assert_eq!(PolicyNames::DEFAULT.rate(), "rate");
+        assert_eq!(PolicyNames::DEFAULT.inflight(), "inflight");
+
+        for (rate, inflight) in [
+            ("", "inflight"),
+            ("rate", ""),
+            ("débit", "inflight"),
+            ("rate", "in\tflight"),
+            ("rate\n", "inflight"),
+            ("rate", "inflight\u{7f}"),
+            ("same", "same"),
+        ] {
+            let error = PolicyNames::new(rate, inflight).unwrap_err();
+            assert!(
+                matches!(error, ConfigError::PolicyName { .. }),
+                "{rate:?}, {inflight:?}: {error:?}"
+            );
+        }
     }
 
     #[test]

@@ -15,7 +15,8 @@ use crate::OwnedPermit;
 pin_project! {
     /// The response body of a [`LimitService`]: the inner body and the request's permit,
     /// which it gives back when the body ends, fails or is dropped. For a refusal, empty or
-    /// the operator's body ([`RefusalResponse::body`](super::RefusalResponse::body)).
+    /// the operator's body ([`RefusalResponse::body`](super::RefusalResponse::body) or
+    /// [`body_fn`](super::RefusalResponse::body_fn)), or the text of a cost over a limit.
     pub struct LimitBody<B> {
         #[pin]
         pub(super) inner: Inner<B>,

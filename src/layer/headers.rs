@@ -1,16 +1,15 @@
 //! What a [`LimitService`] tells clients about its limits, as `http` field values: the values
 //! themselves come from [`fields`](crate::fields), which a proxy without tower uses alike.
 //!
-//! Every value there is built from integers and fixed ASCII names, so building a header value
-//! cannot fail in practice; where `http` could still refuse one, the field is left out rather
+//! Every value there is built from integers and policy names checked when they were given, so
+//! building a header value cannot fail in practice; where `http` could still refuse one, the field is left out rather
 //! than panicking.
 
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 
 #[cfg(doc)]
 use super::LimitService;
-use crate::fields::ratelimit::Policies;
-use crate::fields::retry::retry_after_secs;
+use crate::fields::ratelimit::{Policies, PolicyNames};
 use crate::{Estimate, Rejected};
 
 /// The `RateLimit-Policy` field's name.
@@ -23,12 +22,13 @@ pub(super) fn ratelimit() -> HeaderName {
     HeaderName::from_static("ratelimit")
 }
 
-/// An admitted request, when admitted responses carry the fields: its limits, and its key's
-/// counts just after admission.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// An admitted request, when admitted responses carry the fields: its limits, its key's
+/// counts just after admission, and the names of the policies.
+#[derive(Debug, Clone, PartialEq)]
 pub(super) struct Admitted {
     pub(super) policies: Policies,
     pub(super) estimate: Estimate,
+    pub(super) names: PolicyNames,
 }
 
 impl Admitted {
@@ -36,12 +36,12 @@ impl Admitted {
     /// inserted: a Structured Field list may be split over several field lines, so fields the
     /// inner service set for its own policies stay, and ours join their lists.
     pub(super) fn append_to(&self, fields: &mut HeaderMap) {
-        if let Some(policy) = policy_field(&self.policies) {
+        if let Some(policy) = policy_field(&self.policies, &self.names) {
             fields.append(ratelimit_policy(), policy);
         }
         if let Some(limit) = self
             .policies
-            .admitted(&self.estimate)
+            .admitted_named(&self.estimate, &self.names)
             .and_then(header_value)
         {
             fields.append(ratelimit(), limit);
@@ -49,20 +49,18 @@ impl Admitted {
     }
 }
 
-/// `Retry-After` for `rejected` (see [`retry_after_secs`]); `None` where the wait is
-/// unknown.
-pub(super) fn retry_after(rejected: &Rejected, jitter_secs: u64) -> Option<HeaderValue> {
-    retry_after_secs(rejected, jitter_secs).map(HeaderValue::from)
-}
-
-/// `RateLimit-Policy` for `policies`, as a field value.
-pub(super) fn policy_field(policies: &Policies) -> Option<HeaderValue> {
-    header_value(policies.policy()?)
+/// `RateLimit-Policy` for `policies` named `names`, as a field value.
+pub(super) fn policy_field(policies: &Policies, names: &PolicyNames) -> Option<HeaderValue> {
+    header_value(policies.policy_named(names)?)
 }
 
 /// `RateLimit` on a refusal, as a field value.
-pub(super) fn refused_field(policies: &Policies, rejected: &Rejected) -> Option<HeaderValue> {
-    header_value(policies.refused(rejected)?)
+pub(super) fn refused_field(
+    policies: &Policies,
+    rejected: &Rejected,
+    names: &PolicyNames,
+) -> Option<HeaderValue> {
+    header_value(policies.refused_named(rejected, names)?)
 }
 
 /// A field value from our own ASCII; `None` (the field left out) if `http` refuses it.

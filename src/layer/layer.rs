@@ -7,9 +7,11 @@ use tower_layer::Layer;
 use super::settings::{RefusalResponse, ResponseSettings};
 #[cfg(doc)]
 use super::{
-    future::ResponseFuture, CostExtractor, KeyExtractor, LimitBody, LimitsExtractor, RejectedKey,
+    future::ResponseFuture, BodyBytes, CostExtractor, KeyExtractor, LimitBody, LimitsExtractor,
+    RejectedKey,
 };
 use super::{HostKey, LimitService, LimiterDefaults, RefuseAtOnce, UnitCost, WaitUpTo};
+use crate::fields::ratelimit::PolicyNames;
 use crate::{ConfigError, Limiter};
 #[cfg(doc)]
 use crate::{Limits, OwnedPermit, Reason, Rejected};
@@ -32,9 +34,13 @@ use crate::{Limits, OwnedPermit, Reason, Rejected};
 ///    limiter's defaults of the moment (a kind is turned off by saying so,
 ///    [`Limits::no_rate`](crate::Limits::no_rate)); the `RateLimit-Policy` field describes
 ///    the limits so judged.
-/// 3. It takes the request's cost: 1 by default ([`UnitCost`]), or the units a closure
-///    `Fn(&Request<B>) -> u32` given to [`cost_fn`](Self::cost_fn) (or any
-///    [`CostExtractor`]) returns: its body's bytes, say.
+/// 3. It takes the request's cost: 1 by default ([`UnitCost`]), or what the
+///    [`CostExtractor`] given to [`cost_fn`](Self::cost_fn) says: its body's bytes with
+///    [`BodyBytes`] (a body without a length charged what the operator says, and held to
+///    it), or the units a closure `Fn(&Request<B>) -> u32` returns. A request the extractor
+///    will not charge ([`Uncharged`](super::Uncharged): with `BodyBytes`, a body without a
+///    length when the operator requires one) is answered at once (`411 Length Required`),
+///    the limiter not asked.
 /// 4. It asks the limiter for an [`OwnedPermit`] for that key under those limits and for that
 ///    cost ([`Limiter::with_limits`], [`WithLimits::cost`](crate::WithLimits::cost)).
 ///    - **Admitted:** the inner service is called, and the permit travels with the request:
@@ -45,7 +51,10 @@ use crate::{Limits, OwnedPermit, Reason, Rejected};
 ///      completely sent, not just until the handler returns its head.
 ///    - **Rejected:** the inner service is **not** called. The answer is `503 Service
 ///      Unavailable` with an empty body and the headers below, or what the operator chose
-///      with [`refusal`](Self::refusal) (`429`, a body, no RateLimit fields). The [`Rejected`]
+///      with [`refusal`](Self::refusal) (`429`, a body, no RateLimit fields). A request whose
+///      cost alone is over a limit ([`Reason::CostOverLimit`]) can never be admitted, and is
+///      told so: `413 Content Too Large` (or the operator's status), no `Retry-After`, and a
+///      body that says retrying will not help. The [`Rejected`]
 ///      and the key it was judged under ([`RejectedKey`]) are put in the response's
 ///      extensions, so an outer layer can log or count who was refused and why. With
 ///      [`wait`](Self::wait), a request over a limit first waits (up to its `max_wait`) for a
@@ -80,10 +89,13 @@ use crate::{Limits, OwnedPermit, Reason, Rejected};
 /// responses carry the two fields as well.
 ///
 /// Both fields are Structured Field lists (RFC 9651) whose items are named by a policy, one
-/// per kind of limit: `"rate"` for the rate limit and `"inflight"` for the in-flight limit.
-/// The names say which limit; they do not name the key (a request's limits apply to its key
-/// alone, and the draft's partition key `pk` is not sent: a key may be a tenant or an API key
-/// that should not be echoed, draft §6.1).
+/// per kind of limit: `"rate"` for the rate limit and `"inflight"` for the in-flight limit,
+/// or the names given to [`policy_names`](Self::policy_names). The names say which limit;
+/// they do not name the key (a request's limits apply to its key alone, and the draft's
+/// partition key `pk` is not sent: a key may be a tenant or an API key that should not be
+/// echoed, draft §6.1). Layers whose fields can meet in one response (stacked layers with
+/// admitted responses carrying them, or an origin with fields of its own) need names of their
+/// own, or a client cannot tell which `RateLimit` item is whose.
 ///
 /// - **`Retry-After`**, on a 503 for the rate limit: the seconds until the same request would
 ///   fit, rounded up, at least 1. With [`retry_after_jitter(max)`](Self::retry_after_jitter),
@@ -128,7 +140,8 @@ use crate::{Limits, OwnedPermit, Reason, Rejected};
 /// On an admitted response the two fields are appended, not inserted: fields the inner
 /// service set for policies of its own stay, and the lists join (RFC 9651 §3.1). Their values
 /// are built from integers (at most 15 digits, the most a Structured Field Integer carries)
-/// and fixed ASCII names, so building them never fails or panics.
+/// and policy names checked when they were given ([`PolicyNames`]), so building them never
+/// fails or panics.
 ///
 /// # Sharing one limit
 ///
@@ -361,47 +374,64 @@ impl<F, L, W, C> LimitLayer<F, L, W, C> {
         }
     }
 
-    /// The same layer, counting each request as the units `cost` gives it instead of 1: a
-    /// closure `Fn(&Request<B>) -> u32` (or any [`CostExtractor`]), from its body's length,
-    /// say. A request is admitted only if all its units fit in each of its limits (see
-    /// [`WithLimits::cost`](crate::WithLimits::cost) for what a cost counts, and the limits
-    /// and `peak_rate` to set in units); one whose cost is over a limit can never fit, and is
-    /// refused without `Retry-After` ([`Reason::CostOverLimit`]). The `RateLimit` fields
-    /// count units too.
+    /// The same layer, counting each request as what `cost` says instead of 1: its body's
+    /// bytes with [`BodyBytes`], or the units a closure `Fn(&Request<B>) -> u32` (or any
+    /// [`CostExtractor`]) returns: its tokens, its weight. A request is admitted only if all
+    /// its units fit in each of its limits (see [`WithLimits::cost`](crate::WithLimits::cost)
+    /// for what a cost counts, and the limits and `peak_rate` to set in units); one whose cost
+    /// is over a limit can never fit, and is answered `413` without `Retry-After`
+    /// ([`Reason::CostOverLimit`], see [`RefusalResponse::cost_over_limit`]). The `RateLimit`
+    /// fields count units too.
+    ///
+    /// The inner service is given the request as the extractor admits it
+    /// ([`CostExtractor::admit`]): a closure's unchanged, [`BodyBytes`]' with its body held to
+    /// the bytes charged ([`ChargedBody`](super::ChargedBody)), so a client never sends more
+    /// than it paid for. Count bytes with `BodyBytes`, not with a closure reading
+    /// `Content-Length`: a body sent without one (chunked) has no size before it is read, and
+    /// whatever a closure charges it, the client can send more.
     ///
     /// # Examples
     ///
-    /// Up to 10 KB of request bodies a second per origin host:
+    /// Up to 100 KB of request bodies a second per origin host; a body without a length is
+    /// charged 64 KiB, the most it may carry:
     ///
     /// ```
     /// use std::convert::Infallible;
     /// use std::time::Duration;
-    /// use floodgate::{clock::ManualClock, Limiter, layer::LimitLayer};
-    /// use http::{header::CONTENT_LENGTH, Request, Response, StatusCode};
+    /// use bytes::Bytes;
+    /// use floodgate::layer::{BodyBytes, ChargedBody, LimitLayer, UnknownLength};
+    /// use floodgate::{clock::ManualClock, Limiter};
+    /// use http::{Request, Response, StatusCode};
+    /// use http_body_util::{combinators::BoxBody, BodyExt, Full};
     /// use tower::{service_fn, Layer, ServiceExt};
     ///
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// let clock = ManualClock::new(); // a real proxy leaves this out
     /// let limiter = Limiter::builder()
-    ///     .max_rate(10_000, Duration::from_secs(1))
+    ///     .max_rate(100_000, Duration::from_secs(1))
     ///     .clock(&clock)
     ///     .build()
     ///     .unwrap();
-    /// let bytes = |req: &Request<()>| {
-    ///     let length = req.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok());
-    ///     // Past u32::MAX: u32::MAX, refused as over any limit rather than counted as 1.
-    ///     u32::try_from(length.unwrap_or(1u64)).unwrap_or(u32::MAX).max(1)
-    /// };
-    /// let service = LimitLayer::new(limiter).cost_fn(bytes).layer(service_fn(|_: Request<()>| async {
+    /// type Upload = BoxBody<Bytes, Infallible>;
+    /// let origin = service_fn(|req: Request<ChargedBody<Upload>>| async move {
+    ///     let _body = req.into_body(); // never more than was charged
     ///     Ok::<_, Infallible>(Response::new(String::new()))
-    /// }));
-    /// let upload = |bytes: &str| {
-    ///     let req = Request::post("http://api.example/").header(CONTENT_LENGTH, bytes);
-    ///     service.clone().oneshot(req.body(()).unwrap())
+    /// });
+    /// let bytes = BodyBytes::new(UnknownLength::Charge(64 * 1024));
+    /// let service = LimitLayer::new(limiter).cost_fn(bytes).layer(origin);
+    /// let upload = |body: Upload| {
+    ///     service.clone().oneshot(Request::post("http://api.example/").body(body).unwrap())
     /// };
-    /// assert_eq!(upload("6000").await.unwrap().status(), StatusCode::OK);
-    /// assert_eq!(upload("6000").await.unwrap().status(), StatusCode::SERVICE_UNAVAILABLE);
-    /// assert_eq!(upload("4000").await.unwrap().status(), StatusCode::OK, "the 4,000 left");
+    /// let sized = || Full::new(Bytes::from(vec![0; 60_000])).boxed(); // Content-Length: 60000
+    /// let chunked = || Full::new(Bytes::from(vec![0; 60_000])).map_frame(|f| f).boxed(); // no length
+    ///
+    /// assert_eq!(upload(sized()).await.unwrap().status(), StatusCode::OK);
+    /// let refused = upload(sized()).await.unwrap();
+    /// assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE, "120,000 bytes");
+    /// clock.advance(Duration::from_secs(2)); // the window forgets them
+    /// assert_eq!(upload(chunked()).await.unwrap().status(), StatusCode::OK, "charged 65,536");
+    /// let refused = upload(chunked()).await.unwrap();
+    /// assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE, "131,072 bytes");
     /// # }
     /// ```
     pub fn cost_fn<D>(self, cost: D) -> LimitLayer<F, L, W, D> {
@@ -554,8 +584,9 @@ impl<F, L, W, C> LimitLayer<F, L, W, C> {
     }
 
     /// How a request over a limit is answered: `503` with an empty body and every field by
-    /// default; see [`RefusalResponse`] for `429`, a body of the operator's, and leaving the
-    /// RateLimit fields out.
+    /// default; see [`RefusalResponse`] for `429`, a body of the operator's (the same bytes
+    /// for every refusal, or made from each one by
+    /// [`body_fn`](RefusalResponse::body_fn)), and leaving the RateLimit fields out.
     ///
     /// # Examples
     ///
@@ -589,6 +620,53 @@ impl<F, L, W, C> LimitLayer<F, L, W, C> {
     pub fn refusal(self, refusal: RefusalResponse) -> Self {
         LimitLayer {
             fields: self.fields.refusal(refusal),
+            ..self
+        }
+    }
+
+    /// Names the policies of the `RateLimit-Policy` and `RateLimit` fields: `"rate"` and
+    /// `"inflight"` unless told otherwise. Give each layer whose fields can meet others in one
+    /// response names of its own: a host's layer around a client's, both telling admitted
+    /// responses their fields, send two `RateLimit-Policy` lists on one response, and with
+    /// the same names a client cannot tell whose `RateLimit` item is whose. The names are
+    /// checked when they are made ([`PolicyNames::new`]): a name a client could not parse is a
+    /// [`ConfigError`] then, never a broken field later. The limiter's
+    /// [`name`](crate::LimiterBuilder::name), a label of its metrics, is not sent.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use floodgate::fields::ratelimit::PolicyNames;
+    /// use floodgate::layer::LimitLayer;
+    /// use floodgate::{clock::ManualClock, Limiter};
+    /// use http::{Request, Response};
+    /// use tower::{service_fn, ServiceBuilder, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), floodgate::ConfigError> {
+    /// let clock = ManualClock::new(); // a real proxy leaves this out
+    /// let per_second = |n| Limiter::builder().max_rate(n, Duration::from_secs(1)).clock(&clock).build();
+    /// let hosts = LimitLayer::new(per_second(100)?)
+    ///     .ratelimit_headers_on_admitted(true)
+    ///     .policy_names(PolicyNames::new("host", "host-inflight")?);
+    /// let tenants = LimitLayer::new(per_second(10)?)
+    ///     .key_fn(|_: &Request<()>| "acme".to_owned())
+    ///     .ratelimit_headers_on_admitted(true)
+    ///     .policy_names(PolicyNames::new("tenant", "tenant-inflight")?);
+    /// let origin = service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(String::new())) });
+    /// let service = ServiceBuilder::new().layer(hosts).layer(tenants).service(origin);
+    /// let request = Request::builder().uri("http://api.example/").body(()).unwrap();
+    /// let response = service.oneshot(request).await.unwrap();
+    /// let policies: Vec<_> = response.headers().get_all("ratelimit-policy").iter().collect();
+    /// assert_eq!(policies, [r#""tenant";q=10;w=1"#, r#""host";q=100;w=1"#]);
+    /// let left: Vec<_> = response.headers().get_all("ratelimit").iter().collect();
+    /// assert_eq!(left, [r#""tenant";r=9;t=2"#, r#""host";r=99;t=2"#]);
+    /// # Ok(()) }
+    /// ```
+    pub fn policy_names(self, names: PolicyNames) -> Self {
+        LimitLayer {
+            fields: self.fields.names(names),
             ..self
         }
     }
@@ -634,6 +712,7 @@ impl<F, L, W: std::fmt::Debug, C> std::fmt::Debug for LimitLayer<F, L, W, C> {
             .field("ratelimit_headers_on_admitted", &self.fields.on_admitted)
             .field("retry_after_jitter_secs", &self.fields.jitter_secs)
             .field("refusal", &self.fields.refusal)
+            .field("policy_names", &self.fields.names)
             .field("mode", &self.mode)
             .finish_non_exhaustive()
     }

@@ -1,17 +1,21 @@
 //! The response to a refused request: what it is built from, and the building, which waits
 //! until the response future is polled.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
 
-use http::header::{CONTENT_TYPE, RETRY_AFTER};
+use bytes::Bytes;
+use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{Response, StatusCode};
 
 use super::body::Inner;
 use super::headers;
-use super::settings::RefusalResponse;
-use super::{LimitBody, NoKey};
-use crate::fields::ratelimit::Policies;
-use crate::{Reason, Rejected};
+use super::settings::{RefusalBody, RefusalResponse};
+use super::{LimitBody, NoKey, Uncharged};
+use crate::fields::ratelimit::{Policies, PolicyNames};
+use crate::fields::retry::retry_after_secs;
+use crate::{Limits, Reason, Rejected};
 
 /// A refused request: what its response is built from when the future is polled (nothing is
 /// formatted before then).
@@ -22,6 +26,8 @@ pub(super) struct Refusal {
     pub(super) key: String,
     /// The limits the decision was judged against.
     pub(super) policies: Policies,
+    /// The names of their policies.
+    pub(super) names: PolicyNames,
     pub(super) jitter_secs: u64,
     /// How the operator answers a request over a limit.
     pub(super) response: RefusalResponse,
@@ -53,12 +59,67 @@ pub(super) struct Refusal {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RejectedKey(pub String);
 
+/// A refusal over a limit, as the operator's body function sees it
+/// ([`RefusalResponse::body_fn`]): what the response says, to say it again in the body, in
+/// words of the API's own.
+///
+/// Borrowed from the refusal while its response is built, when the response future is
+/// polled.
+///
+/// # Examples
+///
+/// ```
+/// use floodgate::layer::Refused;
+/// use floodgate::Reason;
+///
+/// fn explain(refused: &Refused<'_>) -> String {
+///     match (refused.rejected.reason, refused.retry_after) {
+///         (Reason::Rate, Some(secs)) => format!("over {} requests: retry in {secs} s", refused.rejected.limit),
+///         (Reason::CostOverLimit, _) => "too large for any quota: do not retry".to_owned(),
+///         _ => format!("refused with {}", refused.status),
+///     }
+/// }
+/// # let _ = explain;
+/// ```
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct Refused<'a> {
+    /// Why the request was refused, the count it was judged by, the limit, and the exact
+    /// wait (`retry_after`, before rounding and jitter).
+    pub rejected: &'a Rejected,
+    /// The key it was judged under (a tenant's, a client's address: the operator decides
+    /// whether the client may read it).
+    pub key: &'a str,
+    /// The limits it was judged against (its own, or the limiter's defaults then).
+    pub limits: Limits,
+    /// The limiter's rate interval, which a rate limit counts over.
+    pub interval: Option<Duration>,
+    /// The name of the policy that refused, as `RateLimit` names it; `None` for a cost over
+    /// a limit.
+    pub policy: Option<&'a str>,
+    /// The response's status.
+    pub status: StatusCode,
+    /// The seconds the response's `Retry-After` says, jitter included; `None` when it has
+    /// none (the wait is unknown, or no wait helps).
+    pub retry_after: Option<u64>,
+}
+
+/// The body of a request whose cost alone is over a limit: no wait admits it. It names no
+/// number, so it says nothing the RateLimit fields (which the operator may keep back) would
+/// not.
+const NEVER_FITS: &str =
+    "This request costs more than its limit allows: it can never be admitted, and retrying it \
+     will not help.\n";
+
 /// The response to a refused request, with the [`Rejected`] and its [`RejectedKey`] in its
 /// extensions:
 ///
-/// - over a limit: the operator's status (503 unless told otherwise) and body, with
-///   `Retry-After` where the wait is known, and `RateLimit-Policy` and `RateLimit` unless
-///   switched off;
+/// - over a limit a wait can cure: the operator's status (503 unless told otherwise) and
+///   body, with `Retry-After` where the wait is known, and `RateLimit-Policy` and `RateLimit`
+///   unless switched off;
+/// - a cost over a limit, which no wait cures: the operator's status for it (413 unless told
+///   otherwise), no `Retry-After` nor `RateLimit`, `RateLimit-Policy` unless switched off, and
+///   a body that says retrying will not help;
 /// - limits of a kind the limiter does not count: 500 and nothing else; the client did
 ///   nothing wrong, the server's configuration did, which is logged (once per process).
 ///
@@ -73,6 +134,7 @@ pub(super) fn refuse<B>(refusal: Option<Refusal>) -> Response<LimitBody<B>> {
         rejected,
         key,
         policies,
+        names,
         jitter_secs,
         response: answer,
     }) = refusal
@@ -86,20 +148,50 @@ pub(super) fn refuse<B>(refusal: Option<Refusal>) -> Response<LimitBody<B>> {
         *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
         misconfigured(&rejected);
     } else {
-        *response.status_mut() = answer.status;
+        let never = rejected.reason == Reason::CostOverLimit;
+        let status = if never {
+            answer.cost_over_limit
+        } else {
+            answer.status
+        };
+        *response.status_mut() = status;
+        let retry_after = retry_after_secs(&rejected, jitter_secs);
         let fields = response.headers_mut();
-        if let Some(retry_after) = headers::retry_after(&rejected, jitter_secs) {
-            fields.insert(RETRY_AFTER, retry_after);
+        if let Some(secs) = retry_after {
+            fields.insert(RETRY_AFTER, HeaderValue::from(secs));
         }
         if answer.ratelimit_fields {
-            if let Some(policy) = headers::policy_field(&policies) {
+            if let Some(policy) = headers::policy_field(&policies, &names) {
                 fields.insert(headers::ratelimit_policy(), policy);
             }
-            if let Some(limit) = headers::refused_field(&policies, &rejected) {
+            if let Some(limit) = headers::refused_field(&policies, &rejected, &names) {
                 fields.insert(headers::ratelimit(), limit);
             }
         }
-        if let Some((content_type, body)) = answer.body {
+        let made = match &answer.body {
+            RefusalBody::Made(make) => made_body(
+                make.as_ref(),
+                &Refused {
+                    rejected: &rejected,
+                    key: &key,
+                    limits: policies.limits(),
+                    interval: policies.interval(),
+                    policy: names.of(rejected.reason),
+                    status,
+                    retry_after,
+                },
+            ),
+            RefusalBody::Empty | RefusalBody::Fixed(..) => None,
+        };
+        let body = made.or_else(|| match answer.body {
+            _ if never => Some((
+                HeaderValue::from_static("text/plain; charset=utf-8"),
+                Bytes::from_static(NEVER_FITS.as_bytes()),
+            )),
+            RefusalBody::Fixed(content_type, body) => Some((content_type, body)),
+            RefusalBody::Empty | RefusalBody::Made(_) => None,
+        });
+        if let Some((content_type, body)) = body {
             fields.insert(CONTENT_TYPE, content_type);
             response.body_mut().inner = Inner::Rejected { body: Some(body) };
         }
@@ -123,6 +215,24 @@ pub(super) fn refuse_unkeyed<B>(no_key: NoKey) -> Response<LimitBody<B>> {
     response
 }
 
+/// The response to a request its cost extractor would not charge ([`Uncharged`]): its status,
+/// its `why` as a plain-text body, and the `Uncharged` in its extensions. The client's doing
+/// (a body without a length, say), so not logged.
+pub(super) fn refuse_uncharged<B>(uncharged: Uncharged) -> Response<LimitBody<B>> {
+    let body = Bytes::from_static(uncharged.why.as_bytes());
+    let mut response = Response::new(LimitBody {
+        inner: Inner::Rejected { body: Some(body) },
+        permit: None,
+    });
+    *response.status_mut() = uncharged.status;
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response.extensions_mut().insert(uncharged);
+    response
+}
+
 /// Says at error level why requests have no key and what is done with them: once per process
 /// for each distinct `why` (up to 16 of them; an extractor's causes are a handful of
 /// constants), so that a request without a key is never silent and a stream of them is one
@@ -143,6 +253,31 @@ pub(super) fn tell_unkeyed(no_key: &NoKey) {
         super::Unkeyed::Serve => "serving them unlimited",
     };
     log::error!("{}; {then} (told once)", no_key.why);
+}
+
+/// The operator's body for `refused`, or `None` (the default body) if the function gave
+/// none or panicked: a panic is caught rather than taking the connection down, and said once
+/// per process, at error level.
+fn made_body(
+    make: &(dyn Fn(&Refused<'_>) -> Option<(HeaderValue, Bytes)> + Send + Sync),
+    refused: &Refused<'_>,
+) -> Option<(HeaderValue, Bytes)> {
+    // Unwind safety: the function sees the refusal by shared reference, and nothing of it is
+    // used after a panic.
+    match catch_unwind(AssertUnwindSafe(|| make(refused))) {
+        Ok(body) => body,
+        Err(_) => {
+            static TOLD: AtomicBool = AtomicBool::new(false);
+            // Relaxed: the flag only keeps a flood of lines out.
+            if !TOLD.swap(true, Ordering::Relaxed) {
+                log::error!(
+                    "floodgate layer: the refusal body function panicked; answering such \
+                     refusals without its body (told once)"
+                );
+            }
+            None
+        }
+    }
 }
 
 /// Says once per process, at error level, that requests are answered 500 because the limits
@@ -179,6 +314,7 @@ mod tests {
                 Limits::new().max_inflight(2).max_rate(2),
                 Some(Duration::from_secs(1)),
             ),
+            names: PolicyNames::default(),
             jitter_secs: 0,
             response: RefusalResponse::default(),
         }
@@ -215,5 +351,46 @@ mod tests {
         assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert!(response.headers().get(RETRY_AFTER).is_none());
         assert_eq!(response.headers()["ratelimit"], "\"inflight\";r=0");
+    }
+
+    #[test]
+    fn a_cost_over_a_limit_is_a_413_without_retry_after_or_ratelimit_whatever_the_status() {
+        for answer in [
+            RefusalResponse::default(),
+            RefusalResponse::too_many_requests()
+                .body(HeaderValue::from_static("application/json"), "{}")
+                .ratelimit_fields(false),
+        ] {
+            let mut refusal = refusal(Reason::CostOverLimit, None);
+            refusal.response = answer.clone();
+            let response = refuse::<()>(Some(refusal));
+            assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+            let fields = response.headers();
+            assert!(fields.get(RETRY_AFTER).is_none());
+            assert!(fields.get("ratelimit").is_none());
+            assert_eq!(
+                fields.contains_key("ratelimit-policy"),
+                answer.ratelimit_fields
+            );
+            assert_eq!(fields[CONTENT_TYPE], "text/plain; charset=utf-8");
+            let LimitBody {
+                inner: Inner::Rejected { body: Some(body) },
+                ..
+            } = response.body()
+            else {
+                panic!("a body");
+            };
+            assert!(std::str::from_utf8(body)
+                .unwrap()
+                .contains("retrying it will not help"));
+        }
+        let mut refusal = refusal(Reason::CostOverLimit, None);
+        refusal.response = RefusalResponse::default()
+            .cost_over_limit(StatusCode::BAD_REQUEST)
+            .unwrap();
+        assert_eq!(
+            refuse::<()>(Some(refusal)).status(),
+            StatusCode::BAD_REQUEST
+        );
     }
 }

@@ -9,11 +9,11 @@ use http::Response;
 use pin_project_lite::pin_project;
 
 use super::headers::Admitted;
-use super::refusal::{refuse, refuse_unkeyed, Refusal, RejectedKey};
+use super::refusal::{refuse, refuse_uncharged, refuse_unkeyed, Refusal, RejectedKey};
 use super::settings::ResponseSettings;
 #[cfg(doc)]
 use super::LimitService;
-use super::{LimitBody, NoKey};
+use super::{LimitBody, NoKey, Uncharged};
 use crate::fields::ratelimit::Policies;
 use crate::limiter::Receipt;
 use crate::{Outcome, OwnedPermit, Rejected};
@@ -52,6 +52,10 @@ pin_project! {
         // A request its key extractor could not key, refused (500).
         Unkeyed {
             no_key: NoKey,
+        },
+        // A request its cost extractor would not charge (411 for a body without a length).
+        Uncharged {
+            uncharged: Uncharged,
         },
     }
 }
@@ -124,6 +128,11 @@ impl<Fut> State<Fut> {
         State::Unkeyed { no_key }
     }
 
+    /// A request its cost extractor would not charge.
+    pub(super) fn uncharged(uncharged: Uncharged) -> Self {
+        State::Uncharged { uncharged }
+    }
+
     /// A refused request for `key`, answered as `settings` say.
     pub(super) fn refused(
         rejected: Rejected,
@@ -136,6 +145,7 @@ impl<Fut> State<Fut> {
                 rejected,
                 key,
                 policies,
+                names: settings.names.clone(),
                 jitter_secs: settings.jitter_secs,
                 response: settings.refusal.clone(),
             }),
@@ -203,15 +213,18 @@ where
             }
             StateProj::Rejected { refusal } => Poll::Ready(Ok(refuse(refusal.take()))),
             StateProj::Unkeyed { no_key } => Poll::Ready(Ok(refuse_unkeyed(*no_key))),
+            StateProj::Uncharged { uncharged } => Poll::Ready(Ok(refuse_uncharged(*uncharged))),
         }
     }
 }
 
 /// Whether `response` is an inner layer's refusal: over its limits, or of a request it could
-/// not key.
+/// not key or would not charge.
 fn refused_further_in<B>(response: &Response<B>) -> bool {
     let extensions = response.extensions();
-    extensions.get::<Rejected>().is_some() || extensions.get::<NoKey>().is_some()
+    extensions.get::<Rejected>().is_some()
+        || extensions.get::<NoKey>().is_some()
+        || extensions.get::<Uncharged>().is_some()
 }
 
 impl<Fut> std::fmt::Debug for ResponseFuture<Fut> {
@@ -259,6 +272,7 @@ mod tests {
                         Limits::new().max_rate(2),
                         Some(Duration::from_secs(1))
                     ),
+                    names: Default::default(),
                     jitter_secs: 0,
                     response: crate::layer::RefusalResponse::default(),
                 }),

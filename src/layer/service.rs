@@ -19,7 +19,7 @@ use super::{
     CostExtractor, HostKey, KeyExtractor, LimitBody, LimiterDefaults, LimitsExtractor, NoKey,
     RefuseAtOnce, UnitCost, Unkeyed, WaitUpTo,
 };
-use crate::fields::ratelimit::Policies;
+use crate::fields::ratelimit::{Policies, PolicyNames};
 use crate::{ConfigError, Limiter};
 
 /// The service a [`LimitLayer`] makes: limits requests per key, refuses the rejected ones
@@ -290,6 +290,35 @@ impl<S, F, L, W, C> LimitService<S, F, L, W, C> {
         }
     }
 
+    /// Names the policies of the RateLimit fields (see [`LimitLayer::policy_names`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use floodgate::fields::ratelimit::PolicyNames;
+    /// use floodgate::{Limiter, layer::LimitService};
+    /// use http::{Request, Response};
+    /// use tower::{service_fn, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let limiter: Limiter<String> = Limiter::builder().max_inflight(1).build().unwrap();
+    /// let _busy = limiter.try_acquire_owned("api.example").unwrap();
+    /// let origin = service_fn(|_: Request<()>| async { Ok::<_, Infallible>(Response::new(String::new())) });
+    /// let names = PolicyNames::new("api-rate", "api-concurrency").unwrap();
+    /// let service = LimitService::new(origin, limiter).policy_names(names);
+    /// let request = Request::builder().uri("http://api.example/").body(()).unwrap();
+    /// let refused = service.oneshot(request).await.unwrap();
+    /// assert_eq!(refused.headers()["ratelimit"], r#""api-concurrency";r=0"#);
+    /// # }
+    /// ```
+    pub fn policy_names(self, names: PolicyNames) -> Self {
+        LimitService {
+            fields: self.fields.names(names),
+            ..self
+        }
+    }
+
     /// The limiter.
     ///
     /// # Examples
@@ -365,15 +394,18 @@ where
             .field("ratelimit_headers_on_admitted", &self.fields.on_admitted)
             .field("retry_after_jitter_secs", &self.fields.jitter_secs)
             .field("refusal", &self.fields.refusal)
+            .field("policy_names", &self.fields.names)
             .field("mode", &self.mode)
             .finish_non_exhaustive()
     }
 }
 
+/// The inner service is given the request as the cost extractor admits it
+/// ([`CostExtractor::admit`]): the same request, or one whose body is held to its charge.
 impl<S, F, L, C, ReqBody, ResBody> Service<Request<ReqBody>>
     for LimitService<S, F, L, RefuseAtOnce, C>
 where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    S: Service<Request<<C as CostExtractor<ReqBody>>::Body>, Response = Response<ResBody>>,
     F: KeyExtractor<ReqBody>,
     L: LimitsExtractor<ReqBody>,
     C: CostExtractor<ReqBody>,
@@ -390,7 +422,15 @@ where
         let key = match self.key.key(&req) {
             Ok(key) => key,
             Err(no_key) => {
-                let state = unkeyed(&self.limiter, no_key, || self.inner.call(req));
+                let (inner, cost) = (&mut self.inner, &self.cost);
+                let state = unkeyed(&self.limiter, no_key, || inner.call(cost.admit(req)));
+                return ResponseFuture { state };
+            }
+        };
+        let cost = match self.cost.cost(&req) {
+            Ok(cost) => cost,
+            Err(uncharged) => {
+                let state = State::uncharged(uncharged);
                 return ResponseFuture { state };
             }
         };
@@ -399,7 +439,6 @@ where
         // (no thresholds worked out again per request).
         // Its own: the kinds they leave out, the defaults' now (read once here too).
         let own = self.limits.limits(&req).map(|l| self.limiter.plan_of(l));
-        let cost = self.cost.cost(&req);
         let (result, limits) = match own {
             Some(limits) => (
                 self.limiter
@@ -419,7 +458,8 @@ where
                 let shadow_key = permit.shadow_rejection().map(|_| key.clone().into_owned());
                 drop(key); // it may borrow the request
                 let admission = Admission { permit, receipt };
-                State::admitted(self.inner.call(req), admission, admitted, shadow_key)
+                let called = self.inner.call(self.cost.admit(req));
+                State::admitted(called, admission, admitted, shadow_key)
             }
             Err(rejected) => State::refused(rejected, key.into_owned(), policies, &self.fields),
         };
@@ -427,16 +467,18 @@ where
     }
 }
 
+/// The inner service is given the request as the cost extractor admits it
+/// ([`CostExtractor::admit`]), when it is called.
 impl<S, F, L, C, ReqBody, ResBody> Service<Request<ReqBody>> for LimitService<S, F, L, WaitUpTo, C>
 where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    S: Service<Request<<C as CostExtractor<ReqBody>>::Body>, Response = Response<ResBody>> + Clone,
     F: KeyExtractor<ReqBody>,
     L: LimitsExtractor<ReqBody>,
     C: CostExtractor<ReqBody>,
 {
     type Response = Response<LimitBody<ResBody>>;
     type Error = S::Error;
-    type Future = WaitFuture<S, ReqBody>;
+    type Future = WaitFuture<S, <C as CostExtractor<ReqBody>>::Body>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -446,22 +488,28 @@ where
         let key = match self.key.key(&req) {
             Ok(key) => key,
             Err(no_key) => {
-                let state = unkeyed(&self.limiter, no_key, || self.inner.call(req));
+                let (inner, cost) = (&mut self.inner, &self.cost);
+                let state = unkeyed(&self.limiter, no_key, || inner.call(cost.admit(req)));
                 return WaitFuture::decided(state);
             }
+        };
+        let cost = match self.cost.cost(&req) {
+            Ok(cost) => cost,
+            Err(uncharged) => return WaitFuture::decided(State::uncharged(uncharged)),
         };
         // A request's own limits, or none: then each attempt while it waits is judged against
         // the defaults of that moment, so a `set_limits` that raises them frees the waiters.
         // The fields of its response describe the defaults as they were when it came.
         let own = self.limits.limits(&req);
         let policies = Policies::of(&self.limiter, own);
-        let cost = self.cost.cost(&req);
         let acquire = match own {
             Some(limits) => self.limiter.with_limits(limits).cost(cost),
             None => self.limiter.with_cost(cost),
         };
         let acquire = acquire.acquire(&*key, self.mode.0);
         let key = key.into_owned();
+        // Held to its charge now: the inner service is given it as it is when it is called.
+        let request = self.cost.admit(req);
         // The service made ready for this request goes with it; this one keeps a clone (what
         // tower's buffering layers do), so that the request is sent where readiness was
         // promised, however long it waits.
@@ -473,7 +521,7 @@ where
                 inner: ready,
                 limiter: self.limiter.clone(),
                 fields: self.fields.clone(),
-                request: req,
+                request,
                 key,
                 policies,
             },

@@ -1,8 +1,9 @@
 //! What a service's responses say beyond its decision: the RateLimit fields of admitted
-//! responses, the jitter of `Retry-After`, and the refusal an operator chose
-//! ([`RefusalResponse`]: its status, body and fields). The layer's switches, copied into each
+//! responses and the names of their policies, the jitter of `Retry-After`, and the refusal an
+//! operator chose ([`RefusalResponse`]: its status, body and fields). The layer's switches, copied into each
 //! service it makes.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -12,7 +13,8 @@ use http::StatusCode;
 use super::headers::Admitted;
 #[cfg(doc)]
 use super::LimitLayer;
-use crate::fields::ratelimit::Policies;
+use super::Refused;
+use crate::fields::ratelimit::{Policies, PolicyNames};
 use crate::{ConfigError, Limiter};
 
 /// The longest `Retry-After` jitter (see
@@ -24,12 +26,15 @@ pub(super) const MAX_RETRY_AFTER_JITTER: Duration = Duration::from_secs(3_600);
 /// quota), with an empty body or one of the operator's, with or without the `RateLimit-Policy`
 /// and `RateLimit` fields.
 ///
-/// Only refusals over a limit ([`Reason::Inflight`](crate::Reason::Inflight),
-/// [`Reason::Rate`](crate::Reason::Rate), and [`Reason::CostOverLimit`](crate::Reason::CostOverLimit),
-/// a request costing more than a limit holds, which no wait helps: it has no `Retry-After`)
-/// follow it. Limits the limiter does not count are the
-/// server's configuration error and stay a `500` without a body or fields. `Retry-After` is
-/// sent whenever the wait is known, whatever the fields: HTTP defines it for both statuses
+/// Refusals over a limit that a wait can cure ([`Reason::Inflight`](crate::Reason::Inflight),
+/// [`Reason::Rate`](crate::Reason::Rate)) answer with its status and body. A request whose
+/// cost alone is over a limit ([`Reason::CostOverLimit`](crate::Reason::CostOverLimit)) can
+/// never be admitted, and is told so apart: `413 Content Too Large` by default (or the status
+/// given to [`cost_over_limit`](Self::cost_over_limit)), no `Retry-After`, no `RateLimit`
+/// field (`RateLimit-Policy` still says what the limits are), and a plain-text body saying
+/// that retrying will not help (it names no number). Limits the limiter does not count are
+/// the server's configuration error and stay a `500` without a body or fields. `Retry-After`
+/// is sent whenever the wait is known, whatever the fields: HTTP defines it for both statuses
 /// (RFC 9110 §10.2.3, RFC 6585 §4).
 ///
 /// # Examples
@@ -48,11 +53,43 @@ pub(super) const MAX_RETRY_AFTER_JITTER: Duration = Duration::from_secs(3_600);
 /// );
 /// # let _ = layer;
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RefusalResponse {
     pub(super) status: StatusCode,
-    pub(super) body: Option<(HeaderValue, Bytes)>,
+    /// The status of a request whose cost is over a limit.
+    pub(super) cost_over_limit: StatusCode,
+    pub(super) body: RefusalBody,
     pub(super) ratelimit_fields: bool,
+}
+
+/// An operator's function from a refusal to its body and `Content-Type`.
+type MakeBody = dyn Fn(&Refused<'_>) -> Option<(HeaderValue, Bytes)> + Send + Sync;
+
+/// The body a refusal over a limit is answered with.
+#[derive(Clone)]
+pub(super) enum RefusalBody {
+    /// Nothing (a cost over a limit still gets its own text).
+    Empty,
+    /// The same bytes for every refusal a wait can cure.
+    Fixed(HeaderValue, Bytes),
+    /// Made from each refusal by the operator's function.
+    Made(Arc<MakeBody>),
+}
+
+impl std::fmt::Debug for RefusalResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let body = match &self.body {
+            RefusalBody::Empty => "empty",
+            RefusalBody::Fixed(..) => "fixed",
+            RefusalBody::Made(_) => "made by a function",
+        };
+        f.debug_struct("RefusalResponse")
+            .field("status", &self.status)
+            .field("cost_over_limit", &self.cost_over_limit)
+            .field("body", &body)
+            .field("ratelimit_fields", &self.ratelimit_fields)
+            .finish()
+    }
 }
 
 impl Default for RefusalResponse {
@@ -67,7 +104,8 @@ impl RefusalResponse {
     pub fn service_unavailable() -> Self {
         RefusalResponse {
             status: StatusCode::SERVICE_UNAVAILABLE,
-            body: None,
+            cost_over_limit: StatusCode::PAYLOAD_TOO_LARGE,
+            body: RefusalBody::Empty,
             ratelimit_fields: true,
         }
     }
@@ -81,13 +119,88 @@ impl RefusalResponse {
         }
     }
 
-    /// The refusal's body, with its `Content-Type`. The same bytes for every refusal, never
-    /// copied. Static bytes (`&'static str`, `HeaderValue::from_static`) cost a refusal
-    /// nothing more; owned ones are shared, one reference count taken per refusal. The
-    /// response body's data type must be made from `Bytes`, as hyper's and axum's are.
+    /// The body of a refusal a wait can cure (over the rate or the in-flight limit), with its
+    /// `Content-Type`. The same bytes for every refusal, never copied. Static bytes
+    /// (`&'static str`, `HeaderValue::from_static`) cost a refusal nothing more; owned ones
+    /// are shared, one reference count taken per refusal. The response body's data type must
+    /// be made from `Bytes`, as hyper's and axum's are. A request whose cost is over a limit
+    /// keeps its own body, which says retrying will not help. Replaces a
+    /// [`body_fn`](Self::body_fn).
     pub fn body(self, content_type: HeaderValue, body: impl Into<Bytes>) -> Self {
         RefusalResponse {
-            body: Some((content_type, body.into())),
+            body: RefusalBody::Fixed(content_type, body.into()),
+            ..self
+        }
+    }
+
+    /// A refusal's body and `Content-Type`, made from the refusal by `body`: what the
+    /// [`Refused`] says (the reason, the limit, the key, the `Retry-After` sent, the status),
+    /// for a body that tells the client why and for how long, in the API's own format.
+    /// Replaces a fixed [`body`](Self::body).
+    ///
+    /// It is called for every refusal over a limit, a cost over a limit included (its
+    /// status says which), when the response is polled, never before: a refusal dropped
+    /// unanswered costs nothing. `None` leaves the refusal as it would be without a body of
+    /// the operator's (empty; for a cost over a limit, the text that says retrying will not
+    /// help). Keep it cheap: a flood is mostly refusals. It should not panic; if it does, the
+    /// panic is caught, the refusal is answered as for `None`, and the layer says so once, at
+    /// error level, through the `log` facade.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use floodgate::layer::{LimitLayer, RefusalResponse, Refused};
+    /// use floodgate::{clock::ManualClock, Limiter, Reason};
+    /// use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+    /// use http::{Request, Response, StatusCode};
+    /// use http_body_util::BodyExt;
+    /// use tower::{service_fn, Layer, ServiceExt};
+    ///
+    /// /// A JSON problem, as the API's other errors are.
+    /// fn problem(refused: &Refused<'_>) -> Option<(HeaderValue, bytes::Bytes)> {
+    ///     let reason = match refused.rejected.reason {
+    ///         Reason::Rate => "rate",
+    ///         Reason::Inflight => "in-flight",
+    ///         Reason::CostOverLimit => "too-large",
+    ///         _ => return None,
+    ///     };
+    ///     let retry = refused.retry_after.map_or("null".to_owned(), |secs| secs.to_string());
+    ///     let json = format!(
+    ///         r#"{{"limit":"{reason}","quota":{},"retry_after":{retry}}}"#,
+    ///         refused.rejected.limit
+    ///     );
+    ///     Some((HeaderValue::from_static("application/problem+json"), json.into()))
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let clock = ManualClock::new(); // a real proxy leaves this out
+    /// let limiter = Limiter::builder()
+    ///     .max_rate(1, Duration::from_secs(1))
+    ///     .clock(&clock)
+    ///     .build()
+    ///     .unwrap();
+    /// let layer = LimitLayer::new(limiter)
+    ///     .refusal(RefusalResponse::too_many_requests().body_fn(problem));
+    /// let origin = service_fn(|_: Request<String>| async { Ok::<_, Infallible>(Response::new(String::new())) });
+    /// let service = layer.layer(origin);
+    /// let request = || Request::builder().uri("http://api.example/").body(String::new()).unwrap();
+    /// service.clone().oneshot(request()).await.unwrap();
+    /// let refused = service.oneshot(request()).await.unwrap();
+    /// assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    /// assert_eq!(refused.headers()[CONTENT_TYPE], "application/problem+json");
+    /// assert_eq!(refused.headers()[RETRY_AFTER], "2");
+    /// let body = refused.into_body().collect().await.unwrap().to_bytes();
+    /// assert_eq!(&body[..], br#"{"limit":"rate","quota":1,"retry_after":2}"#);
+    /// # }
+    /// ```
+    pub fn body_fn<G>(self, body: G) -> Self
+    where
+        G: Fn(&Refused<'_>) -> Option<(HeaderValue, Bytes)> + Send + Sync + 'static,
+    {
+        RefusalResponse {
+            body: RefusalBody::Made(Arc::new(body)),
             ..self
         }
     }
@@ -102,7 +215,42 @@ impl RefusalResponse {
         }
     }
 
-    /// The status a refusal over a limit answers with.
+    /// The status a request whose cost alone is over a limit
+    /// ([`Reason::CostOverLimit`](crate::Reason::CostOverLimit)) answers with: `413 Content
+    /// Too Large` unless told otherwise (`400 Bad Request` or `422 Unprocessable Content`
+    /// suit an API whose costs are not bytes). Whatever the status, the answer has no
+    /// `Retry-After`: no wait admits the request.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::RefusalStatus`] for a status that is not a client or a server error
+    /// (400 to 599): a refusal must not read as a success or a redirection.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use floodgate::layer::RefusalResponse;
+    /// use http::StatusCode;
+    ///
+    /// let refusal = RefusalResponse::too_many_requests()
+    ///     .cost_over_limit(StatusCode::UNPROCESSABLE_ENTITY)
+    ///     .unwrap();
+    /// assert_eq!(refusal.status(), StatusCode::TOO_MANY_REQUESTS);
+    /// assert!(RefusalResponse::default().cost_over_limit(StatusCode::OK).is_err());
+    /// ```
+    pub fn cost_over_limit(self, status: StatusCode) -> Result<Self, ConfigError> {
+        if !(status.is_client_error() || status.is_server_error()) {
+            return Err(ConfigError::RefusalStatus {
+                status: status.as_u16(),
+            });
+        }
+        Ok(RefusalResponse {
+            cost_over_limit: status,
+            ..self
+        })
+    }
+
+    /// The status a refusal over a limit a wait can cure answers with.
     pub fn status(&self) -> StatusCode {
         self.status
     }
@@ -117,6 +265,8 @@ pub(super) struct ResponseSettings {
     pub(super) jitter_secs: u64,
     /// How a request over a limit is answered.
     pub(super) refusal: RefusalResponse,
+    /// The names of the policies in the RateLimit fields.
+    pub(super) names: PolicyNames,
 }
 
 impl ResponseSettings {
@@ -148,6 +298,10 @@ impl ResponseSettings {
         ResponseSettings { refusal, ..self }
     }
 
+    pub(super) fn names(self, names: PolicyNames) -> Self {
+        ResponseSettings { names, ..self }
+    }
+
     /// What the RateLimit fields of an admitted response say, if admitted responses carry
     /// them: the key's counts with this request in them. A second lookup of the key, so only
     /// when switched on.
@@ -160,6 +314,7 @@ impl ResponseSettings {
         self.on_admitted.then(|| Admitted {
             policies,
             estimate: limiter.estimate(key),
+            names: self.names.clone(),
         })
     }
 }
