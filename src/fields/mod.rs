@@ -1,6 +1,6 @@
 //! What an HTTP front end says about a decision, as plain values: the key of a request's
-//! host or of its client's address, `Retry-After`, and the `RateLimit-Policy` and `RateLimit`
-//! fields.
+//! host or of its client's address, what a body costs in bytes, `Retry-After`, the
+//! `RateLimit-Policy` and `RateLimit` fields, and which of them a refusal carries.
 //!
 //! The tower layer (`floodgate::layer`, feature `tower`) builds its keys and responses
 //! from these. They need no feature and no HTTP crate: a proxy built on something else
@@ -33,6 +33,8 @@
 //! ```
 
 pub mod client;
+pub mod cost;
 pub mod host;
 pub mod ratelimit;
+pub mod refusal;
 pub mod retry;

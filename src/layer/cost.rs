@@ -10,6 +10,11 @@ use http_body::Body;
 use super::ChargedBody;
 #[cfg(doc)]
 use super::{ChargeExceeded, LimitLayer, LimitService};
+use crate::fields;
+/// What a body of unknown length costs under [`BodyBytes`] (it lives in
+/// [`fields::cost`](crate::fields::cost), which a proxy without tower uses too).
+pub use crate::fields::cost::UnknownLength;
+use crate::fields::cost::{BodyCharge, LENGTH_REQUIRED};
 #[cfg(doc)]
 use crate::{Limiter, Reason, WithLimits};
 
@@ -176,103 +181,39 @@ impl BodyBytes {
         BodyBytes { unknown }
     }
 
-    /// What a request's body will be held to: its length when it is known, else the charge
-    /// for an unknown length (`None`: such bodies are refused, and one served anyway, without
-    /// a key, is not held).
-    fn held_to<B: Body>(&self, req: &Request<B>) -> Held {
-        match declared_length(req) {
-            Some(length) => Held::Declared(length),
-            None => match self.unknown {
-                UnknownLength::Charge(bytes) => Held::Charged(bytes),
-                UnknownLength::Refuse => Held::Unknown,
-            },
-        }
+    /// What a request's body is charged and held to: its length when it is known, else the
+    /// charge for an unknown length, or refused (such a body served anyway, without a key, is
+    /// not held). The rules are [`fields::cost`](crate::fields::cost)'s.
+    fn charge<B: Body>(&self, req: &Request<B>) -> BodyCharge {
+        BodyCharge::of(declared_length(req), self.unknown)
     }
-}
-
-/// What [`BodyBytes`] holds a body to.
-enum Held {
-    /// The length the request declared.
-    Declared(u64),
-    /// The charge for a body of unknown length.
-    Charged(u32),
-    /// A body of unknown length, which is refused.
-    Unknown,
-}
-
-/// What a body of unknown length costs under [`BodyBytes`]: the operator's choice, with no
-/// default.
-///
-/// # Examples
-///
-/// ```
-/// use floodgate::layer::{BodyBytes, UnknownLength};
-///
-/// // Uploads of up to 1 MiB; a chunked one pays for the whole MiB up front.
-/// let uploads = BodyBytes::new(UnknownLength::Charge(1 << 20));
-/// // An API whose clients can always send Content-Length.
-/// let strict = BodyBytes::new(UnknownLength::Refuse);
-/// # let _ = (uploads, strict);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UnknownLength {
-    /// Charge it this many bytes (at least 1), the most it may then carry: a byte more ends
-    /// the body with [`ChargeExceeded`]. Choose the largest body you accept without a length,
-    /// at most the smallest limit (a charge over a limit is refused as over it).
-    Charge(u32),
-    /// Refuse it with `411 Length Required` (RFC 9110 §15.5.12), before any limit is asked:
-    /// the client is to send it again with a `Content-Length`.
-    Refuse,
 }
 
 impl<B: Body> CostExtractor<B> for BodyBytes {
     type Body = ChargedBody<B>;
 
     fn cost(&self, req: &Request<B>) -> Result<u32, Uncharged> {
-        let bytes = match self.held_to(req) {
-            Held::Declared(length) => u32::try_from(length).unwrap_or(u32::MAX),
-            Held::Charged(bytes) => bytes,
-            Held::Unknown => {
-                return Err(Uncharged {
-                    status: StatusCode::LENGTH_REQUIRED,
-                    why: "This request's body has no length: send it again with a \
-                          Content-Length.\n",
-                })
-            }
-        };
-        Ok(bytes.max(1))
+        self.charge(req).cost().ok_or(Uncharged {
+            status: StatusCode::LENGTH_REQUIRED,
+            why: LENGTH_REQUIRED,
+        })
     }
 
     fn admit(&self, req: Request<B>) -> Request<ChargedBody<B>> {
-        let most = match self.held_to(&req) {
-            Held::Declared(length) => Some(length),
-            Held::Charged(bytes) => Some(u64::from(bytes)),
-            Held::Unknown => None,
-        };
+        let most = self.charge(&req).most();
         req.map(|body| ChargedBody::new(body, most))
     }
 }
 
 /// The length a request's body declares: its exact size hint (a server's, from
 /// `Content-Length`; 0 for a request without a body), else its `Content-Length` field when
-/// every line of it is the same number.
+/// every line of it is the same number ([`fields::cost::declared_length`]).
 fn declared_length<B: Body>(req: &Request<B>) -> Option<u64> {
     if let Some(exact) = req.body().size_hint().exact() {
         return Some(exact);
     }
-    let mut lines = req.headers().get_all(CONTENT_LENGTH).iter();
-    let length = content_length(lines.next()?.as_bytes())?;
-    lines
-        .all(|line| content_length(line.as_bytes()) == Some(length))
-        .then_some(length)
-}
-
-/// A `Content-Length` value: one or more digits, nothing else (RFC 9110 §8.6).
-fn content_length(value: &[u8]) -> Option<u64> {
-    if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    std::str::from_utf8(value).ok()?.parse().ok()
+    let lines = req.headers().get_all(CONTENT_LENGTH).iter();
+    fields::cost::declared_length(lines.map(|line| line.as_bytes()))
 }
 
 /// A request a [`CostExtractor`] will not charge (a body of unknown length, for [`BodyBytes`]

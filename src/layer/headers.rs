@@ -10,7 +10,7 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 #[cfg(doc)]
 use super::LimitService;
 use crate::fields::ratelimit::{Policies, PolicyNames};
-use crate::{Estimate, Rejected};
+use crate::Estimate;
 
 /// The `RateLimit-Policy` field's name.
 pub(super) fn ratelimit_policy() -> HeaderName {
@@ -50,20 +50,11 @@ impl Admitted {
 }
 
 /// `RateLimit-Policy` for `policies` named `names`, as a field value.
-pub(super) fn policy_field(policies: &Policies, names: &PolicyNames) -> Option<HeaderValue> {
+fn policy_field(policies: &Policies, names: &PolicyNames) -> Option<HeaderValue> {
     header_value(policies.policy_named(names)?)
 }
 
-/// `RateLimit` on a refusal, as a field value.
-pub(super) fn refused_field(
-    policies: &Policies,
-    rejected: &Rejected,
-    names: &PolicyNames,
-) -> Option<HeaderValue> {
-    header_value(policies.refused_named(rejected, names)?)
-}
-
 /// A field value from our own ASCII; `None` (the field left out) if `http` refuses it.
-fn header_value(value: String) -> Option<HeaderValue> {
+pub(super) fn header_value(value: String) -> Option<HeaderValue> {
     HeaderValue::try_from(value).ok()
 }

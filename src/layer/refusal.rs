@@ -14,8 +14,8 @@ use super::headers;
 use super::settings::{RefusalBody, RefusalResponse};
 use super::{LimitBody, NoKey, Uncharged};
 use crate::fields::ratelimit::{Policies, PolicyNames};
-use crate::fields::retry::retry_after_secs;
-use crate::{Limits, Reason, Rejected};
+use crate::fields::refusal::{RefusalFields, RefusalKind, NEVER_FITS};
+use crate::{Limits, Rejected};
 
 /// A refused request: what its response is built from when the future is polled (nothing is
 /// formatted before then).
@@ -104,13 +104,6 @@ pub struct Refused<'a> {
     pub retry_after: Option<u64>,
 }
 
-/// The body of a request whose cost alone is over a limit: no wait admits it. It names no
-/// number, so it says nothing the RateLimit fields (which the operator may keep back) would
-/// not.
-const NEVER_FITS: &str =
-    "This request costs more than its limit allows: it can never be admitted, and retrying it \
-     will not help.\n";
-
 /// The response to a refused request, with the [`Rejected`] and its [`RejectedKey`] in its
 /// extensions:
 ///
@@ -141,32 +134,35 @@ pub(super) fn refuse<B>(refusal: Option<Refusal>) -> Response<LimitBody<B>> {
     else {
         return response;
     };
-    if matches!(
-        rejected.reason,
-        Reason::InflightNotCounted | Reason::RateNotCounted | Reason::LimitTooLarge
-    ) {
+    let kind = RefusalKind::of(&rejected);
+    if kind == RefusalKind::Misconfigured {
         *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
         misconfigured(&rejected);
     } else {
-        let never = rejected.reason == Reason::CostOverLimit;
+        let never = kind == RefusalKind::CostOverLimit;
         let status = if never {
             answer.cost_over_limit
         } else {
             answer.status
         };
         *response.status_mut() = status;
-        let retry_after = retry_after_secs(&rejected, jitter_secs);
+        let said = RefusalFields::of(
+            &rejected,
+            &policies,
+            &names,
+            jitter_secs,
+            answer.ratelimit_fields,
+        );
+        let retry_after = said.retry_after;
         let fields = response.headers_mut();
         if let Some(secs) = retry_after {
             fields.insert(RETRY_AFTER, HeaderValue::from(secs));
         }
-        if answer.ratelimit_fields {
-            if let Some(policy) = headers::policy_field(&policies, &names) {
-                fields.insert(headers::ratelimit_policy(), policy);
-            }
-            if let Some(limit) = headers::refused_field(&policies, &rejected, &names) {
-                fields.insert(headers::ratelimit(), limit);
-            }
+        if let Some(policy) = said.policy.and_then(headers::header_value) {
+            fields.insert(headers::ratelimit_policy(), policy);
+        }
+        if let Some(limit) = said.ratelimit.and_then(headers::header_value) {
+            fields.insert(headers::ratelimit(), limit);
         }
         let made = match &answer.body {
             RefusalBody::Made(make) => made_body(
@@ -299,7 +295,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::Limits;
+    use crate::{Limits, Reason};
 
     fn refusal(reason: Reason, retry_after: Option<Duration>) -> Refusal {
         Refusal {
