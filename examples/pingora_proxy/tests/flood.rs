@@ -168,6 +168,11 @@ impl Proxy {
     /// Starts the proxy on a free loopback port in front of `origin`, and returns once it
     /// answers there.
     fn start(origin: &Origin) -> Proxy {
+        Proxy::start_with(origin, &[])
+    }
+
+    /// As [`start`](Self::start), with more flags.
+    fn start_with(origin: &Origin, flags: &[&str]) -> Proxy {
         for _attempt in 0..3 {
             // A free port: bound by us, then let go for the proxy to bind. Another process can
             // take it in between (pingora then retries its bind for a while, and our probe
@@ -185,6 +190,7 @@ impl Proxy {
                 .arg(MAX_INFLIGHT.to_string())
                 .arg("--max-rate")
                 .arg(MAX_RATE.to_string())
+                .args(flags)
                 .spawn()
                 .expect("start the proxy");
             let mut proxy = Proxy { child, addr };
@@ -237,19 +243,26 @@ impl Drop for Proxy {
 struct Reply {
     status: u16,
     retry_after: Option<String>,
+    headers: HashMap<String, String>,
     body: String,
 }
 
 /// One GET through the proxy, on its own connection, with `host` as its Host header.
 fn get(proxy: SocketAddr, host: &str) -> Reply {
+    send(proxy, "GET / HTTP/1.1", host, &[], "")
+}
+
+/// One request on its own connection: its first line, `host`, more fields, and `body` (sent
+/// as is: with a `content-length` field, or chunked, as the fields say).
+fn send(proxy: SocketAddr, first: &str, host: &str, fields: &[(&str, &str)], body: &str) -> Reply {
     let stream = TcpStream::connect_timeout(&proxy, IO_TIMEOUT).expect("connect to the proxy");
     stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
     stream.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
-    write!(
-        &stream,
-        "GET / HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n"
-    )
-    .expect("send the request");
+    let mut head = format!("{first}\r\nhost: {host}\r\nconnection: close\r\n");
+    for (name, value) in fields {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    write!(&stream, "{head}\r\n{body}").expect("send the request");
     let mut reader = BufReader::new(&stream);
     let (status_line, headers) = read_head(&mut reader).expect("read the response head");
     let status = status_line
@@ -270,6 +283,7 @@ fn get(proxy: SocketAddr, host: &str) -> Reply {
     Reply {
         status,
         retry_after: headers.get("retry-after").cloned(),
+        headers,
         body: String::from_utf8_lossy(&body).into_owned(),
     }
 }
@@ -435,5 +449,188 @@ fn a_request_holds_its_inflight_slot_until_it_is_answered() {
         thread::sleep(Duration::from_millis(50)); // the poll's pace
     }
 
+    drop(proxy);
+}
+
+/// A free loopback port, let go for the proxy to bind.
+fn free_port() -> SocketAddr {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|l| l.local_addr())
+        .expect("find a free port")
+}
+
+/// Polls until something accepts connections on `addr`, for at most [`START_TIMEOUT`].
+fn wait_for(addr: SocketAddr) {
+    let deadline = Instant::now() + START_TIMEOUT;
+    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        assert!(Instant::now() < deadline, "nothing listens on {addr}");
+        thread::sleep(Duration::from_millis(20)); // the poll's pace
+    }
+}
+
+#[test]
+fn sigterm_stops_the_proxy_promptly() {
+    let _serial = one_at_a_time();
+    let origin = Origin::start();
+    let mut proxy = Proxy::start(&origin);
+    let pid = proxy.child.id().to_string();
+    let sent = Instant::now();
+    let kill = Command::new("kill").args(["-TERM", &pid]).status();
+    assert!(kill.expect("run kill").success(), "kill -TERM {pid}");
+    // Its grace for requests in flight is 1 s by default, and its runtimes get 1 s more.
+    let bound = Duration::from_secs(5);
+    let status = loop {
+        if let Some(status) = proxy.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            sent.elapsed() < bound,
+            "the proxy still runs {bound:?} after SIGTERM"
+        );
+        thread::sleep(Duration::from_millis(20)); // the poll's pace
+    };
+    eprintln!("stopped {:?} after SIGTERM: {status}", sent.elapsed());
+    assert!(status.success(), "{status}");
+}
+
+#[test]
+fn limits_change_while_running_through_the_admin_listener_and_metrics_count() {
+    let _serial = one_at_a_time();
+    let origin = Origin::start();
+    let admin = free_port();
+    let proxy = Proxy::start_with(&origin, &["--admin", &admin.to_string()]);
+    wait_for(admin);
+    let proxy_addr = proxy.addr;
+
+    // MAX_INFLIGHT held at the origin: one more is refused.
+    let held: Vec<_> = (0..MAX_INFLIGHT)
+        .map(|_| thread::spawn(move || get(proxy_addr, HELD)))
+        .collect();
+    for _ in 0..MAX_INFLIGHT {
+        origin.arrivals.recv_timeout(IO_TIMEOUT).expect("held");
+    }
+    assert_eq!(get(proxy_addr, HELD).status, 503);
+
+    // Bad limits are refused with why, and change nothing.
+    let put = |body: &str| {
+        let length = body.len().to_string();
+        let fields = [("content-length", length.as_str())];
+        send(admin, "PUT /limits HTTP/1.1", "admin", &fields, body)
+    };
+    let bad = put("max-inflight=0");
+    assert_eq!(bad.status, 400, "{bad:?}");
+    assert!(bad.body.contains("refused"), "{bad:?}");
+    assert_eq!(put("max-inflight=lots").status, 400);
+    assert_eq!(get(proxy_addr, HELD).status, 503);
+
+    // One more slot: the next request goes through to the origin.
+    let more = (MAX_INFLIGHT + 1).to_string();
+    let set = put(&format!("max-inflight={more}"));
+    assert_eq!(set.status, 200, "{set:?}");
+    assert_eq!(
+        set.body,
+        format!("max-inflight={more} max-rate={MAX_RATE}\n")
+    );
+    let one_more = thread::spawn(move || get(proxy_addr, HELD));
+    let arrived = origin.arrivals.recv_timeout(IO_TIMEOUT);
+    assert!(arrived.is_ok(), "the new limit let no request through");
+
+    let metrics = send(admin, "GET /metrics HTTP/1.1", "admin", &[], "");
+    assert_eq!(metrics.status, 200);
+    for line in [
+        "floodgate_proxy_requests_total{outcome=\"inflight\"} 2\n",
+        &format!("floodgate_proxy_limit{{kind=\"inflight\"}} {more}\n"),
+    ] {
+        assert!(metrics.body.contains(line), "{line} in {}", metrics.body);
+    }
+    origin.gate.open();
+    for request in held.into_iter().chain([one_more]) {
+        assert_eq!(request.join().unwrap().status, 200);
+    }
+    drop(proxy);
+}
+
+#[test]
+fn client_keys_costs_and_fields_over_loopback() {
+    let _serial = one_at_a_time();
+    let origin = Origin::start();
+
+    // Keyed by client, trusting no proxy: a client that spoofs X-Forwarded-For is still one
+    // client (the probe, and then ours, all from 127.0.0.1), answered 429 with its body.
+    let proxy = Proxy::start_with(
+        &origin,
+        &[
+            "--key=client",
+            "--refusal-status=429",
+            "--refusal-body=text:slow down",
+            "--max-rate=3",
+        ],
+    );
+    let replies: Vec<Reply> = (0..6)
+        .map(|n| {
+            let spoofed = format!("192.0.2.{n}");
+            send(
+                proxy.addr,
+                "GET / HTTP/1.1",
+                "a.test",
+                &[("x-forwarded-for", &spoofed)],
+                "",
+            )
+        })
+        .collect();
+    let refused: Vec<&Reply> = replies.iter().filter(|r| r.status == 429).collect();
+    assert!(refused.len() >= 3, "{replies:?}");
+    assert!(refused.iter().all(|r| r.body == "slow down"), "{refused:?}");
+    drop(proxy);
+
+    // Trusting the loopback proxy: each forwarded client has its own limit.
+    let proxy = Proxy::start_with(
+        &origin,
+        &["--key=client", "--trust=127.0.0.1", "--max-rate=3"],
+    );
+    for n in 0..6 {
+        let client = format!("192.0.2.{n}");
+        let reply = send(
+            proxy.addr,
+            "GET / HTTP/1.1",
+            "a.test",
+            &[("x-forwarded-for", &client)],
+            "",
+        );
+        assert_eq!(reply.status, 200, "{client}: {reply:?}");
+    }
+    drop(proxy);
+
+    // Body bytes, at most MAX_RATE a second; the fields on admitted responses.
+    let proxy = Proxy::start_with(
+        &origin,
+        &[
+            "--cost=body-bytes",
+            "--ratelimit-on-admitted=on",
+            "--policy-names=bytes,bytes-in-flight",
+        ],
+    );
+    let post = |fields: &[(&str, &str)], body: &str| {
+        send(proxy.addr, "POST / HTTP/1.1", "b.test", fields, body)
+    };
+    let small = post(&[("content-length", "2")], "hi");
+    assert_eq!(small.status, 200, "{small:?}");
+    let policy = small
+        .headers
+        .get("ratelimit-policy")
+        .cloned()
+        .unwrap_or_default();
+    assert!(policy.starts_with("\"bytes\";q=50;w=1"), "{small:?}");
+    let large = "x".repeat(MAX_RATE + 1);
+    let too_large = post(&[("content-length", &large.len().to_string())], &large);
+    assert_eq!(too_large.status, 413, "{too_large:?}");
+    assert_eq!(too_large.retry_after, None);
+    assert!(
+        too_large.body.contains("retrying it will not help"),
+        "{too_large:?}"
+    );
+    let chunked = post(&[("transfer-encoding", "chunked")], "2\r\nhi\r\n0\r\n\r\n");
+    assert_eq!(chunked.status, 411, "{chunked:?}");
+    assert!(chunked.body.contains("Content-Length"), "{chunked:?}");
     drop(proxy);
 }
