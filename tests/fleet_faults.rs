@@ -469,6 +469,163 @@ fn redis_killed_and_restarted_mid_run() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// How a round of a flood on a manual clock meets the nodes: each right after its next sync,
+/// or all at once (Redis away: no sync to wait for).
+#[derive(Clone, Copy, PartialEq)]
+enum Round {
+    AfterSyncs,
+    AtOnce,
+}
+
+/// One round: every node offered twice the limit of `key` at one instant, each right after its
+/// next sync (as under steady traffic it decides between its syncs) or at once; returns what
+/// each admitted.
+fn flood_round(nodes: &[Limiter<String>], key: &str, round: Round) -> Vec<u64> {
+    if round == Round::AtOnce {
+        return nodes.iter().map(|n| admitted_at_once(n, key)).collect();
+    }
+    let before = statuses(nodes);
+    let mut admitted = vec![None; nodes.len()];
+    poll(DEADLINE, Duration::from_millis(1), || {
+        for (i, status) in statuses(nodes).iter().enumerate() {
+            if admitted[i].is_none() && status.syncs > before[i].syncs {
+                admitted[i] = Some(admitted_at_once(&nodes[i], key));
+            }
+        }
+        admitted.iter().all(Option::is_some)
+    })
+    .unwrap_or_else(|waited| panic!("no syncs within {waited:?}: {:#?}", statuses(nodes)));
+    admitted
+        .into_iter()
+        .map(Option::unwrap_or_default)
+        .collect()
+}
+
+/// A key flooding every node, Redis killed and restarted empty on the same port, on a manual
+/// clock shared by the three nodes: the windows are the test's rounds, a sync interval apart
+/// (none is waited for; the syncs, the kill and the restart run in real time). What the fleet
+/// admits in the window Redis comes back in, and in the one after, is held within the bound of
+/// a flood, `L · (1 + S ÷ W) + N`, Redis coming back halfway through the window or in its last
+/// sync interval (a burst there is not made up for by a lull in the same window).
+///
+/// The first node to sync after the restart found itself alone in Redis (the set of nodes
+/// was lost with the rest) and took the whole limit on a view holding its own counts alone; the
+/// second found two nodes, and took half the limit: 1.38 × the limit in the window Redis came
+/// back in halfway, 1.68 × when it came back at the window's end.
+#[test]
+fn the_window_redis_comes_back_in_is_held_to_the_bound() {
+    let _serial = serial();
+    let rounds_per_window = (WINDOW.as_nanos() / SYNC.as_nanos()) as u64;
+    let mut failures = Vec::new();
+    for back_at in [rounds_per_window / 2, rounds_per_window - 1] {
+        let Some(trial) = come_back_after(back_at) else {
+            return;
+        };
+        failures.extend(trial);
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// One trial of [`the_window_redis_comes_back_in_is_held_to_the_bound`]: Redis back `back_at`
+/// rounds (sync intervals) into a window. Returns the failures; `None` without a
+/// `redis-server`.
+fn come_back_after(back_at: u64) -> Option<Vec<String>> {
+    let mut redis = RedisServer::start()?;
+    let window_ms = WINDOW.as_millis() as u64;
+    let rounds_per_window = (WINDOW.as_nanos() / SYNC.as_nanos()) as u64;
+    let clock = ManualClock::new();
+    // A millisecond into window 10: every round falls inside one window.
+    let first = 10;
+    clock.advance(Duration::from_millis(first * window_ms + 1));
+    let fleet = config(redis.url(), &format!("return-{back_at}"));
+    let nodes: Vec<_> = (0..NODES).map(|_| node_on(&fleet, Some(&clock))).collect();
+    wait_for("every node syncing with all three", &nodes, |_, s| {
+        s.connected && s.nodes == NODES
+    });
+    let key = "returning.example";
+    // What each node admitted, per window from `first` on.
+    let mut admitted: Vec<[u64; NODES]> = Vec::new();
+    let mut round_number = 0u64;
+    let mut play = |rounds: u64, round: Round| {
+        for _ in 0..rounds {
+            let window = (round_number / rounds_per_window) as usize;
+            if admitted.len() <= window {
+                admitted.push([0; NODES]);
+            }
+            for (i, n) in flood_round(&nodes, key, round).into_iter().enumerate() {
+                admitted[window][i] += n;
+            }
+            clock.advance(SYNC);
+            round_number += 1;
+        }
+    };
+    // Two windows syncing: the key's first, and a steady one.
+    play(2 * rounds_per_window, Round::AfterSyncs);
+    // Redis killed at the start of window 12; the nodes decide on their shares once their
+    // views are stale, through windows 12 and 13 and the start of 14.
+    redis.kill();
+    wait_for("every node on its share", &nodes, |_, s| {
+        !s.connected && s.on_local_share
+    });
+    play(2 * rounds_per_window + back_at, Round::AtOnce);
+    // Back, empty, in window 14; syncing to the end of window 15.
+    redis.restart();
+    play(2 * rounds_per_window - back_at, Round::AfterSyncs);
+    let end = statuses(&nodes);
+
+    let totals: Vec<u64> = admitted.iter().map(|w| w.iter().sum()).collect();
+    let bound = LIMIT as f64 * (1.0 + SYNC.as_secs_f64() / WINDOW.as_secs_f64()) + NODES as f64;
+    let figures: Vec<String> = admitted
+        .iter()
+        .zip(&totals)
+        .enumerate()
+        .map(|(i, (by_node, total))| {
+            format!(
+                "{}: {total} ({:.2}) by node {by_node:?}",
+                i as u64 + first,
+                *total as f64 / LIMIT as f64
+            )
+        })
+        .collect();
+    let figures = figures.join("\n    ");
+    println!(
+        "Redis killed at the start of window {}, back {back_at} sync intervals into window {}; \
+         fleet-wide per window (limit {LIMIT}, bound {bound}):\n    {figures}",
+        first + 2,
+        first + 4,
+    );
+    let mut failures = Vec::new();
+    for s in &end {
+        assert!(
+            s.connected && s.nodes == NODES && !s.on_local_share,
+            "{end:?}"
+        );
+    }
+    for (what, window) in [("steady", 1), ("outage", 3), ("return", 4), ("after", 5)] {
+        let total = totals[window];
+        if total as f64 > bound || total < LIMIT as u64 * 6 / 10 {
+            failures.push(format!(
+                "back {back_at} intervals into window {}: {what}, window {}: {total} admitted, \
+                 {:.2} × the limit (bound {bound}):\n    {figures}",
+                first + 4,
+                first + window as u64,
+                total as f64 / LIMIT as f64
+            ));
+        }
+    }
+    for (i, &n) in admitted[3].iter().enumerate() {
+        if n > share(NODES) {
+            failures.push(format!(
+                "back {back_at} intervals in: node {i} admitted {n} in window {} on its share \
+                 of {}",
+                first + 3,
+                share(NODES)
+            ));
+        }
+    }
+    Some(failures)
+}
+
 #[test]
 fn redis_stalled_by_debug_sleep() {
     let _serial = serial();

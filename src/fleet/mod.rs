@@ -28,7 +28,10 @@
 //!   reached Redis, the size it was told to expect, [`FleetConfig::expected_nodes`]: set it,
 //!   or a fleet whose URL is wrong admits N limits), says so in
 //!   [`FleetStatus::on_local_share`], logs the outage once (at error level when Redis was
-//!   never reached), and resumes when a sync succeeds.
+//!   never reached), and resumes when a sync succeeds. Until Redis counts the fleet it
+//!   knew again (every node synced since: a restarted Redis lost them all), or for a nodes'
+//!   time to live at most, it keeps that fleet's size and holds its keys to its share as
+//!   well, so the window Redis comes back in stays within the bound.
 //! - **Fixed memory.** Only the keys of the exact stage are synced; the Redis keys expire two
 //!   windows and a margin (a second, or a sync interval when longer) after their last write.
 //!

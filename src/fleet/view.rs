@@ -93,13 +93,16 @@ impl FleetView {
     /// The view after a sync at `at`, `into` nanoseconds into its window `window`, that found
     /// the fleet's `synced` counts, with this node's count `own` in that window and
     /// `own_previous` in the window before; `len` and `sync` are the lengths of a window and
-    /// of a sync interval in nanoseconds.
+    /// of a sync interval in nanoseconds. `regathering`: the fleet is gathering again after an
+    /// outage, and Redis may lack the counts of the nodes that have not synced since (a Redis
+    /// that restarted lost them): the view is the fleet's first word on the key again.
     pub(crate) fn synced(
         &self,
         (window, at, into): (u64, u64, u64),
         synced: &KeyTotals,
         (own, own_previous): (u64, u64),
         (len, sync): (u64, u64),
+        regathering: bool,
     ) -> FleetView {
         let others = synced.current.saturating_sub(own) as f64;
         let others_pace = match self.window {
@@ -124,9 +127,10 @@ impl FleetView {
                     .max(self.rolled_over(at.saturating_sub(into), len, own_previous)),
                 _ => synced.previous,
             };
-        // The same run of views while they follow one another, window by window.
-        let follows =
-            matches!(self.window, Some(w) if w == window || w.checked_add(1) == Some(window));
+        // The same run of views while they follow one another, window by window, and the
+        // fleet is not gathering again after an outage.
+        let follows = !regathering
+            && matches!(self.window, Some(w) if w == window || w.checked_add(1) == Some(window));
         FleetView {
             window: Some(window),
             total: synced.current,
@@ -291,29 +295,78 @@ mod tests {
     fn the_fleets_first_word_on_a_key_lasts_until_the_next_sync_an_interval_on() {
         // Sync interval 100 ns. A key's first view, at t=100: the nodes that held it unseen on
         // their shares have not pushed it yet.
-        let v = FleetView::default().synced((5, 100, 100), &totals(10, 0), (10, 0), (1_000, 100));
+        let v = FleetView::default().synced(
+            (5, 100, 100),
+            &totals(10, 0),
+            (10, 0),
+            (1_000, 100),
+            false,
+        );
         assert!(v.is_first_word(100));
         // A late sync and the next on schedule, close together: still the first word.
-        let close = v.synced((5, 130, 130), &totals(10, 0), (10, 0), (1_000, 100));
+        let close = v.synced((5, 130, 130), &totals(10, 0), (10, 0), (1_000, 100), false);
         assert!(close.is_first_word(100));
         // An interval on, every node has pushed what it held: the fleet's word stands alone.
-        let later = close.synced((5, 200, 200), &totals(30, 0), (10, 0), (1_000, 100));
+        let later = close.synced((5, 200, 200), &totals(30, 0), (10, 0), (1_000, 100), false);
         assert!(!later.is_first_word(100));
         // And so on into the next window; a view that lapsed (two windows) starts again.
-        let next = later.synced((6, 1_100, 100), &totals(5, 30), (2, 10), (1_000, 100));
+        let next = later.synced(
+            (6, 1_100, 100),
+            &totals(5, 30),
+            (2, 10),
+            (1_000, 100),
+            false,
+        );
         assert!(!next.is_first_word(100));
-        let again = next.synced((8, 3_100, 100), &totals(5, 0), (5, 0), (1_000, 100));
+        let again = next.synced((8, 3_100, 100), &totals(5, 0), (5, 0), (1_000, 100), false);
         assert!(again.is_first_word(100));
         assert!(!FleetView::default().is_first_word(100), "no word at all");
+    }
+
+    /// While the fleet gathers again after an outage, Redis may lack the counts of the nodes
+    /// that have not synced since (a Redis that restarted lost them): every view is the
+    /// fleet's first word again, until the next sync after the fleet has gathered.
+    #[test]
+    fn a_view_while_the_fleet_gathers_again_is_a_first_word() {
+        // A steady run of views, then Redis away, back empty within the same window: this
+        // node's count alone.
+        let v = FleetView::default().synced(
+            (5, 100, 100),
+            &totals(30, 0),
+            (10, 0),
+            (1_000, 100),
+            false,
+        );
+        let v = v.synced((5, 200, 200), &totals(60, 0), (20, 0), (1_000, 100), false);
+        assert!(!v.is_first_word(100));
+        let back = v.synced((5, 500, 500), &totals(40, 0), (40, 0), (1_000, 100), true);
+        assert!(back.is_first_word(100), "{back:?}");
+        let still = back.synced((5, 600, 600), &totals(80, 0), (45, 0), (1_000, 100), true);
+        assert!(still.is_first_word(100), "{still:?}");
+        // Gathered: the next view stands alone.
+        let gathered = still.synced((5, 700, 700), &totals(120, 0), (50, 0), (1_000, 100), false);
+        assert!(!gathered.is_first_word(100), "{gathered:?}");
     }
 
     #[test]
     fn this_nodes_counts_are_exact_and_the_others_are_extrapolated_from_their_pace() {
         // First sync of window 5 at t=100: fleet 30 (10 ours); the window before: 90 (30 ours).
-        let v = FleetView::default().synced((5, 100, 100), &totals(30, 90), (10, 30), (1_000, 100));
+        let v = FleetView::default().synced(
+            (5, 100, 100),
+            &totals(30, 90),
+            (10, 30),
+            (1_000, 100),
+            false,
+        );
         assert_eq!(v.others_pace.over(1_000), 60, "{v:?}"); // 60 others over 1,000 ns
                                                             // Next sync at t=200: fleet 50, 15 ours: the others went from 20 to 35 in 100 ns.
-        let v = v.synced((5, 200, 200), &totals(50, 90), (15, 30), (1_000, 100));
+        let v = v.synced(
+            (5, 200, 200),
+            &totals(50, 90),
+            (15, 30),
+            (1_000, 100),
+            false,
+        );
         assert_eq!(v.others_pace.over(100), 15, "{v:?}");
         // At t=300 with 40 of ours: 50 + 25 (ours since) + 15 (the others' pace) + 1.
         assert_eq!(judged(&v, 5, local(300, 300), (40, 30)), Some((90, 91)));
@@ -329,10 +382,28 @@ mod tests {
     #[test]
     fn what_the_others_pushed_between_two_close_syncs_is_spread_over_a_sync_interval() {
         // The others admit 0.2/ns (20 a sync interval of 100 ns), and push once an interval.
-        let v = FleetView::default().synced((5, 100, 100), &totals(30, 90), (10, 30), (1_000, 100));
+        let v = FleetView::default().synced(
+            (5, 100, 100),
+            &totals(30, 90),
+            (10, 30),
+            (1_000, 100),
+            false,
+        );
         // A late sync at 190 saw nothing new; one due at 200 runs at 195 and sees their push.
-        let v = v.synced((5, 190, 190), &totals(32, 90), (12, 30), (1_000, 100));
-        let v = v.synced((5, 195, 195), &totals(52, 90), (12, 30), (1_000, 100));
+        let v = v.synced(
+            (5, 190, 190),
+            &totals(32, 90),
+            (12, 30),
+            (1_000, 100),
+            false,
+        );
+        let v = v.synced(
+            (5, 195, 195),
+            &totals(52, 90),
+            (12, 30),
+            (1_000, 100),
+            false,
+        );
         assert_eq!(v.others_pace.over(100), 20, "{v:?}");
         // 100 ns after it, 10 of ours since: 52 + 10 + the others' 20 + 1, not their 20 of 5
         // ns times 20 (400).
@@ -341,7 +412,13 @@ mod tests {
 
     #[test]
     fn a_key_only_this_node_sends_is_judged_on_its_own_count() {
-        let v = FleetView::default().synced((5, 100, 100), &totals(30, 40), (30, 40), (1_000, 100));
+        let v = FleetView::default().synced(
+            (5, 100, 100),
+            &totals(30, 40),
+            (30, 40),
+            (1_000, 100),
+            false,
+        );
         assert_eq!(v.others_pace, Pace::default());
         assert_eq!(judged(&v, 5, local(900, 900), (34, 40)), Some((40, 35)));
     }
@@ -353,7 +430,8 @@ mod tests {
             refusers: 2,
             ..totals(30, 90)
         };
-        let v = FleetView::default().synced((5, 100, 100), &refusing, (10, 30), (1_000, 100));
+        let v =
+            FleetView::default().synced((5, 100, 100), &refusing, (10, 30), (1_000, 100), false);
         assert_eq!(v.refusers, 2);
         // 4 of ours since the sync: 30 + 3·(4 + 1) = 45, more than the pace's 30 + 4 + 6 + 1.
         assert_eq!(judged(&v, 5, local(200, 200), (14, 30)), Some((90, 45)));
@@ -366,7 +444,13 @@ mod tests {
     #[test]
     fn a_view_from_the_window_before_becomes_the_previous_total() {
         // At t=400 of window 5: fleet 60 (20 ours): the others admitted 40 in 400 ns.
-        let v = FleetView::default().synced((5, 400, 400), &totals(60, 90), (20, 30), (1_000, 100));
+        let v = FleetView::default().synced(
+            (5, 400, 400),
+            &totals(60, 90),
+            (20, 30),
+            (1_000, 100),
+            false,
+        );
         // Window 6, 100 ns in: the previous total is 60 at the sync, plus this node's 5
         // after it, plus the others' 600 ns left of it at their average 0.1/ns (60); this
         // window: our 4, and the others' 0.06/ns (their pace over window 4) for 100 ns, + 1.
@@ -384,9 +468,21 @@ mod tests {
         // This node's first sync of window 6, at 1,050: Redis has the window before as the
         // nodes last pushed it, which lacks the end of those yet to sync in window 6; the
         // view keeps its own estimate of it when that is larger (125, as above).
-        let next = v.synced((6, 1_050, 50), &totals(5, 100), (3, 25), (1_000, 100));
+        let next = v.synced(
+            (6, 1_050, 50),
+            &totals(5, 100),
+            (3, 25),
+            (1_000, 100),
+            false,
+        );
         assert_eq!(next.previous, 125);
-        let next = v.synced((6, 1_050, 50), &totals(5, 140), (3, 25), (1_000, 100));
+        let next = v.synced(
+            (6, 1_050, 50),
+            &totals(5, 140),
+            (3, 25),
+            (1_000, 100),
+            false,
+        );
         assert_eq!(next.previous, 140);
     }
 
@@ -425,7 +521,7 @@ mod tests {
         let mut v = FleetView::default();
         v.refused.note(9);
         assert_eq!(
-            v.synced((9, 1, 1), &totals(1, 0), (1, 0), (10, 1))
+            v.synced((9, 1, 1), &totals(1, 0), (1, 0), (10, 1), false)
                 .refused
                 .of(9),
             (1, 0)
