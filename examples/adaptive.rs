@@ -11,6 +11,8 @@
 //!
 //! `--seeds A..B` picks the members (default `101..125`, seeds the constants were not tuned on;
 //! they were chosen on `1..25`; seed 0 is the single model the law was first tuned on).
+//! `--hash-seed N` fixes the limiter's hash keys (they are random for each build otherwise):
+//! which keys share the sketch's counters, and so the members of 400 origins, follow them.
 //! `--json FILE` also writes the first member's first faulty origin (its limit, in flight and
 //! latency every 100 ms) under each policy, for `tools/compare_report --adaptive FILE`, which
 //! draws docs/adaptive.svg.
@@ -20,22 +22,24 @@ use std::ops::Range;
 
 use floodgate::AdaptiveInflight;
 use floodgate_example_support::capacity_sim::{
-    best_in_hindsight, run, Fault, Member, Policy, Report,
+    best_in_hindsight, run, run_with, Fault, Member, Policy, Report,
 };
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut seeds: Range<u64> = 101..125;
     let mut json_path = None;
+    let mut hash_seed: Option<u64> = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--json" => json_path = Some(args.next().ok_or("--json FILE")?),
+            "--hash-seed" => hash_seed = Some(args.next().ok_or("--hash-seed N")?.parse()?),
             "--seeds" => {
                 let range = args.next().ok_or("--seeds A..B")?;
                 let (a, b) = range.split_once("..").ok_or("--seeds A..B")?;
                 seeds = a.parse()?..b.parse()?;
             }
-            _ => return Err("usage: adaptive [--seeds A..B] [--json FILE]".into()),
+            _ => return Err("usage: adaptive [--seeds A..B] [--json FILE] [--hash-seed N]".into()),
         }
     }
     let policies = [
@@ -72,7 +76,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         };
         print!("| {seed} | {} |", member.describe());
         for (i, policy) in policies.iter().enumerate() {
-            let r = run(&member, *policy);
+            let r = match hash_seed {
+                Some(seed) => run_with(&member, *policy, |b| b.hash_seed(seed)),
+                None => run(&member, *policy),
+            };
             let ok = r.meets_goals(&member);
             met[i] += usize::from(ok);
             print!(" {} |", cell(&member, &r, ok));

@@ -466,12 +466,18 @@ pub fn run_with(member: &Member, policy: Policy, tune: impl Fn(Builder) -> Build
     };
     let mut free_at: Vec<Vec<u64>> = vec![vec![0; member.servers]; member.origins];
     let mut inflight_of = vec![0u32; member.origins];
-    let mut draws = SplitMix(member.seed);
+    // One stream of draws per origin, and each arrival's service time drawn with it whether
+    // it is admitted or not: every policy meets the same traffic, request for request (a
+    // single stream, drawn only for admissions, would reshuffle every origin's traffic after
+    // the first decision two policies differ on).
+    let mut draws: Vec<SplitMix> = (0..member.origins)
+        .map(|origin| SplitMix(member.seed ^ (origin as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)))
+        .collect();
     let mut next_arrival: Vec<u64> = vec![0; member.origins];
     let peak_rate = capacity * member.load / member.bursts.map_or(1.0, |b| b.duty);
     let exp = |d: &mut SplitMix| -(1.0 - d.unit()).ln() / peak_rate * 1e9;
-    for next in next_arrival.iter_mut() {
-        *next = exp(&mut draws) as u64;
+    for (next, draws) in next_arrival.iter_mut().zip(draws.iter_mut()) {
+        *next = exp(draws) as u64;
     }
     let (fault_from, fault_until) = (nanos(member.fault_from), nanos(member.fault_until));
     let settled = nanos(member.settled_from());
@@ -536,7 +542,8 @@ pub fn run_with(member: &Member, policy: Policy, tune: impl Fn(Builder) -> Build
             let faulty = origin < member.faulty;
             while next_arrival[origin] <= now {
                 let at = next_arrival[origin];
-                next_arrival[origin] = at + exp(&mut draws).max(1.0) as u64;
+                next_arrival[origin] = at + exp(&mut draws[origin]).max(1.0) as u64;
+                let jitter = 1.0 + member.noise * (2.0 * draws[origin].unit() - 1.0);
                 if let Some(b) = member.bursts {
                     let period = nanos(b.period);
                     if (at % period) as f64 >= b.duty * period as f64 {
@@ -586,7 +593,6 @@ pub fn run_with(member: &Member, policy: Policy, tune: impl Fn(Builder) -> Build
                     }
                 };
                 // The request's service time, and the servers it may use.
-                let jitter = 1.0 + member.noise * (2.0 * draws.unit() - 1.0);
                 let (mut took, mut servers, mut timeout) =
                     (service as f64 * jitter, member.servers, u64::MAX);
                 if faulty && faulty_now {

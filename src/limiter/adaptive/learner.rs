@@ -49,6 +49,12 @@ const SLOPE_FALL: f64 = 0.75;
 /// queue growing) when its latency is over the tolerance too.
 const GROWING: f64 = 1.25;
 
+/// Refusals per admission in a round at which its key is taken as overloaded (sent more than
+/// its origin serves), not as cut too far: the family's faulty origins are sent at least 1.3×
+/// what they serve, so a limit at their capacity refuses 0.3 per admission or more; a healthy
+/// origin cut by a round's noise is refused only at the peaks of its arrivals, far fewer.
+const OVERLOADED: f64 = 0.25;
+
 /// Where a learner is in its cycle.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Phase {
@@ -107,6 +113,8 @@ struct Cohort {
     /// the limit meanwhile.
     peak: isize,
     refused: bool,
+    /// Requests refused for the limit while it was open.
+    refusals: u32,
 }
 
 impl Cohort {
@@ -123,6 +131,7 @@ impl Cohort {
             area: 0.0,
             peak: inflight,
             refused: false,
+            refusals: 0,
         }
     }
 
@@ -165,6 +174,13 @@ pub(crate) struct Learner {
     /// The limit before a run of rounds with overloads cut it, given back by the first round
     /// without one at the latency known.
     before_overloads: Option<f64>,
+    /// A concurrency at which the key's origin was seen queueing (a probe's halving from it
+    /// took the latency down, or a round grown past a probe's level was over the tolerance
+    /// beyond its noise), while no round since found that much concurrency free of queueing:
+    /// growth stops short of it (a slow start's ceiling, TCP's `ssthresh`). Not from a
+    /// gradient's cut: a healthy origin's round is over the tolerance by noise now and then,
+    /// and a cut by noise must grow back at once.
+    queued_at: Option<f64>,
     /// When it last saw a request of its key (nanoseconds): it is forgotten `forget_after`
     /// later.
     seen_at: u64,
@@ -187,6 +203,7 @@ impl Learner {
             probed: false,
             active: true,
             before_overloads: None,
+            queued_at: None,
             seen_at: now,
         }
     }
@@ -229,8 +246,9 @@ impl Learner {
     }
 
     /// The limit to judge a request that would bring the key's in flight to `wanted` by, at
-    /// `now`: the learnt one, unless no request it measures has completed for `STALL` no-load
-    /// latencies (at least a second) and `wanted` is over it. Then the requests in flight do
+    /// `now`: the learnt one, unless no request it measures has completed for `STALL`
+    /// latencies (at least a second) and `wanted` is over it and under the ceiling (a limit
+    /// at the ceiling holds nothing the ceiling would not). Then the requests in flight do
     /// not end (streams, requests admitted before it started, which it does not see end), no
     /// round can move the limit, and it is raised to `wanted` (any probe given up): a learnt
     /// limit never holds a key for good.
@@ -244,7 +262,10 @@ impl Learner {
         self.seen_at = self.seen_at.max(now);
         let limit = self.limit(config, ceiling.limit);
         let stall = (STALL * self.no_load).max(MIN_STALL_NANOS);
-        if wanted <= limit || (now.saturating_sub(self.completed_at) as f64) < stall {
+        if wanted <= limit
+            || limit >= ceiling.limit
+            || (now.saturating_sub(self.completed_at) as f64) < stall
+        {
             return limit;
         }
         self.limit = wanted.min(ceiling.limit) as f64;
@@ -293,6 +314,7 @@ impl Learner {
     pub(crate) fn refused(&mut self) {
         if let Some(open) = self.open.as_mut() {
             open.refused = true;
+            open.refusals = open.refusals.saturating_add(1);
         }
     }
 
@@ -403,6 +425,25 @@ impl Learner {
         }
     }
 
+    /// The limit after a round that used `used` at most found no queue and wanted more: twice
+    /// as much
+    /// (a slow start), or, below the concurrency that last queued, half way to it (at least
+    /// one more). A limit that doubles past the origin's servers queues a service time's worth
+    /// and takes two rounds over the tolerance to come back: an origin held near its servers
+    /// would swing between half and twice them, and every swing up is its 99th percentile.
+    /// Halving the distance finds the edge in as many rounds as doubling did, from below it. A
+    /// round free of queueing at or above that concurrency says it no longer queues there (the
+    /// origin recovered, or got faster): it is forgotten, and the limit doubles again.
+    fn roomier(&mut self, used: f64) -> f64 {
+        match self.queued_at {
+            Some(queued) if used < queued => ((used + queued) / 2.0).max(used + 1.0),
+            _ => {
+                self.queued_at = None;
+                2.0 * used
+            }
+        }
+    }
+
     /// Requests a round takes: `MIN_ROUND`, or the limit if lower, at least `MIN_SMALL_ROUND`.
     /// A key held to a few requests in flight by a slow origin would otherwise take many
     /// latencies to end a round, and as many to grow back when the origin recovers; its
@@ -488,6 +529,10 @@ impl Learner {
                 // Halving removed queueing while the latency fell by a quarter or more.
                 let falling = before.map_or(true, |before| mean < FALL * before);
                 if falling && self.limit > floor {
+                    if before.is_some() {
+                        // The round before ran at twice this limit, and queued.
+                        self.queued_at = Some(2.0 * self.limit);
+                    }
                     self.probe(floor, Some(mean), saved, steps + 1, 2.0);
                     return;
                 }
@@ -503,16 +548,29 @@ impl Learner {
                 if mean <= config.tolerance * self.no_load && grew_under_load {
                     self.limit = self.limit.max(2.0 * used).min(top);
                 } else {
+                    if mean - 2.0 * error > config.tolerance * self.no_load {
+                        // Over the tolerance beyond the round's noise, right after a probe
+                        // measured the no-load latency: it queued at what it used.
+                        self.queued_at = Some(used);
+                    }
                     self.phase = TRACK;
                 }
                 self.previous = Some(round);
             }
             Phase::Track { rounds, low, over } => {
                 self.previous = Some(round);
-                if let Some(before) = self.before_overloads.take() {
-                    if self.no_load > 0.0 && mean <= config.tolerance * self.no_load {
-                        // The first round without an overload, at the latency known: the
-                        // origin is back (a hang ended), and gets the room the overloads took.
+                if let Some(before) = self.before_overloads {
+                    if self.no_load == 0.0 {
+                        // Overloads from its first round on (a hang): the first round without
+                        // one is the origin answering again, at its own latency.
+                        self.no_load = mean;
+                    }
+                    if mean - 2.0 * error <= config.tolerance * self.no_load {
+                        // A round without an overload, at the latency known within its noise:
+                        // the origin is back (a hang ended), and gets the room the overloads
+                        // took. (A round of a few requests can be over the tolerance by noise
+                        // alone; the room waits for the next clean round, not for good.)
+                        self.before_overloads = None;
                         self.limit = self.limit.max(before).min(top);
                         return;
                     }
@@ -534,9 +592,10 @@ impl Learner {
                     self.no_load = mean;
                     return;
                 }
-                if mean * config.tolerance < self.no_load {
-                    // Faster by more than the tolerance: the origin got faster. (Not the least
-                    // of the rounds' means, which noise alone keeps lowering.)
+                if (mean + 2.0 * error) * config.tolerance < self.no_load {
+                    // Faster by more than the tolerance and the round's noise: the origin got
+                    // faster. (Not the least of the rounds' means, which noise alone keeps
+                    // lowering: a round of four requests is often a tenth under its mean.)
                     self.no_load = mean;
                 }
                 if let Some(p) = previous.filter(|p| p.concurrency > 0.0) {
@@ -577,8 +636,15 @@ impl Learner {
                     if refused && ratio * ratio <= config.tolerance {
                         // Nothing queues (within half the tolerance, in ratio) and requests
                         // are refused: the origin recovered, or a cut went too far; grow as
-                        // a slow start does.
-                        self.limit = self.limit.max(2.0 * used);
+                        // a slow start does; short of where it last queued while refused
+                        // as an overloaded origin is (see `roomier`).
+                        let overloaded = f64::from(cohort.refusals)
+                            >= OVERLOADED * f64::from(cohort.admitted.max(1));
+                        self.limit = self.limit.max(if overloaded {
+                            self.roomier(used)
+                        } else {
+                            2.0 * used
+                        });
                     } else if grew_under_load {
                         self.limit = self.limit.max(used + HEADROOM * used.sqrt());
                     }
@@ -906,6 +972,90 @@ mod tests {
 
     /// 10 servers of 10 ms slow down to 100 ms: the limit falls to where the latency says,
     /// a probe finds the new no-load latency, and the limit settles near the servers.
+    /// A hang under a learner at its ceiling: nothing completes before the callers' timeout
+    /// (longer than the stall's second), and requests are refused at the ceiling meanwhile.
+    /// The round's requests then time out as overloads, and the limit comes down. (Taken as a
+    /// stall at the ceiling, the round was dropped every second and the timeouts matched no
+    /// round: the limit stayed at the ceiling for the whole hang.)
+    #[test]
+    fn a_hung_origin_at_the_ceiling_is_cut_when_its_timeouts_come_back() {
+        let config = AdaptiveInflight::new();
+        let ceiling = ceiling_of(64);
+        let mut learner = knowing_10ms(64, 20);
+        let timeout = 3_000 * MS;
+        // 64 requests admitted over the first 100 ms, then every arrival refused at the
+        // ceiling for the rest of the timeout.
+        let admitted: Vec<u64> = (0..64).map(|i| START + i * 1_500_000).collect();
+        for (i, &at) in admitted.iter().enumerate() {
+            learner.admitted(at, i as isize, 1);
+        }
+        let mut now = START + 100 * MS;
+        while now < START + timeout {
+            let limit = learner.unstalled(&config, &ceiling, now, 65);
+            assert_eq!(limit, 64);
+            learner.refused();
+            now += 50 * MS;
+        }
+        // The timeouts come back, in the order the requests were admitted.
+        for (i, &at) in admitted.iter().enumerate() {
+            let c = completion(at, Outcome::Overload);
+            learner.completed(&config, &ceiling, at + timeout, 64 - i as isize, c);
+        }
+        assert!(
+            learner.limit(&config, 64) <= 32,
+            "cut by the round of timeouts: {learner:?}"
+        );
+    }
+
+    /// After a hang, the first round without an overload gives back the room the overloads
+    /// took when its latency is the known one within its noise: a round of a few requests is
+    /// over the tolerance by noise alone now and then, and the room must not wait for a round
+    /// exactly under it (the recovered origin would be held at the floor meanwhile).
+    #[test]
+    fn the_room_overloads_took_comes_back_on_a_clean_round_within_its_noise() {
+        let config = AdaptiveInflight::new();
+        let ceiling = ceiling_of(100);
+        let mut learner = knowing_10ms(100, 2);
+        learner.limit = 2.0;
+        learner.before_overloads = Some(100.0);
+        // Rounds of four requests (the learner is held under `MIN_ROUND`), of 7 and 16 ms in
+        // turn: a mean of 11.5 ms, over the tolerance (11 ms), within twice its standard error.
+        let mut now = START;
+        for n in 0..12u64 {
+            let latency = if n % 2 == 0 { 7 * MS } else { 16 * MS };
+            let at = now;
+            learner.admitted(at, 1, 1);
+            learner.refused();
+            now += latency;
+            learner.completed(&config, &ceiling, now, 2, completion(at, Outcome::Success));
+        }
+        assert_eq!(learner.limit(&config, 100), 100, "{learner:?}");
+    }
+
+    /// Refused as an overloaded origin is, at its no-load latency, below a concurrency at which
+    /// it was seen queueing: the limit grows half way there, not twice what it used; once a
+    /// round at that concurrency is free of queueing, it doubles again.
+    #[test]
+    fn growth_stops_short_of_where_the_origin_was_seen_queueing() {
+        let config = AdaptiveInflight::new();
+        let mut learner = knowing_10ms(400, 20);
+        learner.limit = 20.0;
+        learner.probed = true;
+        learner.queued_at = Some(36.0);
+        let mut origin = Steady::new();
+        let mut limits = vec![];
+        for _ in 0..6 {
+            let l = learner.limit(&config, 400) as usize;
+            change(&mut origin, &mut learner, &config, 400, l, 10 * MS, true);
+            limits.push(learner.limit(&config, 400));
+        }
+        assert_eq!(
+            limits,
+            [28, 32, 34, 35, 36, 72],
+            "half way to 36 (one more at least), then doubling from it"
+        );
+    }
+
     #[test]
     fn an_origin_that_slows_down_is_probed_and_its_new_no_load_learnt() {
         let config = AdaptiveInflight::new();
