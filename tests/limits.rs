@@ -392,6 +392,30 @@ fn a_push_that_names_one_kind_is_refused_and_does_not_turn_the_other_off() {
     assert_eq!((refused.reason, refused.limit), (Reason::Rate, 100));
 }
 
+/// A push that turns one kind off and says nothing of the other is refused for the kind it
+/// left out, not as a push of no limit at all: the operator who meant "in flight off" learns
+/// that the rate must be named too.
+#[test]
+fn a_push_that_turns_one_kind_off_and_leaves_the_other_out_names_the_one_left_out() {
+    let limiter: Limiter<u64> = Limiter::builder()
+        .max_inflight(10)
+        .max_rate(100, SECOND)
+        .build()
+        .unwrap();
+    let before = limiter.limits();
+    for (push, left_out) in [
+        (Limits::new().no_inflight(), LimitKind::Rate),
+        (Limits::new().no_rate(), LimitKind::Inflight),
+    ] {
+        assert_eq!(
+            limiter.set_limits(push).unwrap_err(),
+            ConfigError::LimitLeftOut { kind: left_out },
+            "{push:?}"
+        );
+        assert_eq!(limiter.limits(), before);
+    }
+}
+
 /// Turning a kind off is said, for that kind, and then holds: the rate is no longer limited,
 /// the in-flight limit still is. Turning every kind off limits nothing and is refused.
 #[test]

@@ -159,7 +159,9 @@ impl ClientKey {
                      cannot be told: the server must put the connection's address in the \
                      request's extensions (a SocketAddr or an IpAddr, or where \
                      ClientKey::peer_from reads it; with axum, serve \
-                     into_make_service_with_connect_info::<SocketAddr>())"
+                     into_make_service_with_connect_info::<SocketAddr>() and read it with \
+                     .peer_from(|ext| ext.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip())): \
+                     axum puts a ConnectInfo there, not a SocketAddr)"
                 }
                 Unidentified::NotAnAddress => {
                     "floodgate ClientKey: a trusted proxy forwarded an entry that is not an \

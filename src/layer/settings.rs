@@ -144,7 +144,9 @@ impl RefusalResponse {
     /// the operator's (empty; for a cost over a limit, the text that says retrying will not
     /// help). Keep it cheap: a flood is mostly refusals. It should not panic; if it does, the
     /// panic is caught, the refusal is answered as for `None`, and the layer says so once, at
-    /// error level, through the `log` facade.
+    /// error level, through the `log` facade. Catching it does not silence the process's panic
+    /// hook, which still prints each panic (every refusal, under a flood), and a build with
+    /// `panic = "abort"` aborts instead: make the function total.
     ///
     /// # Examples
     ///

@@ -506,6 +506,18 @@ where
     /// assert_eq!(limiter.limits().rate_limit(), None, "turned off, as said");
     /// ```
     pub fn set_limits(&self, limits: Limits) -> Result<(), ConfigError> {
+        let sketches = &self.shared.sketches;
+        let counted = (sketches.inflight.is_some(), sketches.rate.is_some());
+        // A push of no limit that turns one kind off and leaves a counted kind out is told of
+        // the kind it left out first: that is what its sender missed. (A push that says
+        // nothing at all is told it limits nothing, as the builder says.)
+        let said_nothing =
+            limits.left_out(true, false).is_some() && limits.left_out(false, true).is_some();
+        if limits.inflight_limit().is_none() && limits.rate_limit().is_none() && !said_nothing {
+            if let Some(kind) = limits.left_out(counted.0, counted.1) {
+                return Err(ConfigError::LimitLeftOut { kind });
+            }
+        }
         builder::check_defaults(limits.inflight_limit(), limits.rate_limit())?;
         // The builder's check of a learnt in-flight limit against its ceiling, too.
         if let Some(adaptive) = &self.shared.adaptive {
@@ -524,8 +536,6 @@ where
             })
         })?;
         // Every kind counted named: a limit, or none said (`Limits::no_rate`).
-        let sketches = &self.shared.sketches;
-        let counted = (sketches.inflight.is_some(), sketches.rate.is_some());
         if let Some(kind) = limits.left_out(counted.0, counted.1) {
             return Err(ConfigError::LimitLeftOut { kind });
         }
