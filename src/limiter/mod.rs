@@ -452,8 +452,9 @@ where
     /// A push names every kind the limiter counts: a limit, or that there is none
     /// ([`Limits::no_inflight`], [`Limits::no_rate`]). One that leaves a kind out is refused
     /// rather than taken as "no limit" of it: a push of new in-flight limits alone would
-    /// otherwise turn the rate limit off, unsaid. What is pushed is what [`limits`](Self::limits)
-    /// then reads, nothing kept from before.
+    /// otherwise turn the rate limit off, unsaid. What is pushed of the kinds the limiter
+    /// counts is what [`limits`](Self::limits) then reads, nothing kept from before (a kind it
+    /// does not count reads as left out, whatever the push said of it).
     ///
     /// # Errors
     ///
