@@ -779,11 +779,16 @@ impl<'a> Run<'a> {
                 );
                 // Tight for a lone key, whose counts are exact: up to one cache unit late
                 // (the cache rounds up), so two units earlier the request does not fit yet.
+                // Exact up to the limiter's clock, which counts whole nanoseconds: its share
+                // of the previous window is rounded up by up to one nanosecond's worth of it,
+                // `l ÷ interval` units at most for a key that admitted no more than `l` there
+                // (a hundred units of a limit near 2^30 in a 10 ms window).
                 if model.strict(key) && retry_nanos >= 2 * CACHE_UNIT && units > 0 {
                     let t = now + retry_nanos - 2 * CACHE_UNIT;
                     let sooner = model.sliding(&model.admitted, t, Some(key));
+                    let one_nanosecond = l / s.interval_nanos as f64;
                     assert!(
-                        sooner + units as f64 > l + slack(l),
+                        sooner + units as f64 + one_nanosecond > l + slack(l),
                         "{r}: late: the lone key's {units} fit 2 cache units before (sliding \
                          {sooner})"
                     );
