@@ -109,11 +109,9 @@ struct Cohort {
     /// Units in flight (all the key's tracked ones) × nanoseconds while it was open: its mean
     /// concurrency.
     area: f64,
-    /// The most units in flight while it was open, and whether a request was refused for
-    /// the limit meanwhile.
+    /// The most units in flight while it was open, and the requests refused for the limit
+    /// meanwhile.
     peak: isize,
-    refused: bool,
-    /// Requests refused for the limit while it was open.
     refusals: u32,
 }
 
@@ -130,7 +128,6 @@ impl Cohort {
             overloads: 0,
             area: 0.0,
             peak: inflight,
-            refused: false,
             refusals: 0,
         }
     }
@@ -313,7 +310,6 @@ impl Learner {
     /// A request refused for the learnt limit.
     pub(crate) fn refused(&mut self) {
         if let Some(open) = self.open.as_mut() {
-            open.refused = true;
             open.refusals = open.refusals.saturating_add(1);
         }
     }
@@ -412,7 +408,7 @@ impl Learner {
         let quiet = closing.peak.saturating_mul(2) < ceiling.promote_at
             && closing.peak.saturating_mul(2) < self.limit as isize
             && closing.overloads == 0
-            && !closing.refused;
+            && closing.refusals == 0;
         self.judge(config, ceiling.limit, &closing);
         let now_allowed = if quiet {
             ceiling.limit
@@ -489,7 +485,7 @@ impl Learner {
         let overloads = f64::from(cohort.overloads) / f64::from(cohort.done.max(1));
         let (grew_under_load, refused) = (
             cohort.peak.saturating_mul(2) >= self.limit as isize,
-            cohort.refused,
+            cohort.refusals > 0,
         );
         // What the round used: a cut starts from it, not from a limit the key never reached.
         let used = (cohort.peak.max(1) as f64).min(self.limit);
