@@ -24,10 +24,24 @@ const MIN_GRADIENT: f64 = 0.5;
 /// the service time's own for every server count from 2 up (for 2 servers, 2·1.1 + ¾·1.9 =
 /// 3.6 in flight, a queue of 1.6 requests behind two).
 const HEADROOM: f64 = 0.75;
-/// No-load latencies without a completion after which a learnt limit that refuses a request is
-/// taken as stalled, and the least time that takes.
+/// Latencies without a completion after which a learnt limit that refuses a request is taken
+/// as stalled, and the least time that takes. The latency is the longer of the no-load one
+/// and the last judged round's, timeouts included: an origin that hangs behind a timeout of
+/// 5 to 50 of its service times (the family's hangs) completes a request a timeout after it
+/// was admitted, and a stall counted in no-load latencies would take that wait for a stall
+/// and raise the limit the overloads are cutting.
 const STALL: f64 = 8.0;
 const MIN_STALL_NANOS: f64 = 1e9;
+/// How long a limit that overloads cut refuses its key with nothing admitted before it lets one
+/// request through (a canary, as a circuit breaker's half-open state does). A hang ends at a
+/// time no learner knows, and it hears of the end only from a request admitted after it, while
+/// the requests admitted during the hang hold the slots the cut left until they time out (the
+/// family's timeouts are 5 to 50 service times, up to 50 s). A canary a second bounds how late
+/// the recovery is heard to a second and the canary's own latency (the family's origins answer
+/// in 1 ms to 1.5 s); the price is a canary in flight for each second of the timeout while the
+/// hang lasts, which stays under a tenth of the ceiling for the family's ceilings of a few
+/// times the servers unless the timeout is long and the origin small.
+const CANARY_NANOS: u64 = 1_000_000_000;
 /// What a probe divides the limit by first when a key's first round was already at its limit:
 /// its origin fell behind before the learner knew its latency, and the queue may be many
 /// times its servers (a halving a round would take as many rounds).
@@ -163,14 +177,22 @@ pub(crate) struct Learner {
     previous: Option<Round>,
     /// When a request it measures last completed, or it started (nanoseconds).
     completed_at: u64,
+    /// The mean latency of the last round judged, overloads included (nanoseconds; 0 before
+    /// the first): how long a request takes now, for the stall.
+    recent: f64,
     /// Whether it has probed since it started.
     probed: bool,
     /// Whether it judges its key: false at rest, after a quiet round (the key judged by
     /// `max_inflight` again, its no-load latency kept for when it learns again).
     active: bool,
     /// The limit before a run of rounds with overloads cut it, given back by the first round
-    /// without one at the latency known.
+    /// without one at the latency known, or (after timeouts) by the first request answered at
+    /// that latency that was admitted after the last one that timed out.
     before_overloads: Option<f64>,
+    /// When the last request reported as an overload was admitted (nanoseconds; 0 for none).
+    overloaded_admission: u64,
+    /// When it last admitted a request (nanoseconds).
+    admitted_last: u64,
     /// A concurrency at which the key's origin was seen queueing (a probe's halving from it
     /// took the latency down, or a round grown past a probe's level was over the tolerance
     /// beyond its noise), while no round since found that much concurrency free of queueing:
@@ -197,9 +219,12 @@ impl Learner {
             last: now,
             previous: None,
             completed_at: now,
+            recent: 0.0,
             probed: false,
             active: true,
             before_overloads: None,
+            overloaded_admission: 0,
+            admitted_last: now,
             queued_at: None,
             seen_at: now,
         }
@@ -243,12 +268,14 @@ impl Learner {
     }
 
     /// The limit to judge a request that would bring the key's in flight to `wanted` by, at
-    /// `now`: the learnt one, unless no request it measures has completed for `STALL`
-    /// latencies (at least a second) and `wanted` is over it and under the ceiling (a limit
-    /// at the ceiling holds nothing the ceiling would not). Then the requests in flight do
-    /// not end (streams, requests admitted before it started, which it does not see end), no
-    /// round can move the limit, and it is raised to `wanted` (any probe given up): a learnt
-    /// limit never holds a key for good.
+    /// `now`: the learnt one, unless `wanted` is over it and under the ceiling (a limit at the
+    /// ceiling holds nothing the ceiling would not) and either
+    /// - overloads cut it and nothing was admitted for `CANARY_NANOS`: the request is a
+    ///   canary, and the limit is let up to it (the rounds go on, waiting for its answer);
+    /// - or no request it measures has completed for `STALL` latencies (at least a second):
+    ///   the requests in flight do not end (streams, requests admitted before it started,
+    ///   which it does not see end), no round can move the limit, and it is raised to
+    ///   `wanted` (any probe given up): a learnt limit never holds a key for good.
     pub(crate) fn unstalled(
         &mut self,
         config: &AdaptiveInflight,
@@ -258,11 +285,18 @@ impl Learner {
     ) -> isize {
         self.seen_at = self.seen_at.max(now);
         let limit = self.limit(config, ceiling.limit);
-        let stall = (STALL * self.no_load).max(MIN_STALL_NANOS);
-        if wanted <= limit
-            || limit >= ceiling.limit
-            || (now.saturating_sub(self.completed_at) as f64) < stall
+        if wanted <= limit || limit >= ceiling.limit {
+            return limit;
+        }
+        if self.before_overloads.is_some() && now.saturating_sub(self.admitted_last) >= CANARY_NANOS
         {
+            // A canary: the limit is let up to this request, and the rounds go on (its
+            // answer, or its timeout, is what they are waiting to hear).
+            self.limit = wanted.min(ceiling.limit) as f64;
+            return self.limit(config, ceiling.limit);
+        }
+        let stall = (STALL * self.no_load.max(self.recent)).max(MIN_STALL_NANOS);
+        if (now.saturating_sub(self.completed_at) as f64) < stall {
             return limit;
         }
         self.limit = wanted.min(ceiling.limit) as f64;
@@ -301,6 +335,7 @@ impl Learner {
     pub(crate) fn admitted(&mut self, now: u64, inflight: isize, units: u32) {
         self.advance(now, inflight);
         self.seen_at = self.seen_at.max(now);
+        self.admitted_last = self.admitted_last.max(now);
         if let Some(open) = self.open.as_mut() {
             open.admitted = open.admitted.saturating_add(1);
             open.peak = open.peak.max(inflight.saturating_add(units as isize));
@@ -341,13 +376,26 @@ impl Learner {
         };
         if completion.measured && completion.admitted_at != 0 {
             let at = completion.admitted_at;
+            let latency = now.saturating_sub(at) as f64;
+            if completion.outcome == Outcome::Overload {
+                self.overloaded_admission = self.overloaded_admission.max(at);
+                if self.timed_out(config) {
+                    // While timeouts hold the limit, a slot a timeout frees is not taken again
+                    // (a canary raised the limit for a request that hung too): what is let in
+                    // is a canary a second.
+                    let floor = f64::from(config.floor).min(ceiling.limit.max(1) as f64);
+                    self.limit = (self.limit - f64::from(units)).max(floor);
+                }
+            } else if at > self.overloaded_admission && self.answers_after_timeouts(config, latency)
+            {
+                return self.answered(config, ceiling, now, after, before);
+            }
             let cohort = match (self.open.as_mut(), self.closing.as_mut()) {
                 (Some(open), _) if at >= open.began => Some(open),
                 (_, Some(closing)) if at >= closing.began && at < closing.ended => Some(closing),
                 _ => None,
             };
             if let Some(cohort) = cohort {
-                let latency = now.saturating_sub(at) as f64;
                 cohort.completed = cohort.completed.saturating_add(1);
                 cohort.sum += latency;
                 cohort.sum_sq += latency * latency;
@@ -392,6 +440,53 @@ impl Learner {
         };
         self.closing = None;
         self.conclude(config, ceiling, closing, before)
+    }
+
+    /// Whether timeouts hold its limit: rounds of overloads slower than the tolerance allows
+    /// cut it (not an origin's quick 5xx, after which only a whole clean round gives the room
+    /// back), and the room they took has not come back.
+    fn timed_out(&self, config: &AdaptiveInflight) -> bool {
+        self.before_overloads.is_some()
+            && self.recent > 0.0
+            && self.recent > config.tolerance * self.no_load
+    }
+
+    /// Whether a request that succeeded in `latency` says that the origin answers again after
+    /// timeouts cut its limit: it answered at the latency known, or (none known, the key hung
+    /// from its first round) in under half the timeouts' latency.
+    fn answers_after_timeouts(&self, config: &AdaptiveInflight, latency: f64) -> bool {
+        self.timed_out(config)
+            && if self.no_load > 0.0 {
+                latency <= config.tolerance * self.no_load
+            } else {
+                latency < self.recent / 2.0
+            }
+    }
+
+    /// The origin answered a request admitted after the last one that timed out: the hang is
+    /// over, and the key gets back the room the overloads took. Rounds start afresh: those
+    /// open hold requests admitted during the hang, whose timeouts are no news of the origin
+    /// now. `after` units are in flight; the limit was `before`.
+    fn answered(
+        &mut self,
+        config: &AdaptiveInflight,
+        ceiling: &InflightThreshold,
+        now: u64,
+        after: isize,
+        before: isize,
+    ) -> Completed {
+        if let Some(room) = self.before_overloads.take() {
+            self.limit = self.limit.max(room).min(ceiling.limit.max(1) as f64);
+        }
+        self.phase = TRACK;
+        self.open = Some(Cohort::new(now, after));
+        self.closing = None;
+        self.previous = None;
+        Completed {
+            done: false,
+            rise: u32::try_from(self.limit(config, ceiling.limit).saturating_sub(before))
+                .unwrap_or(0),
+        }
     }
 
     /// Judges the round `closing`, the key's limit having been `before`: how much room the
@@ -490,6 +585,9 @@ impl Learner {
         // What the round used: a cut starts from it, not from a limit the key never reached.
         let used = (cohort.peak.max(1) as f64).min(self.limit);
         let timed = mean > 0.0 && mean.is_finite();
+        if timed {
+            self.recent = mean;
+        }
         match self.phase {
             _ if overloads > 0.0 => {
                 // Half the share of overloads: a 5xx now and then costs a hair, a hang (every
@@ -901,11 +999,13 @@ mod tests {
         let mut learner = knowing_10ms(100, 20);
         let mut origin = Steady::new();
         // Every request times out (a hang): halved a round, from at most twice what it used
-        // (the first round used 20 of its 100).
+        // (the first round used 20 of its 100); once timeouts hold it, each one that comes
+        // back takes its slot with it too.
         let mut limits = vec![];
-        for _ in 0..6 {
+        let mut completions = 0;
+        while completions < 6 * 20 && learner.limit(&config, 100) > 5 {
             let l = learner.limit(&config, 100) as usize;
-            origin.run(
+            completions += origin.run(
                 &mut learner,
                 &config,
                 100,
@@ -919,7 +1019,7 @@ mod tests {
         }
         assert_eq!(limits[0], 20, "{limits:?}");
         assert!(limits.windows(2).all(|w| w[1] <= w[0]), "{limits:?}");
-        assert!(limits[5] <= 5, "{limits:?} {learner:?}");
+        assert!(limits.last() <= Some(&5), "{limits:?} {learner:?}");
         // It ends: the first round without an overload, at the known latency, restores it.
         let l = learner.limit(&config, 100) as usize;
         origin.run(
@@ -966,8 +1066,6 @@ mod tests {
         }
     }
 
-    /// 10 servers of 10 ms slow down to 100 ms: the limit falls to where the latency says,
-    /// a probe finds the new no-load latency, and the limit settles near the servers.
     /// A hang under a learner at its ceiling: nothing completes before the callers' timeout
     /// (longer than the stall's second), and requests are refused at the ceiling meanwhile.
     /// The round's requests then time out as overloads, and the limit comes down. (Taken as a
@@ -1000,6 +1098,93 @@ mod tests {
         assert!(
             learner.limit(&config, 64) <= 32,
             "cut by the round of timeouts: {learner:?}"
+        );
+    }
+
+    /// What an origin that hangs from `START` until `recovery` does under a learner that knew
+    /// it at 10 ms: a request arrives every 5 ms; one admitted before `recovery` times out
+    /// `timeout` after (an overload), one admitted after answers in 10 ms. Returns, for each
+    /// arrival, when it came, how many were in flight once it was judged, and whether it was
+    /// refused.
+    fn hang(ceiling: isize, timeout: u64, recovery: u64, until: u64) -> Vec<(u64, usize, bool)> {
+        let config = AdaptiveInflight::new();
+        let ceiling = ceiling_of(ceiling);
+        let mut learner = knowing_10ms(ceiling.limit, 0);
+        // (completes at, admitted at, outcome), in no order.
+        let mut inflight: Vec<(u64, u64, Outcome)> = Vec::new();
+        let mut arrivals = Vec::new();
+        let mut now = START;
+        while now < until {
+            inflight.sort_by_key(|&(at, ..)| std::cmp::Reverse(at));
+            while inflight.last().is_some_and(|&(at, ..)| at <= now) {
+                let (at, admitted_at, outcome) = inflight.pop().expect("due");
+                let c = completion(admitted_at, outcome);
+                let tracked = inflight.len() as isize + 1;
+                learner.completed(&config, &ceiling, at, tracked, c);
+            }
+            let wanted = inflight.len() as isize + 1;
+            let refused = wanted > learner.unstalled(&config, &ceiling, now, wanted);
+            if refused {
+                learner.refused();
+            } else {
+                learner.admitted(now, wanted - 1, 1);
+                inflight.push(if now < recovery {
+                    (now + timeout, now, Outcome::Overload)
+                } else {
+                    (now + 10 * MS, now, Outcome::Success)
+                });
+            }
+            arrivals.push((now, inflight.len(), refused));
+            now += 5 * MS;
+        }
+        arrivals
+    }
+
+    /// An origin that hangs behind a timeout of 3 s (300 latencies): once its first timeouts
+    /// came back, the requests it holds stay few (the floor, and a canary a second for each
+    /// second of the timeout), however long the hang lasts. (With the stall counted in no-load
+    /// latencies, the hang looked stalled after a second without a completion, and each stall
+    /// let the limit up to the request and dropped the rounds that were cutting it: 60 of 64
+    /// in flight.)
+    #[test]
+    fn a_hung_origin_holds_few_requests_after_its_first_timeouts() {
+        let timeout = 3_000 * MS;
+        let arrivals = hang(64, timeout, START + 60_000 * MS, START + 60_000 * MS);
+        let most = arrivals
+            .iter()
+            .filter(|&&(at, ..)| at >= START + 4 * timeout)
+            .map(|&(_, inflight, _)| inflight)
+            .max();
+        let floor = AdaptiveInflight::DEFAULT_FLOOR as usize;
+        // A canary each second of the timeout, the floor, and one whose timeout is due.
+        let bound = floor + (timeout / CANARY_NANOS) as usize + 1;
+        assert!(most <= Some(bound), "{most:?} in flight, over {bound}");
+    }
+
+    /// The hang ends: the requests admitted during it still hold the floor's slots until
+    /// they time out (3 s), but a canary goes through within a second, answers at the latency
+    /// known, and the room comes back: no refusal from a second and a few latencies after the
+    /// recovery on. (Without the canary and the answer, the room came back only with a whole
+    /// clean round, after the hung requests timed out: refused until 2.97 s after.)
+    #[test]
+    fn a_hung_origin_that_answers_again_gets_its_room_back_within_a_second() {
+        // Not a whole number of timeouts after the hang began: the slots it left were taken
+        // again just before.
+        let recovery = START + 30_300 * MS;
+        let arrivals = hang(64, 3_000 * MS, recovery, recovery + 10_000 * MS);
+        let refused_before = arrivals
+            .iter()
+            .filter(|&&(at, _, r)| r && at < recovery)
+            .count();
+        assert!(refused_before > 0, "the hang was held");
+        let heard = recovery + CANARY_NANOS + 50 * MS;
+        let late: Vec<_> = arrivals
+            .iter()
+            .filter(|&&(at, _, r)| r && at >= heard)
+            .collect();
+        assert!(
+            late.is_empty(),
+            "refused after the recovery was heard: {late:?}"
         );
     }
 
@@ -1052,6 +1237,8 @@ mod tests {
         );
     }
 
+    /// 10 servers of 10 ms slow down to 100 ms: the limit falls to where the latency says,
+    /// a probe finds the new no-load latency, and the limit settles near the servers.
     #[test]
     fn an_origin_that_slows_down_is_probed_and_its_new_no_load_learnt() {
         let config = AdaptiveInflight::new();

@@ -44,6 +44,14 @@
 //!   used) by `1 − share / 2`: a hang, every request timing out, halves it a round, a 5xx now
 //!   and then costs a hair. The first round after with no overload and the latency known gives
 //!   the room back.
+//! - **Hangs.** When the overloads that cut the limit were slower than the tolerance allows
+//!   (timeouts, not quick 5xx), a slot a timeout frees is not taken again, and a request
+//!   refused with nothing admitted for a second goes through as a *canary* (the limit is let up
+//!   to it, as a circuit breaker's half-open state lets one through). The first request
+//!   admitted after the last one that timed out and answered at the latency known says the
+//!   hang is over: the room comes back at once, without waiting for the requests admitted
+//!   during the hang to time out. A hang thus holds the floor and a canary for each second
+//!   of its timeout, and its end is heard within a second and a request's latency.
 //! - **No-load latency.** The first round measures it (the key reached its learning
 //!   threshold, at a concurrency under its servers when the ceiling is a few times them). A
 //!   round faster than it by more than the tolerance lowers it (the origin got faster). Two
