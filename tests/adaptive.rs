@@ -324,6 +324,53 @@ fn recorded_overloads_back_the_learnt_limit_off() {
     );
 }
 
+/// Quick 5xx, a steady share of a key's requests (a broken route, or a client sending what
+/// its origin refuses at once), say nothing of load: an origin at half its capacity, a third
+/// of its requests answered 5xx in a millisecond, the rest in 10 ms, is never held under its
+/// ceiling, and none of its requests is refused. (Every round with an overload cut the limit
+/// by half its share: the same traffic held it at the floor, refusing a third of it.)
+#[test]
+fn quick_server_errors_do_not_hold_a_key() {
+    let clock = ManualClock::new();
+    let limiter: Limiter<String> = Limiter::builder()
+        .max_inflight(64)
+        .adaptive_inflight(AdaptiveInflight::new())
+        .clock(&clock)
+        .build()
+        .unwrap();
+    // (completes at, the permit, whether it fails): 20 arrivals every 10 ms.
+    let mut held = Vec::new();
+    let mut refused = 0;
+    let mut lowest = 64;
+    for step in 0..1_000u64 {
+        let now = step * 1_000_000;
+        for i in 0..2u64 {
+            let n = step * 2 + i;
+            let fails = n % 3 == 0;
+            match limiter.try_acquire_owned("origin") {
+                Ok(permit) => held.push((
+                    now + if fails { 1_000_000 } else { 10_000_000 },
+                    permit,
+                    fails,
+                )),
+                Err(_) => refused += 1,
+            }
+        }
+        clock.advance(Duration::from_millis(1));
+        let (done, rest): (Vec<_>, Vec<_>) = held
+            .into_iter()
+            .partition(|&(at, ..)| at <= now + 1_000_000);
+        held = rest;
+        for (_, mut permit, fails) in done {
+            if fails {
+                permit.record(Outcome::Overload);
+            }
+        }
+        lowest = lowest.min(limiter.inflight_limit("origin").unwrap());
+    }
+    assert_eq!((refused, lowest), (0, 64));
+}
+
 /// The tower layer records a 5xx from the inner service as the origin's overload (without it,
 /// completions at no latency would leave the limit where it started).
 #[cfg(feature = "tower")]

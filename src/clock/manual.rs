@@ -87,7 +87,9 @@ impl ManualClock {
     /// Moves the clock forward by `by`, running on the way the work a real ticker would run
     /// (at the tick where it falls due). The cost follows that work, not the distance: each
     /// `Rate` on the clock runs once per window it crosses (once per sub-window with
-    /// sub-windows), and a day with nothing due costs next to nothing.
+    /// sub-windows), and a limiter's sweep once an epoch, so a day on a clock with a limiter
+    /// of 10 ms windows is millions of runs (seconds), and `Duration::MAX` does not end.
+    /// Advance by what the test needs; a clock with nothing on it costs next to nothing.
     ///
     /// # Examples
     ///

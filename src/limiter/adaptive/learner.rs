@@ -24,12 +24,15 @@ const MIN_GRADIENT: f64 = 0.5;
 /// the service time's own for every server count from 2 up (for 2 servers, 2·1.1 + ¾·1.9 =
 /// 3.6 in flight, a queue of 1.6 requests behind two).
 const HEADROOM: f64 = 0.75;
-/// Latencies without a completion after which a learnt limit that refuses a request is taken
-/// as stalled, and the least time that takes. The latency is the longer of the no-load one
-/// and the last judged round's, timeouts included: an origin that hangs behind a timeout of
-/// 5 to 50 of its service times (the family's hangs) completes a request a timeout after it
-/// was admitted, and a stall counted in no-load latencies would take that wait for a stall
-/// and raise the limit the overloads are cutting.
+/// Latencies without a completion of a round's request after which a learnt limit that
+/// refuses a request is taken as stalled, and the least time that takes. The latency is the
+/// longer of the no-load one and the last judged round's, timeouts included: an origin
+/// slowed 20× and held at the floor completes a request every ten service times, one hung
+/// behind a timeout of 5 to 50 of them a timeout after each admission (the family's slowest
+/// cases), and a stall counted in no-load latencies would take either wait for a stall. (The
+/// last round's mean gap between completions, its latency over its concurrency, was tried
+/// instead: it took the noise of rounds of a few requests for stalls on the family's slowed
+/// origins held near the floor, and restarted them at the ceiling.)
 const STALL: f64 = 8.0;
 const MIN_STALL_NANOS: f64 = 1e9;
 /// How long a limit that overloads cut refuses its key with nothing admitted before it lets one
@@ -120,6 +123,12 @@ struct Cohort {
     /// Units of it that completed, and of them reported as overloads.
     done: u32,
     overloads: u32,
+    /// Of its completed requests, those reported as overloads, and the sum of their
+    /// latencies and of their squares: a round's latency is its successes', and its
+    /// overloads' tells timeouts from quick 5xx.
+    overloaded: u32,
+    overload_sum: f64,
+    overload_sum_sq: f64,
     /// Units in flight (all the key's tracked ones) × nanoseconds while it was open: its mean
     /// concurrency.
     area: f64,
@@ -140,6 +149,9 @@ impl Cohort {
             sum_sq: 0.0,
             done: 0,
             overloads: 0,
+            overloaded: 0,
+            overload_sum: 0.0,
+            overload_sum_sq: 0.0,
             area: 0.0,
             peak: inflight,
             refusals: 0,
@@ -177,9 +189,13 @@ pub(crate) struct Learner {
     previous: Option<Round>,
     /// When a request it measures last completed, or it started (nanoseconds).
     completed_at: u64,
-    /// The mean latency of the last round judged, overloads included (nanoseconds; 0 before
-    /// the first): how long a request takes now, for the stall.
-    recent: f64,
+    /// The last judged round's mean latency, its timeouts' if timeouts cut it (nanoseconds;
+    /// 0 before the first): how long its requests take now, for the stall.
+    latency: f64,
+    /// The mean latency of the timeouts of the last round that timeouts cut (nanoseconds; 0
+    /// if none): a success in under half of it says a key that hung from its first round
+    /// answers again.
+    timeouts: f64,
     /// Whether it has probed since it started.
     probed: bool,
     /// Whether it judges its key: false at rest, after a quiet round (the key judged by
@@ -219,7 +235,8 @@ impl Learner {
             last: now,
             previous: None,
             completed_at: now,
-            recent: 0.0,
+            latency: 0.0,
+            timeouts: 0.0,
             probed: false,
             active: true,
             before_overloads: None,
@@ -272,10 +289,11 @@ impl Learner {
     /// ceiling holds nothing the ceiling would not) and either
     /// - overloads cut it and nothing was admitted for `CANARY_NANOS`: the request is a
     ///   canary, and the limit is let up to it (the rounds go on, waiting for its answer);
-    /// - or no request it measures has completed for `STALL` latencies (at least a second):
-    ///   the requests in flight do not end (streams, requests admitted before it started,
-    ///   which it does not see end), no round can move the limit, and it is raised to
-    ///   `wanted` (any probe given up): a learnt limit never holds a key for good.
+    /// - or no request of its rounds has completed for `STALL` latencies (at least a
+    ///   second): the requests in flight do not end, or were admitted before the rounds
+    ///   (streams, requests from before it started, which it does not see end), no round can
+    ///   move the limit, and it starts afresh at the ceiling: a learnt limit never holds a
+    ///   key for good.
     pub(crate) fn unstalled(
         &mut self,
         config: &AdaptiveInflight,
@@ -295,16 +313,16 @@ impl Learner {
             self.limit = wanted.min(ceiling.limit) as f64;
             return self.limit(config, ceiling.limit);
         }
-        let stall = (STALL * self.no_load.max(self.recent)).max(MIN_STALL_NANOS);
+        let stall = (STALL * self.no_load.max(self.latency)).max(MIN_STALL_NANOS);
         if (now.saturating_sub(self.completed_at) as f64) < stall {
             return limit;
         }
-        self.limit = wanted.min(ceiling.limit) as f64;
-        self.completed_at = now;
-        self.phase = TRACK;
-        self.open = Some(Cohort::new(now, wanted));
-        self.closing = None;
-        self.previous = None;
+        // Its rounds cannot end, and the limit they set says nothing: it starts afresh at the
+        // ceiling (its no-load latency kept), and the next rounds judge the key again.
+        *self = Learner {
+            no_load: self.no_load,
+            ..Learner::start(ceiling.limit, wanted, now)
+        };
         self.limit(config, ceiling.limit)
     }
 
@@ -336,6 +354,12 @@ impl Learner {
         self.advance(now, inflight);
         self.seen_at = self.seen_at.max(now);
         self.admitted_last = self.admitted_last.max(now);
+        // Nothing of the rounds was waiting to complete (the key was idle between bursts):
+        // the stall is counted from this request on, not from the last completion.
+        let waiting = |c: Cohort| c.completed < c.admitted;
+        if !self.open.is_some_and(waiting) && !self.closing.is_some_and(waiting) {
+            self.completed_at = self.completed_at.max(now);
+        }
         if let Some(open) = self.open.as_mut() {
             open.admitted = open.admitted.saturating_add(1);
             open.peak = open.peak.max(inflight.saturating_add(units as isize));
@@ -368,7 +392,6 @@ impl Learner {
         let units = completion.cost;
         let after = inflight.saturating_sub(units as isize);
         self.advance(now, inflight);
-        self.completed_at = self.completed_at.max(now);
         self.seen_at = self.seen_at.max(now);
         let unchanged = Completed {
             done: false,
@@ -379,7 +402,7 @@ impl Learner {
             let latency = now.saturating_sub(at) as f64;
             if completion.outcome == Outcome::Overload {
                 self.overloaded_admission = self.overloaded_admission.max(at);
-                if self.timed_out(config) {
+                if self.timed_out() {
                     // While timeouts hold the limit, a slot a timeout frees is not taken again
                     // (a canary raised the limit for a request that hung too): what is let in
                     // is a canary a second.
@@ -402,7 +425,13 @@ impl Learner {
                 cohort.done = cohort.done.saturating_add(units);
                 if completion.outcome == Outcome::Overload {
                     cohort.overloads = cohort.overloads.saturating_add(units);
+                    cohort.overloaded = cohort.overloaded.saturating_add(1);
+                    cohort.overload_sum += latency;
+                    cohort.overload_sum_sq += latency * latency;
                 }
+                // Only a request of a round says the rounds are moving: one admitted before
+                // them (a stream, a request from before a probe) may end at any time.
+                self.completed_at = self.completed_at.max(now);
             }
         }
         match self.open {
@@ -443,23 +472,20 @@ impl Learner {
     }
 
     /// Whether timeouts hold its limit: rounds of overloads slower than the tolerance allows
-    /// cut it (not an origin's quick 5xx, after which only a whole clean round gives the room
-    /// back), and the room they took has not come back.
-    fn timed_out(&self, config: &AdaptiveInflight) -> bool {
+    /// (the only ones that cut: see `judge`) took room the key has not had back.
+    fn timed_out(&self) -> bool {
         self.before_overloads.is_some()
-            && self.recent > 0.0
-            && self.recent > config.tolerance * self.no_load
     }
 
     /// Whether a request that succeeded in `latency` says that the origin answers again after
     /// timeouts cut its limit: it answered at the latency known, or (none known, the key hung
     /// from its first round) in under half the timeouts' latency.
     fn answers_after_timeouts(&self, config: &AdaptiveInflight, latency: f64) -> bool {
-        self.timed_out(config)
+        self.timed_out()
             && if self.no_load > 0.0 {
                 latency <= config.tolerance * self.no_load
             } else {
-                latency < self.recent / 2.0
+                latency < self.timeouts / 2.0
             }
     }
 
@@ -482,6 +508,7 @@ impl Learner {
         self.open = Some(Cohort::new(now, after));
         self.closing = None;
         self.previous = None;
+        self.completed_at = now;
         Completed {
             done: false,
             rise: u32::try_from(self.limit(config, ceiling.limit).saturating_sub(before))
@@ -559,11 +586,30 @@ impl Learner {
 
     /// Judges the round `cohort`.
     fn judge(&mut self, config: &AdaptiveInflight, ceiling: isize, cohort: &Cohort) {
-        let count = f64::from(cohort.completed.max(1));
-        let mean = cohort.sum / count;
+        // The round's latency is its successes' (an overload's latency is a timeout's, or a
+        // quick 5xx's: neither is the origin serving).
+        let answered = cohort.completed.saturating_sub(cohort.overloaded);
+        let count = f64::from(answered.max(1));
+        let mean = (cohort.sum - cohort.overload_sum).max(0.0) / count;
         // The standard error of the round's mean: a noisy origin's round is judged over the
         // tolerance only by what its noise cannot explain.
-        let error = ((cohort.sum_sq / count - mean * mean).max(0.0) / count).sqrt();
+        let sum_sq = (cohort.sum_sq - cohort.overload_sum_sq).max(0.0);
+        let error = ((sum_sq / count - mean * mean).max(0.0) / count).sqrt();
+        // Overloads that took longer than the tolerance allows over the origin's latency
+        // (its no-load one, or this round's successes' before that is known; with neither,
+        // any) are timeouts or an origin failing under load: they cut. Quick ones (a broken
+        // route, a client's bad input, an attacker's) say nothing of load, and the round is
+        // judged by its successes alone.
+        let overload_mean = cohort.overload_sum / f64::from(cohort.overloaded.max(1));
+        let reference = if self.no_load > 0.0 {
+            self.no_load
+        } else if answered > 0 {
+            mean
+        } else {
+            0.0
+        };
+        let slow_overloads = cohort.overloaded > 0
+            && (reference == 0.0 || overload_mean > config.tolerance * reference);
         let elapsed = cohort.ended.saturating_sub(cohort.began) as f64;
         let round = Round {
             mean,
@@ -584,15 +630,21 @@ impl Learner {
         );
         // What the round used: a cut starts from it, not from a limit the key never reached.
         let used = (cohort.peak.max(1) as f64).min(self.limit);
-        let timed = mean > 0.0 && mean.is_finite();
-        if timed {
-            self.recent = mean;
+        let timed = answered > 0 && mean > 0.0 && mean.is_finite();
+        let took = if slow_overloads {
+            self.timeouts = overload_mean;
+            overload_mean
+        } else {
+            mean
+        };
+        if took > 0.0 && took.is_finite() {
+            self.latency = took;
         }
         match self.phase {
-            _ if overloads > 0.0 => {
-                // Half the share of overloads: a 5xx now and then costs a hair, a hang (every
-                // request timing out) halves the limit a round, from at most twice what the
-                // round used.
+            _ if slow_overloads => {
+                // Half the share of overloads: a timeout now and then costs a hair, a hang
+                // (every request timing out) halves the limit a round, from at most twice what
+                // the round used.
                 self.before_overloads.get_or_insert(self.limit);
                 let from = self.limit.min(2.0 * used);
                 self.limit = (from * (1.0 - overloads / 2.0)).max(floor);

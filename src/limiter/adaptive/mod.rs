@@ -40,10 +40,13 @@
 //!   `C + ¾√C`; one with requests refused and nothing queued (within the square root of the
 //!   tolerance) doubles it from what it used (TCP's slow start): the origin recovered.
 //! - **Overload** (AIMD's signal): a round whose completions were reported as overloads (a
-//!   5xx, a timeout: `Outcome::Overload`) multiplies the limit (from at most twice what it
-//!   used) by `1 − share / 2`: a hang, every request timing out, halves it a round, a 5xx now
-//!   and then costs a hair. The first round after with no overload and the latency known gives
-//!   the room back.
+//!   5xx, a timeout: `Outcome::Overload`) that took longer than the tolerance allows over the
+//!   origin's latency multiplies the limit (from at most twice what it used) by
+//!   `1 − share / 2`: a hang, every request timing out, halves it a round, a timeout now and
+//!   then costs a hair. Quick overloads (a 5xx answered at the origin's own latency or faster:
+//!   a broken route, a client's bad input, an attacker's) say nothing of load: they do not
+//!   cut, and a round's latency is its successes'. The first round after with no overload and
+//!   the latency known gives the room back.
 //! - **Hangs.** When the overloads that cut the limit were slower than the tolerance allows
 //!   (timeouts, not quick 5xx), a slot a timeout frees is not taken again, and a request
 //!   refused with nothing admitted for a second goes through as a *canary* (the limit is let up
@@ -68,7 +71,9 @@
 //! - **Where it starts, and how long it lasts.** A key starts learning when its requests in
 //!   flight counted exactly reach `learn_from` of its ceiling (the in-flight promotion
 //!   threshold is lowered to it, so the key is in the exact stage by then), at the ceiling.
-//!   After a round in which its in flight stayed under half its threshold with no refusal and
+//!   A learner whose rounds cannot end (no request of theirs completed for 8 of the last
+//!   round's latencies, at least a second, while requests are refused: streams, requests
+//!   admitted before it started) starts afresh at the ceiling. After a round in which its in flight stayed under half its threshold with no refusal and
 //!   no overload, its learner rests: the key is judged by `max_inflight` again and reads no
 //!   clock, and the learner keeps its no-load latency for when the key learns again. A key
 //!   keeps what it learnt (and its place in the exact stage) until it has had no request for
