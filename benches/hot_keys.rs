@@ -25,6 +25,7 @@ mod common;
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
@@ -99,15 +100,7 @@ fn inflight(c: &mut Criterion) {
         // One request held for the whole run keeps the key at its promotion threshold (half
         // of 3, rounded up): the requests timed are a promoted key's.
         let _held = limiter.try_acquire(&0).expect("the first request");
-        let refused = std::sync::atomic::AtomicU64::new(0);
-        common::bench(&mut g, "floodgate", threads, &keys, |key| {
-            let admitted = limiter.try_acquire(&key).is_ok();
-            if !admitted {
-                refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-            admitted
-        });
-        report("inflight_1key", threads, &limiter, &refused);
+        floodgate_side(&mut g, "inflight_1key", threads, &keys, &limiter);
         let sketch = pingora_limits::inflight::Inflight::new();
         common::bench(&mut g, "pingora_limits", threads, &keys, |key| {
             let (guard, count) = sketch.incr(key, 1);
@@ -128,15 +121,7 @@ fn rate(c: &mut Criterion, name: &str, keys: u64) {
         let per_second = drive(threads, &array, |k| unlimited.try_acquire(&k).is_ok());
         let per_key_window = (1.5 * per_second * WINDOW.as_secs_f64() / keys as f64).ceil();
         let limiter = floodgate_rate(per_key_window as u32);
-        let refused = std::sync::atomic::AtomicU64::new(0);
-        common::bench(&mut g, "floodgate", threads, &array, |key| {
-            let admitted = limiter.try_acquire(&key).is_ok();
-            if !admitted {
-                refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-            admitted
-        });
-        report(name, threads, &limiter, &refused);
+        floodgate_side(&mut g, name, threads, &array, &limiter);
         let unlimited = governor_rate(u64::from(u32::MAX));
         let per_second = drive(threads, &array, |k| unlimited.check_key(&k).is_ok());
         let governor = governor_rate((1.5 * per_second / keys as f64).ceil() as u64);
@@ -147,20 +132,30 @@ fn rate(c: &mut Criterion, name: &str, keys: u64) {
     g.finish();
 }
 
-/// Says how many keys the bench's limiter promoted and how many requests it refused: the
-/// figures are of promoted keys admitted only if every key was promoted and none refused.
-fn report(
+/// Times `limiter` deciding the requests of `keys`, then says how many keys it promoted and
+/// how many requests it refused: the figures are of promoted keys admitted only if every key
+/// was promoted and none refused.
+fn floodgate_side(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
     case: &str,
     threads: usize,
+    keys: &Keys,
     limiter: &floodgate::Limiter<u64>,
-    refused: &std::sync::atomic::AtomicU64,
 ) {
+    let refused = AtomicU64::new(0);
+    common::bench(g, "floodgate", threads, keys, |key| {
+        let admitted = limiter.try_acquire(&key).is_ok();
+        if !admitted {
+            refused.fetch_add(1, Relaxed);
+        }
+        admitted
+    });
     let stats = limiter.stats();
     eprintln!(
         "{case} {threads}t: {} keys promoted ({} promotions), {} requests refused",
         stats.promoted,
         stats.promotions,
-        refused.load(std::sync::atomic::Ordering::Relaxed)
+        refused.load(Relaxed)
     );
 }
 
