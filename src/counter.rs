@@ -127,7 +127,7 @@ fn update_slow(counter: &AtomicIsize, delta: isize) -> isize {
 /// counters a cache line holds. Every counter is read as `min(raw, CEILING)`, `CEILING` being
 /// 2^31: twice the largest limit (`Limits::MAX_LIMIT`, 2^30 − 1), so that a key's count at
 /// the largest limit with a request of the largest cost on top is still read exactly, and a
-/// request's own units can be taken out of it again (issue 38). Two kinds of counter, each
+/// request's own units can be taken out of it again. Two kinds of counter, each
 /// with its own add:
 ///
 /// - *Saturating* ([`add`], [`sub`]): the rate windows, which are only added to and are

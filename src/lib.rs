@@ -2,7 +2,8 @@
 //! rates in fixed memory, in tens of nanoseconds, with a one-sided error — an estimate may be
 //! above the true count, never below it.
 //!
-//! - [`Estimator`]: the atomic H×N count-min sketch everything else is built on.
+//! - [`Estimator`]: the atomic H×N count-min sketch, pingora's, which [`Inflight`] counts
+//!   in (the [`Limiter`] counts in blocked tables of its own, as [`BlockedEstimator`] does).
 //! - [`Inflight`]: in-flight counts per key; its [`Guard`] gives the count back on drop (a
 //!   [`BorrowedGuard`](inflight::BorrowedGuard) from [`Inflight::incr_borrowed`] does the
 //!   same without an `Arc`).

@@ -1,7 +1,7 @@
 //! The count-min table without a hasher: H rows of 2^b counters, addressed by a key's 64-bit
-//! hash. [`Estimator`](super::Estimator) pairs one with a [`KeyHasher`](super::KeyHasher);
-//! a `Rate` keeps one per window slot and the `Limiter` one for in-flight counts, each
-//! hashing every key once with the one hasher it owns.
+//! hash. [`Estimator`](super::Estimator) pairs one with a [`KeyHasher`](super::KeyHasher),
+//! and a `Rate` built with flat tables keeps one per window slot, each hashing every key once
+//! with the one hasher it owns. (The `Limiter` counts in blocked tables, `blocked.rs`.)
 
 use crate::counter;
 use crate::error::ConfigError;

@@ -50,7 +50,8 @@ impl KeyHasher {
 
 /// A fresh 64-bit word derived from `hash` and a `row` (or any other seed), independent of
 /// the bits a table's rows take from `hash` itself: for rows beyond what the first hash's bits
-/// cover, and for the limiter's exact stage and over-limit cache (SplitMix64 finaliser).
+/// cover, and for the word a rate limit mixes into the over-limit cache's tags (SplitMix64
+/// finaliser).
 #[inline]
 pub(crate) fn remix(hash: u64, row: u64) -> u64 {
     let mut z = hash ^ row.wrapping_mul(0x9E37_79B9_7F4A_7C15);

@@ -1,4 +1,7 @@
-//! A lock-free count-min sketch of `isize` counters.
+//! Lock-free count-min sketches: [`Estimator`], pingora's of `isize` counters (over a
+//! `CountMin` table, `count_min.rs`), and the blocked table of `u32` counters the `Limiter`
+//! counts in (`blocked.rs`, also as [`BlockedEstimator`]). The sections below are the
+//! `Estimator`'s; `blocked.rs` gives its own layout.
 //!
 //! # Algorithm
 //!

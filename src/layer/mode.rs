@@ -1,5 +1,5 @@
-//! What a [`LimitService`] does with a request over a limit: the markers its last type
-//! parameter takes.
+//! What a [`LimitService`] does with a request over a limit: the markers its fourth type
+//! parameter (`W`) takes.
 
 use std::time::Duration;
 

@@ -1,9 +1,9 @@
 //! The limiter's default limits as the request path reads them: whole, or in the one word of
 //! them that a request needs on its most common paths.
 //!
-//! Whole, they are 80 bytes of thresholds behind a sequence lock (crossbeam's `AtomicCell`):
-//! a copy of 28 instructions a request, out of 132 on a flooding key's path and 279 on a
-//! healthy key's (callgrind, at 100k requests a second). Most requests need less of them:
+//! Whole, they are 56 bytes of thresholds behind a sequence lock (crossbeam's `AtomicCell`):
+//! a copy of tens of instructions a request (28 when they were 80 bytes, out of 132 on a
+//! flooding key's path and 279 on a healthy key's: callgrind, at 100k requests a second). Most requests need less of them:
 //!
 //! - a request the over-limit cache refuses needs the rate limit and its tag
 //!   ([`LimitTag`]);

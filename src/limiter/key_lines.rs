@@ -22,7 +22,7 @@
 //! # Sizes
 //!
 //! [`CELLS_PER_ENTRY`] cells per place of the exact stage, as its filter always had, so the
-//! stage's lines give each place `16 / 8 × 6 = 3` over-limit slots: over-limit keys are a
+//! stage's lines give each place `6 / (16 / 8) = 3` over-limit slots: over-limit keys are a
 //! subset of the keys near their limits, and the spare slots keep two flooding keys from
 //! taking turns in one. 32 bytes a place, where the two tables took 40.
 

@@ -24,7 +24,7 @@
 //!
 //! A request is admitted only if, counting itself, its key's in-flight count stays at or below
 //! `max_inflight` and its sliding-window rate (`prev·(1−f) + curr`, see
-//! [`PROPORTIONAL_RATE_ESTIMATE_CALC_FN`](crate::PROPORTIONAL_RATE_ESTIMATE_CALC_FN)) at or
+//! [`PROPORTIONAL_RATE_ESTIMATE_CALC_FN`](crate::rate::PROPORTIONAL_RATE_ESTIMATE_CALC_FN)) at or
 //! below `max_rate` per interval. Rejected requests give their in-flight count back at once;
 //! they stay counted in the rate sketch, which measures offered load, while the exact stage
 //! counts admitted requests only.
