@@ -285,8 +285,11 @@ pub enum Outcome {
     /// The origin answered: its latency counts.
     #[default]
     Success,
-    /// The origin failed under load or timed out (a 5xx, a timeout): the limit backs off, by
-    /// half the share of a round's completions that were overloads.
+    /// The origin failed under load or timed out (a 5xx, a timeout). Overloads slower than the
+    /// tolerance allows over the origin's latency (timeouts, an origin failing under load)
+    /// back the limit off, by half the share of a round's completions that were overloads;
+    /// quick ones (a 5xx at the origin's own latency or faster, which a client's bad input can
+    /// provoke) say nothing of load, and leave it alone.
     Overload,
 }
 
