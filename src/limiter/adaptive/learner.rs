@@ -356,8 +356,8 @@ impl Learner {
         self.admitted_last = self.admitted_last.max(now);
         // Nothing of the rounds was waiting to complete (the key was idle between bursts):
         // the stall is counted from this request on, not from the last completion.
-        let waiting = |c: Cohort| c.completed < c.admitted;
-        if !self.open.is_some_and(waiting) && !self.closing.is_some_and(waiting) {
+        let waiting = |c: &Cohort| c.completed < c.admitted;
+        if !self.open.as_ref().is_some_and(waiting) && !self.closing.as_ref().is_some_and(waiting) {
             self.completed_at = self.completed_at.max(now);
         }
         if let Some(open) = self.open.as_mut() {
