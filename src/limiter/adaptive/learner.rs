@@ -472,7 +472,8 @@ impl Learner {
     }
 
     /// Whether timeouts hold its limit: rounds of overloads slower than the tolerance allows
-    /// (the only ones that cut: see `judge`) took room the key has not had back.
+    /// (the only ones that cut once the origin's latency is known: see `judge`) took room the
+    /// key has not had back.
     fn timed_out(&self) -> bool {
         self.before_overloads.is_some()
     }
