@@ -26,7 +26,7 @@
 //! With a fleet (feature `redis`), [`exact`] judges the rate on the fleet's counts too: the one
 //! place the decision looks at a remote view.
 
-use super::exact::{Counts, InflightCount};
+use super::counts::{Counts, InflightCount};
 use super::fleet::{FleetRate, FleetState};
 use super::limits::{Promotion, RateThreshold, Thresholds};
 use super::overlimit::limit_mix;

@@ -5,10 +5,9 @@ use std::borrow::Borrow;
 use std::hash::Hash;
 use std::time::Duration;
 
+use super::promoted::Promoted;
 use super::SATURATED_AT;
-use super::{
-    decision, exact, tally, Estimate, HeavyHitter, InflightLimit, Limiter, LimiterStats, Shared,
-};
+use super::{decision, tally, Estimate, HeavyHitter, InflightLimit, Limiter, LimiterStats, Shared};
 
 /// A limit as reported (in the sketches' `isize`, never negative).
 fn reported(limit: isize) -> u32 {
@@ -17,7 +16,7 @@ fn reported(limit: isize) -> u32 {
 
 impl<K> Shared<K> {
     /// The in-flight limit a promoted key learnt, under the ceiling it was last judged by.
-    pub(super) fn learnt_limit(&self, entry: &exact::Entry<K>) -> Option<u32> {
+    pub(super) fn learnt_limit(&self, entry: &Promoted) -> Option<u32> {
         let learner = entry.learner.as_ref().filter(|l| l.is_active())?;
         let config = self.adaptive.as_ref()?;
         let ceiling = entry.thresholds.inflight?.limit;
@@ -57,7 +56,8 @@ impl<K> Shared<K> {
         let stats = self.stats();
         let saturation = |noise: Option<f64>, at: Option<f64>| Some(noise? / at?);
         let (mut learning, mut learning_held) = (0, 0);
-        self.exact.for_each(|entry| {
+        self.exact.for_each(|entry, _| {
+            let entry = &entry.state;
             if let Some((limit, ceiling)) = self.learnt_limit(entry).zip(entry.thresholds.inflight)
             {
                 learning += 1;
@@ -101,7 +101,7 @@ where
         let s = &*self.shared;
         let hash = s.sketches.hash(key);
         s.exact.with_entry(key, hash, |entry| {
-            decision::estimate(&s.sketches.reread(hash), entry.map(|e| &e.counts))
+            decision::estimate(&s.sketches.reread(hash), entry.map(|e| &e.state.counts))
         })
     }
 
@@ -130,9 +130,9 @@ where
             .inflight
             .map(|t| t.limit.clamp(0, u32::MAX as isize) as u32);
         let hash = s.sketches.hash(key);
-        let learnt = s
-            .exact
-            .with_entry(key, hash, |entry| entry.and_then(|e| s.learnt_limit(e)));
+        let learnt = s.exact.with_entry(key, hash, |entry| {
+            entry.and_then(|e| s.learnt_limit(&e.state))
+        });
         learnt.or(configured)
     }
 
@@ -176,12 +176,13 @@ where
         let s = &*self.shared;
         let mut hitters = Vec::new();
         let mut held = std::collections::HashSet::new();
-        s.exact.for_each(|entry| {
+        s.exact.for_each(|entry, line| {
             let now = s.sketches.reread(entry.hash);
-            let (inflight, rate) = decision::figures(&now, Some(&entry.counts));
+            let state = &entry.state;
+            let (inflight, rate) = decision::figures(&now, Some(&state.counts));
             held.insert(entry.hash);
-            let ceiling = entry.thresholds.inflight.map(|t| reported(t.limit));
-            let inflight_limit = match (s.learnt_limit(entry), ceiling) {
+            let ceiling = state.thresholds.inflight.map(|t| reported(t.limit));
+            let inflight_limit = match (s.learnt_limit(state), ceiling) {
                 (Some(limit), Some(ceiling)) => Some(InflightLimit::Learnt { limit, ceiling }),
                 (_, configured) => configured.map(InflightLimit::Configured),
             };
@@ -189,7 +190,7 @@ where
                 key: entry.key.clone(),
                 inflight,
                 rate,
-                rejected: s.exact.rejected(entry),
+                rejected: state.rejected_by_now(line),
                 inflight_limit,
                 left_ago: None,
             });

@@ -42,6 +42,28 @@ const SLOT_SHIFT: u32 = 24;
 /// The most lines: their index takes the bits below [`CELL_SHIFT`].
 const MAX_LINES: usize = 1 << CELL_SHIFT;
 
+/// The multiplier of [`spread`]: 2^64 ÷ φ, made odd (Fibonacci hashing), so that the
+/// product is a bijection of the hash and each bit of it depends on every bit below it.
+const SPREAD_MULTIPLIER: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// The word the lines, the exact stage and the over-limit cache take their indexes and tags
+/// from, mixed from the key's hash so that keys sharing sketch columns do not also share a
+/// line, a set, a filter cell or an over-limit slot.
+///
+/// The sketches take a key's block from the hash's top bits and its counters from its low
+/// bits. A multiply by an odd constant makes two hashes whose lowest differing bit is `j`
+/// differ pseudo-randomly in every product bit above `j`, so the product's top half depends on
+/// all of the hash; folding it into the low half gives the low bits (the filter's and the
+/// cache's indexes) the same, and the set index and the cache's tag take the top bits. It is
+/// a bijection (equal spreads are equal hashes, which the exact stage's door relies on). A
+/// multiply, a shift and an xor: a full finaliser (SplitMix64's, three multiplies in a chain)
+/// costs a dozen more instructions a request, and its latency comes before the filter's load.
+#[inline]
+pub(crate) fn spread(hash: u64) -> u64 {
+    let product = hash.wrapping_mul(SPREAD_MULTIPLIER);
+    product ^ (product >> 32)
+}
+
 /// One cache line of cells and slots.
 #[repr(C, align(64))]
 struct Line {

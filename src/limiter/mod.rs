@@ -49,6 +49,7 @@
 
 mod adaptive;
 mod builder;
+mod counts;
 mod decision;
 mod defaults;
 mod exact;
@@ -59,6 +60,7 @@ mod limits;
 mod overlimit;
 mod path;
 mod permit;
+mod promoted;
 mod report;
 mod sketches;
 mod tally;
@@ -78,6 +80,7 @@ use exact::ExactStage;
 use limits::{HighestRatePromotion, Thresholds};
 pub(crate) use permit::Receipt;
 use permit::Ticket;
+use promoted::Promoted;
 use sketches::Sketches;
 
 pub use adaptive::{AdaptiveInflight, Outcome};
@@ -178,7 +181,7 @@ struct Shared<K> {
     tally: tally::Tally,
     /// How long `heavy_hitters` lists a key after it left the exact stage (nanoseconds).
     retention: u64,
-    exact: ExactStage<K>,
+    exact: ExactStage<K, Promoted>,
     /// Requests waiting for a permit ([`Limiter::acquire`]).
     waiters: Waiters,
     /// The fleet this limiter holds its rate limit with (feature `redis`; none without).

@@ -6,11 +6,12 @@ use std::hash::Hash;
 
 use super::adaptive::{self, Completion, Learner};
 use super::decision::{self, Refusal};
-use super::exact::{spread, Entry, ExactStage, Place};
-use super::key_lines::KeyLine;
+use super::exact::{self, Entry, Place};
+use super::key_lines::{spread, KeyLine};
 use super::limits::Thresholds;
 use super::overlimit::{cost_mix, OverLimit};
 use super::permit::{self, Held, Receipt, Ticket};
+use super::promoted::Promoted;
 use super::sketches::{Sketched, UNCOUNTED};
 use super::tally::{Tally, NEAR_LIMIT};
 use super::{Reason, Rejected, Shared};
@@ -117,7 +118,7 @@ where
         let promotion = self.defaults.promotion();
         let sketched = self.sketches.observe(hash, 1);
         // The request's half of the promotion handshake: after the sketch increments.
-        if !decision::is_hot(&sketched, promotion) && !ExactStage::<K>::flagged(line) {
+        if !decision::is_hot(&sketched, promotion) && !exact::flagged(line) {
             return Ok(self.admitted(&sketched, 1, None, true, permit));
         }
         self.acquire_one_hot(key, line, sketched, permit)
@@ -227,7 +228,7 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         // The request's half of the promotion handshake: after the sketch increments.
-        let decision = if !hot && !ExactStage::<K>::flagged(line) {
+        let decision = if !hot && !exact::flagged(line) {
             Ok(None)
         } else {
             if sketched.inflight == Some(UNCOUNTED) {
@@ -365,7 +366,8 @@ where
                 let cool = !hot
                     && held.entry().is_some_and(|e| {
                         let now = self.sketches.reread_in(s);
-                        decision::is_cool(&e.counts, &now, s.cost, t) && self.may_leave(e)
+                        decision::is_cool(&e.state.counts, &now, s.cost, t)
+                            && self.may_leave(&e.state)
                     });
                 if cool {
                     held.demote();
@@ -382,12 +384,12 @@ where
                     .window
                     .map_or(0, |w| w.at.saturating_sub(w.into).saturating_sub(w.len));
                 // The promotion's half of the handshake: flagged, then the sketches read.
-                let promoted = free.promote(key, s.hash, t, kept_since, |kept| {
+                let promoted = free.promote(key, s.hash, kept_since, |kept| {
                     let now = self.sketches.recount(s);
                     // After the reads: the thresholds of every admission they include are
                     // known.
                     let proven = self.proven_by_threshold().filter(|_| kept);
-                    decision::promoted(s, &now, proven)
+                    Promoted::new(decision::promoted(s, &now, proven), *t)
                 });
                 match promoted {
                     Some(held) => held,
@@ -395,12 +397,16 @@ where
                 }
             }
         };
-        let Some(entry) = held.decided_under(t) else {
+        let Some(entry) = held.decided() else {
             return decision::alone(s, t).map(|()| None); // unreachable: a held place has its entry
         };
+        let generation = entry.generation;
+        let entry = &mut entry.state;
+        // What the sweep judges the key cool by.
+        entry.thresholds = *t;
         // A run of refusals the cache answered since the key's last admission is counted
         // before a deadline of this decision replaces the one they were refused on.
-        self.exact.settle(Some(&mut *entry));
+        entry.settle(line);
         // A key learning its in-flight limit is judged by the learnt one too, and its
         // admissions timed: the clock is read for those keys alone, at a start or an admission.
         let learnt = self
@@ -463,7 +469,7 @@ where
                     self.over_limit().forget(spread(s.hash));
                 }
                 Ok(Some(CountedExactly {
-                    generation: entry.generation,
+                    generation,
                     window: admitted.window,
                     admitted_at,
                 }))
@@ -537,13 +543,22 @@ impl<K> Shared<K> {
                     measured,
                     admitted_at,
                 };
-                self.exact.release(
+                // The sketch's count is given back under the set's lock, together with the
+                // entry's, so that a rebase under the lock never sees the sketch without this
+                // permit while `tracked` still counts it (which would lower `base` below the
+                // truth for good). The entry is demoted if it has cooled down after.
+                self.exact.update_or_leave(
                     hash,
                     generation,
-                    cost,
-                    || self.sketches.release(hash, cost),
-                    |entry, tracked| rise = self.completed(entry, tracked, completion),
-                    |entry| self.is_cool(entry),
+                    |entry| {
+                        self.sketches.release(hash, cost);
+                        let Some(entry) = entry else { return false };
+                        let promoted = &mut entry.state;
+                        let tracked = promoted.counts.inflight.tracked;
+                        promoted.counts.inflight.tracked -= cost as isize;
+                        rise = self.completed(promoted, tracked, completion);
+                        self.is_cool(entry.hash, promoted)
+                    },
                     || self.now(),
                 );
                 cost.saturating_add(rise)
@@ -575,10 +590,11 @@ impl<K> Shared<K> {
         {
             let units = *cost as isize;
             let mut held = false;
-            self.exact.update(ticket.hash, *generation, |entry| {
+            self.exact.update(ticket.hash, *generation, |entry, line| {
+                let entry = &mut entry.state;
                 entry.counts.rate.uncount(bucket, units);
                 // A run of refusals on the deadline it forgets is counted first.
-                self.exact.settle(Some(&mut *entry));
+                entry.settle(line);
                 entry.held = 0;
                 // A deadline held for the key (its admission may have filled it) assumed these
                 // units stay: it is late now, and would refuse the room they leave.
@@ -594,7 +610,7 @@ impl<K> Shared<K> {
     /// its units were given back (under its set's lock).
     /// Returns the room the key's learnt limit gained, which its waiters are told of with the
     /// permit's own units (a waiter is woken per unit that came back).
-    fn completed(&self, entry: &mut Entry<K>, tracked: isize, completion: Completion) -> u32 {
+    fn completed(&self, entry: &mut Promoted, tracked: isize, completion: Completion) -> u32 {
         let (Some(config), Some(learner)) = (
             &self.adaptive,
             entry.learner.as_deref_mut().filter(|l| l.is_active()),
@@ -615,9 +631,10 @@ impl<K> Shared<K> {
         completed.rise
     }
 
-    /// Whether a promoted entry has cooled down, by the sketches now and its last thresholds.
-    fn is_cool(&self, entry: &Entry<K>) -> bool {
-        let now = self.sketches.reread(entry.hash);
+    /// Whether a promoted key of hash `hash` has cooled down, by the sketches now and its last
+    /// thresholds.
+    fn is_cool(&self, hash: u64, entry: &Promoted) -> bool {
+        let now = self.sketches.reread(hash);
         decision::is_cool(&entry.counts, &now, 0, &entry.thresholds) && self.may_leave(entry)
     }
 
@@ -626,7 +643,7 @@ impl<K> Shared<K> {
     /// no request for `forget_after` (`AdaptiveInflight::forget_after`): a key held to a few
     /// requests in flight often has none for a moment, and its callers' bursts come seconds
     /// apart; each would otherwise meet the origin with the ceiling again, queue and all.
-    fn may_leave(&self, entry: &Entry<K>) -> bool {
+    fn may_leave(&self, entry: &Promoted) -> bool {
         match (&self.adaptive, entry.learner.as_deref()) {
             (Some(config), Some(learner)) => learner.forgotten(config, self.time.coarse()),
             _ => true,
@@ -644,7 +661,15 @@ impl<K> Shared<K> {
 
     /// The exact stage's sweep (the clock's periodic work).
     pub(super) fn sweep_exact(&self) {
-        self.exact.sweep(|entry| self.is_cool(entry), || self.now());
+        // The runs of refusals the over-limit cache answered for each entry are counted
+        // before the cache's own sweep clears the deadlines that passed.
+        self.exact.sweep(
+            |entry: &mut Entry<K, Promoted>, line| {
+                entry.state.settle(line);
+                self.is_cool(entry.hash, &entry.state)
+            },
+            || self.now(),
+        );
     }
 }
 

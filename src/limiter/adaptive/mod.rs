@@ -108,7 +108,7 @@ mod learner;
 
 pub(crate) use learner::Learner;
 
-use super::exact::Counts;
+use super::counts::Counts;
 use super::limits::InflightThreshold;
 use crate::error::ConfigError;
 

@@ -24,6 +24,11 @@
 //!   `ToOwned::clone_into`).
 //! - Both take their index from [`spread`], a mix of the key's hash that is independent of
 //!   the bits the sketches take for their columns.
+//! - The stage is storage: what it keeps of a key is its place (key, hash, generation, the
+//!   evidence that keeps the place); what the limiter counts for the key is a [`Tenant`] it
+//!   knows only through that trait (what the tenant holds in flight, until when it keeps its
+//!   place, what it refused, and a call as it leaves). Limits, thresholds, the fleet and
+//!   learning are the limiter's, above the stage.
 //!
 //! # What the promotion threshold proves
 //!
@@ -72,20 +77,18 @@
 //! either the request sees the key as promoted and is counted here, or `p` includes it.
 
 mod set;
+mod tenant;
 
 use std::borrow::Borrow;
 
 use crossbeam_utils::CachePadded;
 
-use crate::rate::ExactWindows;
 use crate::sync::{lock, AtomicU64, AtomicU8, Mutex, MutexGuard, Ordering};
 
-use super::fleet::FleetView;
-use super::key_lines::{KeyLine, KeyLines};
-use super::limits::Thresholds;
-use super::overlimit::OverLimit;
+use super::key_lines::{spread, KeyLine, KeyLines};
 use set::Set;
 pub(crate) use set::{Departed, Entry, Hits, WAYS};
+pub(crate) use tenant::Tenant;
 
 /// A filter cell's count sticks here: a cell that reached it stays flagged for good (its
 /// keys take the lock needlessly; none is missed). A byte a cell, because every request
@@ -94,58 +97,11 @@ pub(crate) use set::{Departed, Entry, Hits, WAYS};
 /// cell of 8 per entry does not happen with a seeded hash.
 const FILTER_CELL_STUCK: u8 = u8::MAX;
 
-/// The multiplier of [`spread`]: 2^64 ÷ φ, made odd (Fibonacci hashing), so that the
-/// product is a bijection of the hash and each bit of it depends on every bit below it.
-const SPREAD_MULTIPLIER: u64 = 0x9E37_79B9_7F4A_7C15;
-
-/// The word the exact stage and the over-limit cache take their indexes and tags from, mixed
-/// from the key's hash so that keys sharing sketch columns do not also share a set, a filter
-/// cell or an over-limit slot.
-///
-/// The sketches take a key's block from the hash's top bits and its counters from its low
-/// bits. A multiply by an odd constant makes two hashes whose lowest differing bit is `j`
-/// differ pseudo-randomly in every product bit above `j`, so the product's top half depends on
-/// all of the hash; folding it into the low half gives the low bits (the filter's and the
-/// cache's indexes) the same, and the set index and the cache's tag take the top bits. It is
-/// a bijection (equal spreads are equal hashes, which [`Set`]'s knocks rely on). A multiply,
-/// a shift and an xor: a full finaliser (SplitMix64's, three multiplies in a chain) costs a
-/// dozen more instructions a request, and its latency comes before the filter's load.
+/// Whether the key on `line` may be promoted (false: certainly not). The request's half of
+/// the handshake, after its sketch increments.
 #[inline]
-pub(crate) fn spread(hash: u64) -> u64 {
-    let product = hash.wrapping_mul(SPREAD_MULTIPLIER);
-    product ^ (product >> 32)
-}
-
-/// A promoted key's exact counts.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Counts {
-    pub(crate) inflight: InflightCount,
-    pub(crate) rate: ExactWindows,
-    /// What the fleet last said of the key (feature `redis`; nothing without a fleet).
-    pub(crate) fleet: FleetView,
-}
-
-/// In-flight requests of a promoted key.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct InflightCount {
-    /// An upper bound on the key's requests in flight that are not counted in `tracked`
-    /// (those admitted before the promotion).
-    pub(crate) base: isize,
-    /// Requests admitted here and not yet released.
-    pub(crate) tracked: isize,
-}
-
-impl InflightCount {
-    /// An upper bound on the key's requests in flight.
-    pub(crate) fn bound(&self) -> isize {
-        self.base.saturating_add(self.tracked)
-    }
-
-    /// Lowers `base` with a fresh sketch estimate `estimate` of all in flight (≥ the true
-    /// number): the untracked ones are at most `estimate − tracked`.
-    pub(crate) fn rebase(&mut self, estimate: isize) {
-        self.base = self.base.min(estimate.saturating_sub(self.tracked)).max(0);
-    }
+pub(crate) fn flagged(line: KeyLine<'_>) -> bool {
+    line.cell().load(Ordering::SeqCst) != 0
 }
 
 /// Counters about the stage, for [`Limiter::stats`](super::Limiter::stats). Relaxed: they
@@ -161,13 +117,16 @@ struct Counters {
     locks: CachePadded<AtomicU64>,
 }
 
-/// The filter and the sets.
-pub(crate) struct ExactStage<K> {
+/// A set behind its own lock, on cache lines of its own.
+type LockedSet<K, V> = CachePadded<Mutex<Set<K, V>>>;
+
+/// The filter and the sets, of keys `K` whose tenants are `V`.
+pub(crate) struct ExactStage<K, V> {
     /// The filter: per cell, how many promoted keys hash to it, up to [`FILTER_CELL_STUCK`]
     /// (see the module docs for the handshake). Its lines hold the over-limit cache's slots
     /// too, so that a request reads one line for both (`key_lines.rs`).
     lines: KeyLines,
-    sets: Box<[CachePadded<Mutex<Set<K>>>]>,
+    sets: Box<[LockedSet<K, V>]>,
     /// The epoch the door counts and entries' evidence are kept in; advanced by the sweep.
     /// Relaxed: a request that reads the old epoch just after a sweep counts its evidence
     /// in the epoch before, which the next comparison still reads.
@@ -175,7 +134,7 @@ pub(crate) struct ExactStage<K> {
     counters: Counters,
 }
 
-impl<K> ExactStage<K> {
+impl<K, V: Tenant> ExactStage<K, V> {
     /// A stage for at most `capacity` promoted keys (rounded up to a multiple of [`WAYS`]),
     /// all allocated now.
     pub(crate) fn new(capacity: usize) -> Self {
@@ -198,13 +157,6 @@ impl<K> ExactStage<K> {
     /// The filter's lines, which hold the over-limit cache's slots too.
     pub(crate) fn lines(&self) -> &KeyLines {
         &self.lines
-    }
-
-    /// Whether the key on `line` may be promoted (false: certainly not). The request's half
-    /// of the handshake, after its sketch increments.
-    #[inline]
-    pub(crate) fn flagged(line: KeyLine<'_>) -> bool {
-        line.cell().load(Ordering::SeqCst) != 0
     }
 
     fn cell(&self, spread: u64) -> &AtomicU8 {
@@ -240,7 +192,7 @@ impl<K> ExactStage<K> {
     }
 
     /// Locks the set of `hash`.
-    fn set(&self, hash: u64) -> MutexGuard<'_, Set<K>> {
+    fn set(&self, hash: u64) -> MutexGuard<'_, Set<K, V>> {
         #[cfg(feature = "fault-injection")]
         self.counters.locks.fetch_add(1, Ordering::Relaxed);
         lock(&self.sets[Self::set_index(spread(hash), self.sets.len())])
@@ -250,7 +202,7 @@ impl<K> ExactStage<K> {
     /// dropped. `at`: the request's time on the limiter's clock, recorded when a key of the
     /// set is lost (see [`Set::lost`]).
     #[inline]
-    pub(crate) fn place<'a, Q>(&'a self, key: &Q, hash: u64, at: u64) -> Place<'a, K>
+    pub(crate) fn place<'a, Q>(&'a self, key: &Q, hash: u64, at: u64) -> Place<'a, K, V>
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
@@ -282,7 +234,13 @@ impl<K> ExactStage<K> {
     /// A place in the key's set: a free way, or the way of the entry with the least evidence
     /// once the key has knocked more often than that entry was used (the entry is demoted).
     /// Returns the way and the knocks the key brings in; `None` if the key must wait.
-    fn place_for(&self, set: &mut Set<K>, hash: u64, epoch: u64, now: u64) -> Option<(usize, u32)> {
+    fn place_for(
+        &self,
+        set: &mut Set<K, V>,
+        hash: u64,
+        epoch: u64,
+        now: u64,
+    ) -> Option<(usize, u32)> {
         if let Some(way) = set.free_way() {
             return Some((way, 0));
         }
@@ -296,82 +254,59 @@ impl<K> ExactStage<K> {
         Some((way, knocks))
     }
 
-    /// Gives back the `cost` units of a permit that the entry of generation `generation`
-    /// counted: `give_back` (the sketch's count) runs under the set's lock, together with the
-    /// entry's, so that a
-    /// rebase under the lock never sees the sketch without this permit while `tracked` still
-    /// counts it (which would lower `base` below the truth for good). `completed` is then told
-    /// of it, with what was tracked before (the learnt in-flight limit's latency). The entry is
-    /// demoted if `cool` says so after; `now` is the time on the limiter's clock.
-    #[allow(clippy::too_many_arguments)] // the storage's steps, each the caller's to fill
-    pub(crate) fn release(
+    /// Runs `f` under the set's lock of `hash` with the entry of generation `generation`, or
+    /// `None` if that entry is gone (demoted, maybe promoted again since: a permit it counted
+    /// is not the new entry's). The entry leaves the stage at `now()` if `f` says so.
+    pub(crate) fn update_or_leave(
         &self,
         hash: u64,
         generation: u64,
-        cost: u32,
-        give_back: impl FnOnce(),
-        completed: impl FnOnce(&mut Entry<K>, isize),
-        cool: impl FnOnce(&Entry<K>) -> bool,
+        f: impl FnOnce(Option<&mut Entry<K, V>>) -> bool,
         now: impl FnOnce() -> u64,
     ) {
         let mut set = self.set(hash);
-        give_back();
-        let Some(way) = set.find(hash) else { return };
-        let Some(entry) = set.get_mut(way) else {
-            return;
-        };
-        // Demoted (and maybe promoted again) since: that entry never counted this permit.
-        if entry.generation != generation {
-            return;
-        }
-        let tracked = entry.counts.inflight.tracked;
-        entry.counts.inflight.tracked -= cost as isize;
-        completed(entry, tracked);
-        if cool(entry) {
-            self.leave(&mut set, way, now());
+        let way = set
+            .find(hash)
+            .filter(|&way| set.get(way).is_some_and(|e| e.generation == generation));
+        let entry = way.and_then(|way| set.get_mut(way));
+        if f(entry) {
+            if let Some(way) = way {
+                self.leave(&mut set, way, now());
+            }
         }
     }
 
-    /// Takes the entry of `way` out of the stage at `at`, with the refusals the over-limit
-    /// cache answered for it counted in what the reports keep of it; records the loss, and
-    /// clears its filter cell.
-    fn leave(&self, set: &mut Set<K>, way: usize, at: u64) {
-        self.settle(set.get_mut(way));
+    /// Takes the entry of `way` out of the stage at `at`, its tenant told first; records the
+    /// loss, and clears its filter cell.
+    fn leave(&self, set: &mut Set<K, V>, way: usize, at: u64) {
+        if let Some(entry) = set.get_mut(way) {
+            let line = self.lines.key_line(spread(entry.hash));
+            entry.state.leaving(line);
+        }
         if let Some(hash) = set.vacate(way, at) {
             set.lost(hash, at);
             self.unflag(hash);
         }
     }
 
-    /// Counts in the entry the run of refusals the over-limit cache answered on the deadline
-    /// its admission held, if that run came (see `OverLimit::settle`).
-    pub(crate) fn settle(&self, entry: Option<&mut Entry<K>>) {
-        if let Some(entry) = entry {
-            let line = self.lines.key_line(spread(entry.hash));
-            OverLimit::settle(line, &mut entry.held, &mut entry.rejected);
-        }
-    }
-
-    /// The entry's refusals, with a run [`settle`](Self::settle) would count now (for
-    /// reports, which change nothing).
-    pub(crate) fn rejected(&self, entry: &Entry<K>) -> u64 {
-        let unsettled = OverLimit::unsettled(self.lines.key_line(spread(entry.hash)), entry.held);
-        entry.rejected.saturating_add(unsettled)
-    }
-
-    /// The clock's periodic work, off the request path: starts the next epoch, counts the
-    /// runs of refusals the over-limit cache answered for each entry (before the cache's own
-    /// sweep clears the deadlines that passed), and demotes every entry that `cool` says has
-    /// cooled down (`now`: the time on the limiter's clock). Takes each set's lock in turn,
-    /// briefly.
-    pub(crate) fn sweep(&self, mut cool: impl FnMut(&Entry<K>) -> bool, now: impl Fn() -> u64) {
+    /// The clock's periodic work, off the request path: starts the next epoch, and runs
+    /// `visit` on every entry with its key's line, which says whether it leaves (at `now()`).
+    /// Takes each set's lock in turn, briefly.
+    pub(crate) fn sweep(
+        &self,
+        mut visit: impl FnMut(&mut Entry<K, V>, KeyLine<'_>) -> bool,
+        now: impl Fn() -> u64,
+    ) {
         self.epoch.fetch_add(1, Ordering::Relaxed);
         for set in self.sets.iter() {
             let mut set = lock(set);
             for way in 0..WAYS {
-                self.settle(set.get_mut(way));
-                if set.get(way).is_some_and(&mut cool) {
-                    // Read under the lock, after every admission the entry counted.
+                let Some(entry) = set.get_mut(way) else {
+                    continue;
+                };
+                let line = self.lines.key_line(spread(entry.hash));
+                // Under the lock, after every admission the entry counted.
+                if visit(entry, line) {
                     self.leave(&mut set, way, now());
                 }
             }
@@ -383,13 +318,13 @@ impl<K> ExactStage<K> {
         &self,
         key: &Q,
         hash: u64,
-        f: impl FnOnce(Option<&Entry<K>>) -> R,
+        f: impl FnOnce(Option<&Entry<K, V>>) -> R,
     ) -> R
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        if !Self::flagged(self.lines.key_line(spread(hash))) {
+        if !flagged(self.lines.key_line(spread(hash))) {
             return f(None);
         }
         let set = self.set(hash);
@@ -408,29 +343,37 @@ impl<K> ExactStage<K> {
         }
     }
 
-    /// Calls `f` on every entry, one set locked at a time, for reports.
-    pub(crate) fn for_each(&self, mut f: impl FnMut(&Entry<K>)) {
+    /// Calls `f` on every entry with its key's line, one set locked at a time, for reports.
+    pub(crate) fn for_each(&self, mut f: impl FnMut(&Entry<K, V>, KeyLine<'_>)) {
         for set in self.sets.iter() {
             let set = lock(set);
-            (0..WAYS).filter_map(|way| set.get(way)).for_each(&mut f);
+            for entry in (0..WAYS).filter_map(|way| set.get(way)) {
+                f(entry, self.lines.key_line(spread(entry.hash)));
+            }
         }
     }
 
     /// Calls `f` under its set's lock on the entry of `hash` if it is still the one of
-    /// generation `generation` (not demoted since, nor promoted anew): the fleet's sync writing
-    /// back what it learnt of a key it pushed, a refund taking back an admission.
-    pub(crate) fn update(&self, hash: u64, generation: u64, f: impl FnOnce(&mut Entry<K>)) {
+    /// generation `generation` (not demoted since, nor promoted anew), with its key's line:
+    /// the fleet's sync writing back what it learnt of a key it pushed, a refund taking back
+    /// an admission.
+    pub(crate) fn update(
+        &self,
+        hash: u64,
+        generation: u64,
+        f: impl FnOnce(&mut Entry<K, V>, KeyLine<'_>),
+    ) {
         let mut set = self.set(hash);
         let Some(way) = set.find(hash) else { return };
         if let Some(entry) = set.get_mut(way).filter(|e| e.generation == generation) {
-            f(entry);
+            f(entry, self.lines.key_line(spread(hash)));
         }
     }
 
     /// Keys promoted now.
     pub(crate) fn len(&self) -> usize {
         let mut len = 0;
-        self.for_each(|_| len += 1);
+        self.for_each(|_, _| len += 1);
         len
     }
 
@@ -460,44 +403,42 @@ impl<K> ExactStage<K> {
     pub(crate) fn memory_bytes(&self) -> usize {
         self.lines.memory_bytes()
             + std::mem::size_of_val(&*self.sets)
-            + self.sets.len() * Set::<K>::heap_bytes()
+            + self.sets.len() * Set::<K, V>::heap_bytes()
     }
 }
 
 /// What the stage holds for a key, its set locked: see [`ExactStage::place`].
-pub(crate) enum Place<'a, K> {
+pub(crate) enum Place<'a, K, V> {
     /// The key is promoted.
-    Held(Held<'a, K>),
+    Held(Held<'a, K, V>),
     /// The key is not promoted.
-    Free(Free<'a, K>),
+    Free(Free<'a, K, V>),
     /// Another key with the same 64-bit hash is promoted: only the sketch can judge (the set
     /// has recorded the loss).
     Twin,
 }
 
 /// A promoted key's entry, its set locked.
-pub(crate) struct Held<'a, K> {
-    stage: &'a ExactStage<K>,
-    set: MutexGuard<'a, Set<K>>,
+pub(crate) struct Held<'a, K, V> {
+    stage: &'a ExactStage<K, V>,
+    set: MutexGuard<'a, Set<K, V>>,
     way: usize,
     epoch: u64,
     at: u64,
 }
 
-impl<K> Held<'_, K> {
+impl<K, V: Tenant> Held<'_, K, V> {
     /// The entry (always there: `None` is for the type alone).
-    pub(crate) fn entry(&self) -> Option<&Entry<K>> {
+    pub(crate) fn entry(&self) -> Option<&Entry<K, V>> {
         self.set.get(self.way)
     }
 
-    /// The entry, for a request decided on it under the limits `t`: counted as evidence for
-    /// its place, and `t` kept as what the sweep judges it by.
+    /// The entry, for a request decided on it: counted as evidence for its place.
     #[inline]
-    pub(crate) fn decided_under(&mut self, t: &Thresholds) -> Option<&mut Entry<K>> {
+    pub(crate) fn decided(&mut self) -> Option<&mut Entry<K, V>> {
         let epoch = self.epoch;
         let entry = self.set.get_mut(self.way)?;
         entry.hits.count(epoch);
-        entry.thresholds = *t;
         Some(entry)
     }
 
@@ -508,27 +449,26 @@ impl<K> Held<'_, K> {
 }
 
 /// No entry for a key, its set locked.
-pub(crate) struct Free<'a, K> {
-    stage: &'a ExactStage<K>,
-    set: MutexGuard<'a, Set<K>>,
+pub(crate) struct Free<'a, K, V> {
+    stage: &'a ExactStage<K, V>,
+    set: MutexGuard<'a, Set<K, V>>,
     epoch: u64,
     at: u64,
 }
 
-impl<'a, K> Free<'a, K> {
+impl<'a, K, V: Tenant> Free<'a, K, V> {
     /// Promotes `key` if its set has a place for it (see "Who gets a place" in the module
-    /// docs): flags it, then asks `counts` for the counts it starts from, which reads the
+    /// docs): flags it, then asks `tenant` for what the limiter keeps of it, which reads the
     /// sketches (the promotion's half of the handshake) and is told whether the key was not
-    /// lost since `kept_since` (nanoseconds on the limiter's clock); the entry keeps
-    /// `t`. `None`, with the loss recorded, when the key must wait: the sketch decides alone.
+    /// lost since `kept_since` (nanoseconds on the limiter's clock). `None`, with the loss
+    /// recorded, when the key must wait: the sketch decides alone.
     pub(crate) fn promote<Q>(
         mut self,
         key: &Q,
         hash: u64,
-        t: &Thresholds,
         kept_since: u64,
-        counts: impl FnOnce(bool) -> Counts,
-    ) -> Option<Held<'a, K>>
+        tenant: impl FnOnce(bool) -> V,
+    ) -> Option<Held<'a, K, V>>
     where
         K: Borrow<Q>,
         Q: ToOwned<Owned = K> + ?Sized,
@@ -541,9 +481,9 @@ impl<'a, K> Free<'a, K> {
         };
         stage.flag(hash);
         stage.counters.promotions.fetch_add(1, Ordering::Relaxed);
-        let counts = counts(self.set.kept_since(hash, kept_since));
+        let state = tenant(self.set.kept_since(hash, kept_since));
         let hits = Hits::at_promotion(self.epoch, knocks);
-        self.set.occupy(way, hash, key, counts, *t, hits);
+        self.set.occupy(way, hash, key, state, hits);
         Some(Held {
             stage,
             set: self.set,
@@ -554,35 +494,36 @@ impl<'a, K> Free<'a, K> {
     }
 }
 
+/// A tenant that holds nothing, for the stage's own tests.
+#[cfg(all(test, not(floodgate_loom)))]
+impl Tenant for () {
+    fn in_flight(&self) -> u64 {
+        0
+    }
+    fn kept_until(&self) -> u64 {
+        0
+    }
+    fn refused(&self) -> u64 {
+        0
+    }
+    fn leaving(&mut self, _: KeyLine<'_>) {}
+}
+
 #[cfg(all(test, not(floodgate_loom)))]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rebase_never_raises_the_bound_and_never_goes_below_what_is_tracked() {
-        let mut c = InflightCount {
-            base: 10,
-            tracked: 3,
-        };
-        c.rebase(20);
-        assert_eq!(c.bound(), 13);
-        c.rebase(5);
-        assert_eq!((c.base, c.bound()), (2, 5));
-        c.rebase(0);
-        assert_eq!((c.base, c.bound()), (0, 3));
-    }
 
     /// A cell's count never wraps to "not promoted": at its ceiling it sticks, flagged for
     /// good, whatever is removed after; below it, flags and removals balance.
     #[test]
     fn a_filter_cell_sticks_at_its_ceiling_and_never_wraps_to_unflagged() {
-        let stage = ExactStage::<u64>::new(16);
+        let stage = ExactStage::<u64, ()>::new(16);
         let (crowded, quiet) = (0x1234_5678_9ABC_DEF0, 0x0FED_CBA9_8765_4321);
         assert_ne!(
             stage.cell(spread(crowded)) as *const _,
             stage.cell(spread(quiet)) as *const _
         );
-        let flagged = |hash| ExactStage::<u64>::flagged(stage.lines.key_line(spread(hash)));
+        let flagged = |hash| flagged(stage.lines.key_line(spread(hash)));
         for _ in 0..=u8::MAX {
             stage.flag(crowded);
         }
@@ -607,7 +548,7 @@ mod tests {
     /// the hash's low bits.
     #[test]
     fn keys_sharing_sketch_counters_spread_over_filter_cells_and_sets() {
-        let stage = ExactStage::<u64>::new(16_384);
+        let stage = ExactStage::<u64, ()>::new(16_384);
         let (cells, sets) = (stage.lines.cells(), stage.sets.len());
         assert!(cells >= 1 << 17 && sets >= 1_024);
         let hashes: Vec<u64> = (0..1_024u64)
@@ -623,7 +564,7 @@ mod tests {
         assert!(cell_of.len() >= 1_000, "{} distinct cells", cell_of.len());
         let mut per_set = vec![0u32; sets];
         for &h in &hashes {
-            per_set[ExactStage::<u64>::set_index(spread(h), sets)] += 1;
+            per_set[ExactStage::<u64, ()>::set_index(spread(h), sets)] += 1;
         }
         // About one key a set: at random the fullest holds 5 or 6.
         let fullest = per_set.iter().max().copied().unwrap_or(0);
@@ -632,30 +573,14 @@ mod tests {
 
     #[test]
     fn capacity_is_rounded_up_to_whole_sets_and_allocated_up_front() {
-        let stage = ExactStage::<String>::new(100);
+        let stage = ExactStage::<String, ()>::new(100);
         assert_eq!(stage.capacity(), 112);
         assert_eq!(stage.sets.len(), 7);
         let before = stage.memory_bytes();
-        let counts = Counts {
-            inflight: InflightCount {
-                base: 0,
-                tracked: 0,
-            },
-            rate: ExactWindows::new(0, 0),
-            fleet: Default::default(),
-        };
         let mut set = stage.set(0);
         for way in 0..WAYS {
             let key = way.to_string();
-            let limits = Thresholds::new(&crate::Limits::new().max_inflight(1), 0.5);
-            set.occupy(
-                way,
-                way as u64,
-                key.as_str(),
-                counts,
-                limits,
-                Hits::at_promotion(0, 0),
-            );
+            set.occupy(way, way as u64, key.as_str(), (), Hits::at_promotion(0, 0));
         }
         assert!(set.free_way().is_none());
         drop(set);

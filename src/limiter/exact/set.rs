@@ -3,9 +3,8 @@
 
 use std::borrow::Borrow;
 
-use super::Counts;
-use crate::limiter::adaptive::Learner;
-use crate::limiter::limits::Thresholds;
+use super::tenant::Tenant;
+use crate::limiter::key_lines::spread;
 use crate::rate::Rolling;
 
 /// Places per set: the most entries a request ever looks at, and the unit the stage's
@@ -17,41 +16,25 @@ pub(crate) const WAYS: usize = 16;
 /// like a key that keeps coming.
 const DOOR: usize = 4;
 
-/// The exact counts of one promoted key.
+/// One promoted key in its place: what the stage keeps of it (its key, hash, generation and
+/// evidence), and `state`, what the limiter keeps for it.
 #[derive(Debug)]
-pub(crate) struct Entry<K> {
+pub(crate) struct Entry<K, V> {
     pub(crate) key: K,
     pub(crate) hash: u64,
     /// Distinguishes this promotion from earlier ones of the same key, so a permit counted by
     /// an earlier, demoted entry is not subtracted from this one.
     pub(crate) generation: u64,
-    pub(crate) counts: Counts,
-    /// The key's limits at its last decision: what the sweep judges it cool by.
-    pub(crate) thresholds: Thresholds,
-    /// Requests rejected while promoted: by the exact stage, and the runs the over-limit
-    /// cache refused on a deadline an admission held (`held`), once settled.
-    pub(crate) rejected: u64,
     /// Requests decided here, per epoch: the entry's evidence for keeping its place.
     pub(crate) hits: Hits,
-    /// Until when (nanoseconds on the limiter's clock) the key's requests are rejected by the
-    /// over-limit cache, which counts no hits: the entry keeps its place until then.
-    pub(crate) over_until: u64,
-    /// The over-limit cache's word for the deadline the key's admission held there, until
-    /// the run of refusals on it is counted in `rejected` (`OverLimit::settle`); 0 if none.
-    pub(crate) held: u64,
-    /// The in-flight limit the key is learning from its latency, once its in flight reached
-    /// its promotion threshold under a limiter with adaptive in-flight limits. Boxed: a word
-    /// in every place, where the learner's 360 bytes in all 16,384 places of a default limiter
-    /// would take 5.9 MB whether it learns or not; one allocation when a key starts learning.
-    pub(crate) learner: Option<Box<Learner>>,
+    pub(crate) state: V,
 }
 
-impl<K> Entry<K> {
+impl<K, V: Tenant> Entry<K, V> {
     /// What the entry has shown in the current epoch or the last: its requests, whichever
-    /// epoch had more, and its permits in flight.
+    /// epoch had more, and what it holds in flight.
     fn evidence(&self, epoch: u64) -> u64 {
-        let inflight = u64::try_from(self.counts.inflight.tracked).unwrap_or(0);
-        u64::from(self.hits.most(epoch)).saturating_add(inflight)
+        u64::from(self.hits.most(epoch)).saturating_add(self.state.in_flight())
     }
 }
 
@@ -117,8 +100,8 @@ struct Lost {
 /// A place: its entry, and what is left of the last entry it held (for the reports, until
 /// the next entry reuses its key's buffer).
 #[derive(Debug)]
-struct Way<K> {
-    entry: Option<Entry<K>>,
+struct Way<K, V> {
+    entry: Option<Entry<K, V>>,
     departed: Option<Departed<K>>,
 }
 
@@ -127,15 +110,15 @@ struct Way<K> {
 pub(crate) struct Departed<K> {
     pub(crate) key: K,
     pub(crate) hash: u64,
-    /// Requests the stage refused while it held the key.
+    /// Requests refused while the stage held the key ([`Tenant::refused`]).
     pub(crate) rejected: u64,
     /// When it left (nanoseconds on the limiter's clock).
     pub(crate) at: u64,
 }
 
 /// One set of the exact stage.
-pub(crate) struct Set<K> {
-    ways: Box<[Way<K>]>,
+pub(crate) struct Set<K, V> {
+    ways: Box<[Way<K, V>]>,
     door: [Knock; DOOR],
     next_generation: u64,
     /// The keys of this set lost most recently, each with the latest time (nanoseconds on the
@@ -148,7 +131,7 @@ pub(crate) struct Set<K> {
     forgotten_at: u64,
 }
 
-impl<K> Set<K> {
+impl<K, V: Tenant> Set<K, V> {
     pub(crate) fn new() -> Self {
         Set {
             ways: (0..WAYS)
@@ -206,7 +189,7 @@ impl<K> Set<K> {
 
     /// Bytes a set allocates for its ways.
     pub(crate) fn heap_bytes() -> usize {
-        WAYS * std::mem::size_of::<Way<K>>()
+        WAYS * std::mem::size_of::<Way<K, V>>()
     }
 
     /// The way holding the entry of `hash`.
@@ -216,11 +199,11 @@ impl<K> Set<K> {
             .position(|w| w.entry.as_ref().is_some_and(|e| e.hash == hash))
     }
 
-    pub(crate) fn get(&self, way: usize) -> Option<&Entry<K>> {
+    pub(crate) fn get(&self, way: usize) -> Option<&Entry<K, V>> {
         self.ways.get(way)?.entry.as_ref()
     }
 
-    pub(crate) fn get_mut(&mut self, way: usize) -> Option<&mut Entry<K>> {
+    pub(crate) fn get_mut(&mut self, way: usize) -> Option<&mut Entry<K, V>> {
         self.ways.get_mut(way)?.entry.as_mut()
     }
 
@@ -229,13 +212,13 @@ impl<K> Set<K> {
         self.ways.iter().position(|w| w.entry.is_none())
     }
 
-    /// The entry with the least evidence in `epoch`, and that evidence, among those not
-    /// over their limit at `now`.
+    /// The entry with the least evidence in `epoch`, and that evidence, among those whose
+    /// state does not keep their place at `now` ([`Tenant::kept_until`]).
     pub(crate) fn weakest(&self, epoch: u64, now: u64) -> Option<(usize, u64)> {
         (0..WAYS)
             .filter_map(|way| {
                 let entry = self.get(way)?;
-                (entry.over_until <= now).then(|| (way, entry.evidence(epoch)))
+                (entry.state.kept_until() <= now).then(|| (way, entry.evidence(epoch)))
             })
             .min_by_key(|&(_, evidence)| evidence)
     }
@@ -274,21 +257,14 @@ impl<K> Set<K> {
     /// Puts a new entry for `key` in the free way `way`, with the evidence `hits` it showed at
     /// the door (so the entry it replaced cannot take the place straight back), reusing the
     /// way's key buffer.
-    pub(crate) fn occupy<Q>(
-        &mut self,
-        way: usize,
-        hash: u64,
-        key: &Q,
-        counts: Counts,
-        thresholds: Thresholds,
-        hits: Hits,
-    ) where
+    pub(crate) fn occupy<Q>(&mut self, way: usize, hash: u64, key: &Q, state: V, hits: Hits)
+    where
         K: Borrow<Q>,
         Q: ToOwned<Owned = K> + ?Sized,
     {
         self.next_generation += 1;
         let generation = self.next_generation;
-        let spread = super::spread(hash);
+        let spread = spread(hash);
         // In now: its knocks are spent.
         self.door
             .iter_mut()
@@ -310,13 +286,8 @@ impl<K> Set<K> {
             key,
             hash,
             generation,
-            counts,
-            thresholds,
-            rejected: 0,
             hits,
-            over_until: 0,
-            held: 0,
-            learner: None,
+            state,
         });
     }
 
@@ -326,9 +297,9 @@ impl<K> Set<K> {
         let place = self.ways.get_mut(way)?;
         let entry = place.entry.take()?;
         place.departed = Some(Departed {
+            rejected: entry.state.refused(),
             key: entry.key,
             hash: entry.hash,
-            rejected: entry.rejected,
             at,
         });
         Some(entry.hash)
@@ -348,7 +319,7 @@ mod tests {
     /// lost one does not until its loss is before the span asked about.
     #[test]
     fn a_loss_counts_against_the_lost_key_only() {
-        let mut set = Set::<u64>::new();
+        let mut set = Set::<u64, ()>::new();
         set.lost(7, 1_000);
         assert!(set.kept_since(8, 0), "another key");
         assert!(!set.kept_since(7, 1_000), "the lost key");
@@ -362,7 +333,7 @@ mod tests {
     /// key it was: every key not listed counts as lost at that time, never as kept.
     #[test]
     fn a_forgotten_loss_counts_against_every_key_not_listed() {
-        let mut set = Set::<u64>::new();
+        let mut set = Set::<u64, ()>::new();
         for (hash, at) in (0..LOST_KEYS as u64).map(|i| (100 + i, 1_000 + i)) {
             set.lost(hash, at);
         }

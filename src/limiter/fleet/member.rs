@@ -25,8 +25,8 @@ where
     }
 
     fn for_each_tracked(&self, bucket: u64, f: &mut dyn FnMut(Tracked<'_>)) {
-        self.exact.for_each(|entry| {
-            let mut counts = entry.counts.rate;
+        self.exact.for_each(|entry, _| {
+            let mut counts = entry.state.counts.rate;
             counts.roll_to(bucket);
             let own = |b: Option<u64>| {
                 b.and_then(|b| counts.bound(b))
@@ -38,13 +38,14 @@ where
                 key: entry.key.fleet_key(),
                 count: own(Some(bucket)),
                 previous: own(bucket.checked_sub(1)),
-                view: entry.counts.fleet,
+                view: entry.state.counts.fleet,
             });
         });
     }
 
     fn learnt(&self, hash: u64, generation: u64, f: &mut dyn FnMut(&mut FleetView)) {
-        self.exact
-            .update(hash, generation, |entry| f(&mut entry.counts.fleet));
+        self.exact.update(hash, generation, |entry, _| {
+            f(&mut entry.state.counts.fleet)
+        });
     }
 }
