@@ -3,7 +3,8 @@
 //! above the true count, never below it.
 //!
 //! - [`Estimator`]: the atomic H×N count-min sketch, pingora's, which [`Inflight`] counts
-//!   in (the [`Limiter`] counts in blocked tables of its own, as [`BlockedEstimator`] does).
+//!   in (the [`Limiter`] counts in blocked tables of its own, which the tests reach as
+//!   `BlockedEstimator`, feature `fault-injection`).
 //! - [`Inflight`]: in-flight counts per key; its [`Guard`] gives the count back on drop (a
 //!   [`BorrowedGuard`](inflight::BorrowedGuard) from [`Inflight::incr_borrowed`] does the
 //!   same without an `Arc`).

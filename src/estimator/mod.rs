@@ -1,7 +1,8 @@
 //! Lock-free count-min sketches: [`Estimator`], pingora's of `isize` counters (over a
 //! `CountMin` table, `count_min.rs`), and the blocked table of `u32` counters the `Limiter`
-//! counts in (`blocked.rs`, also as [`BlockedEstimator`]). The sections below are the
-//! `Estimator`'s; `blocked.rs` gives its own layout.
+//! counts in (`blocked.rs`; the tests reach it as `BlockedEstimator`, feature
+//! `fault-injection`). The sections below are the `Estimator`'s; `blocked.rs` gives its own
+//! layout.
 //!
 //! # Algorithm
 //!

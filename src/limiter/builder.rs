@@ -13,11 +13,14 @@ use super::adaptive::AdaptiveInflight;
 use super::defaults::Defaults;
 use super::exact::ExactStage;
 use super::fleet::FleetSetup;
+use super::limits::check_defaults;
 use super::limits::{HighestRatePromotion, Thresholds};
+use super::shared::Shared;
 use super::sketches::Sketches;
+use super::sweep::Sweeper;
 use super::tally::Tally;
 use super::wait::Waiters;
-use super::{Limiter, Limits, Shared, Sweeper};
+use super::{Limiter, Limits};
 
 /// Default rows of the limiter's sketches: 2, of 8 counters each in a key's cache line. Each
 /// row costs a request a locked add; a key's rows share one line's other keys, so more rows
@@ -116,7 +119,7 @@ pub struct LimiterBuilder<K> {
     #[cfg(feature = "fault-injection")]
     hash_seed: Option<u64>,
     /// The fleet to hold the rate limit with (feature `redis`; none without).
-    fleet: FleetSetup<K>,
+    fleet: FleetSetup<Shared<K>>,
     key: std::marker::PhantomData<fn() -> K>,
 }
 
@@ -699,36 +702,6 @@ impl<K> LimiterBuilder<K> {
     }
 }
 
-/// A limit the counters can reach, or [`ConfigError::LimitTooLarge`].
-fn check_limit(limit: Option<u32>) -> Result<(), ConfigError> {
-    match limit {
-        Some(limit) if limit > Limits::MAX_LIMIT => Err(ConfigError::LimitTooLarge {
-            limit,
-            max: Limits::MAX_LIMIT,
-        }),
-        _ => Ok(()),
-    }
-}
-
-/// The checks of a limiter's default limits, at build and by `set_limits` alike: at least one
-/// limit (none would limit nothing), each at least 1 (below, every key would be refused) and
-/// at most [`MAX_LIMIT`].
-pub(super) fn check_defaults(inflight: Option<u32>, rate: Option<u32>) -> Result<(), ConfigError> {
-    if inflight.is_none() && rate.is_none() {
-        return Err(ConfigError::InvalidLimit(
-            "a limiter needs max_inflight, max_rate or both",
-        ));
-    }
-    if inflight.is_some_and(|l| l < 1) {
-        return Err(ConfigError::InvalidLimit("max_inflight must be at least 1"));
-    }
-    if rate.is_some_and(|l| l < 1) {
-        return Err(ConfigError::InvalidLimit("max_rate must be at least 1"));
-    }
-    check_limit(inflight)?;
-    check_limit(rate)
-}
-
 /// The columns that keep the noise of `events` spread over a sketch at most 1/NOISE_MARGIN
 /// of `promote_at`, within the sized bounds. Not rounded to a power of two: the blocked
 /// tables take any whole number of cache lines.
@@ -770,7 +743,25 @@ where
     /// assert!(limiter.fleet_status().is_some());
     /// ```
     pub fn fleet(mut self, config: crate::fleet::FleetConfig) -> Self {
-        self.fleet = FleetSetup::new(config);
+        self.fleet = FleetSetup::new(config, super::fleet::spawn_sync::<K>);
         self
+    }
+}
+
+impl<K> Limiter<K>
+where
+    K: std::hash::Hash + Eq + Send + Sync,
+{
+    /// A builder with no limits set yet; set `max_inflight`, `max_rate` or both.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter: floodgate::Limiter<u64> =
+    ///     floodgate::Limiter::builder().max_inflight(3).build().unwrap();
+    /// assert_eq!(limiter.estimate(&7u64).inflight, Some(0));
+    /// ```
+    pub fn builder() -> LimiterBuilder<K> {
+        LimiterBuilder::new()
     }
 }

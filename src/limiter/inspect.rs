@@ -6,8 +6,12 @@ use std::hash::Hash;
 use std::time::Duration;
 
 use super::promoted::Promoted;
-use super::SATURATED_AT;
-use super::{decision, tally, Estimate, HeavyHitter, InflightLimit, Limiter, LimiterStats, Shared};
+use super::shared::Shared;
+use super::{decision, tally, Estimate, HeavyHitter, InflightLimit, Limiter, LimiterStats};
+
+/// `stats().saturated` turns on when the noise reaches this fraction of a promotion
+/// threshold: from there on, light keys start to look hot.
+const SATURATED_AT: f64 = 0.5;
 
 /// A limit as reported (in the sketches' `isize`, never negative).
 fn reported(limit: isize) -> u32 {
@@ -268,5 +272,22 @@ where
             + s.sketches.memory_bytes()
             + s.exact.memory_bytes()
             + s.waiters.memory_bytes()
+    }
+}
+
+impl<K> Limiter<K> {
+    /// How this node's syncing with its fleet goes; `None` for a limiter without a fleet.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let limiter: floodgate::Limiter<String> =
+    ///     floodgate::Limiter::builder().max_inflight(5).build().unwrap();
+    /// assert!(limiter.fleet_status().is_none());
+    /// ```
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+    pub fn fleet_status(&self) -> Option<crate::fleet::FleetStatus> {
+        self.shared.fleet.status()
     }
 }

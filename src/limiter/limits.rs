@@ -5,6 +5,7 @@ use std::fmt;
 use super::fleet::FleetRate;
 use super::overlimit::SHADOW_MIX;
 use super::Rejected;
+use crate::error::ConfigError;
 use crate::sync::{AtomicU64, Ordering};
 
 /// The limits of one key (or the defaults of a [`Limiter`](super::Limiter)): at most so many
@@ -528,6 +529,36 @@ impl Thresholds {
             shadow: false,
         }
     }
+}
+
+/// A limit the counters can reach, or [`ConfigError::LimitTooLarge`].
+fn check_limit(limit: Option<u32>) -> Result<(), ConfigError> {
+    match limit {
+        Some(limit) if limit > Limits::MAX_LIMIT => Err(ConfigError::LimitTooLarge {
+            limit,
+            max: Limits::MAX_LIMIT,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The checks of a limiter's default limits, at build and by `set_limits` alike: at least one
+/// limit (none would limit nothing), each at least 1 (below, every key would be refused) and
+/// at most [`Limits::MAX_LIMIT`].
+pub(crate) fn check_defaults(inflight: Option<u32>, rate: Option<u32>) -> Result<(), ConfigError> {
+    if inflight.is_none() && rate.is_none() {
+        return Err(ConfigError::InvalidLimit(
+            "a limiter needs max_inflight, max_rate or both",
+        ));
+    }
+    if inflight.is_some_and(|l| l < 1) {
+        return Err(ConfigError::InvalidLimit("max_inflight must be at least 1"));
+    }
+    if rate.is_some_and(|l| l < 1) {
+        return Err(ConfigError::InvalidLimit("max_rate must be at least 1"));
+    }
+    check_limit(inflight)?;
+    check_limit(rate)
 }
 
 #[cfg(all(test, not(floodgate_loom)))]

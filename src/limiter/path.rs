@@ -6,15 +6,16 @@ use std::hash::Hash;
 
 use super::adaptive::{self, Completion, Learner};
 use super::decision::{self, Refusal};
-use super::exact::{self, Entry, Place};
+use super::exact::{self, Place};
 use super::key_lines::{spread, KeyLine};
 use super::limits::Thresholds;
 use super::overlimit::{cost_mix, OverLimit};
-use super::permit::{self, Held, Receipt, Ticket};
 use super::promoted::Promoted;
+use super::shared::Shared;
 use super::sketches::{Sketched, UNCOUNTED};
 use super::tally::{Tally, NEAR_LIMIT};
-use super::{Reason, Rejected, Shared};
+use super::ticket::{shadow_admission, Held, Receipt, Ticket};
+use super::{Reason, Rejected};
 
 impl<K> Shared<K>
 where
@@ -249,7 +250,7 @@ where
                     self.tally.refused(&rejected, shadow);
                 }
                 if shadow {
-                    return permit::shadow_admission(rejected, permit);
+                    return shadow_admission(rejected, permit);
                 }
                 Err(rejected)
             }
@@ -505,6 +506,27 @@ pub(super) struct CountedExactly {
 /// What needs no look at the key itself: a permit's release, the sweep. Unbounded, so that
 /// permits and their `Drop` need no bound on the key type.
 impl<K> Shared<K> {
+    /// A request refused before anything was counted (limits the limiter cannot judge, or
+    /// of 0): in shadow, an admission that says so.
+    #[cold]
+    pub(super) fn refused_uncounted<P>(
+        &self,
+        plan_shadow: bool,
+        counted: bool,
+        rejected: Rejected,
+        permit: impl FnOnce(Ticket, Receipt) -> P,
+    ) -> Result<P, Rejected> {
+        let shadow = self.in_shadow(plan_shadow);
+        if counted {
+            self.tally.refused(&rejected, shadow);
+        }
+        if shadow {
+            shadow_admission(rejected, permit)
+        } else {
+            Err(rejected)
+        }
+    }
+
     /// The over-limit cache, whose slots are in the exact stage's filter lines.
     #[inline(always)] // the flood path
     pub(super) fn over_limit(&self) -> OverLimit<'_> {
@@ -633,7 +655,7 @@ impl<K> Shared<K> {
 
     /// Whether a promoted key of hash `hash` has cooled down, by the sketches now and its last
     /// thresholds.
-    fn is_cool(&self, hash: u64, entry: &Promoted) -> bool {
+    pub(super) fn is_cool(&self, hash: u64, entry: &Promoted) -> bool {
         let now = self.sketches.reread(hash);
         decision::is_cool(&entry.counts, &now, 0, &entry.thresholds) && self.may_leave(entry)
     }
@@ -657,19 +679,6 @@ impl<K> Shared<K> {
             Some(rate) => rate.now_at(),
             None => self.time.coarse(),
         }
-    }
-
-    /// The exact stage's sweep (the clock's periodic work).
-    pub(super) fn sweep_exact(&self) {
-        // The runs of refusals the over-limit cache answered for each entry are counted
-        // before the cache's own sweep clears the deadlines that passed.
-        self.exact.sweep(
-            |entry: &mut Entry<K, Promoted>, line| {
-                entry.state.settle(line);
-                self.is_cool(entry.hash, &entry.state)
-            },
-            || self.now(),
-        );
     }
 }
 

@@ -3,10 +3,14 @@
 
 use std::borrow::Borrow;
 use std::hash::Hash;
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::permit::{Receipt, Ticket};
-use super::{Acquire, Limiter, Limits, OwnedPermit, Permit, Rejected, Shared};
+use super::shared::Shared;
+use super::ticket::{Receipt, Ticket};
+#[cfg(doc)]
+use super::Limiter;
+use super::{Acquire, Limits, OwnedPermit, Permit, Rejected};
 
 /// A [`Limiter`] judging requests against given [`Limits`] instead of its defaults (a
 /// customer's plan, say), from [`Limiter::with_limits`], or counting a [`cost`](Self::cost)
@@ -49,9 +53,8 @@ use super::{Acquire, Limiter, Limits, OwnedPermit, Permit, Rejected, Shared};
 /// let rejected = wrong.try_acquire("other.example").unwrap_err();
 /// assert_eq!(rejected.reason, Reason::InflightNotCounted);
 /// ```
-#[derive(Debug)]
 pub struct WithLimits<'a, K> {
-    pub(super) limiter: &'a Limiter<K>,
+    pub(super) shared: &'a Arc<Shared<K>>,
     /// `None`: the limiter's defaults at each admission.
     pub(super) limits: Option<Limits>,
     /// Units each admission counts.
@@ -65,6 +68,15 @@ impl<K> Clone for WithLimits<'_, K> {
 }
 
 impl<K> Copy for WithLimits<'_, K> {}
+
+impl<K> std::fmt::Debug for WithLimits<'_, K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WithLimits")
+            .field("limits", &self.limits)
+            .field("cost", &self.cost)
+            .finish_non_exhaustive()
+    }
+}
 
 impl<'a, K> WithLimits<'a, K>
 where
@@ -140,7 +152,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let shared = &*self.limiter.shared;
+        let shared: &Shared<K> = self.shared;
         self.decide(shared, key, |ticket, _| Permit { shared, ticket })
     }
 
@@ -154,7 +166,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let shared = &self.limiter.shared;
+        let shared = self.shared;
         self.decide(shared, key, |ticket, _| OwnedPermit::new(shared, ticket))
     }
 
@@ -169,7 +181,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let shared = &self.limiter.shared;
+        let shared = self.shared;
         self.decide(shared, key, |ticket, receipt| {
             (OwnedPermit::new(shared, ticket), receipt)
         })
@@ -250,7 +262,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let shared = &*self.limiter.shared;
+        let shared: &Shared<K> = self.shared;
         let permit = |ticket| Permit { shared, ticket };
         self.together(shared, key, permit, |p| &p.ticket, rest)
     }
@@ -287,7 +299,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let shared = &self.limiter.shared;
+        let shared = self.shared;
         let permit = |ticket| OwnedPermit::new(shared, ticket);
         self.together(shared, key, permit, |p| &p.ticket, rest)
     }
@@ -390,6 +402,6 @@ where
         K: Borrow<Q> + Clone,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        Acquire::start(&self.limiter.shared, key, self.limits, self.cost, max_wait)
+        Acquire::start(self.shared, key, self.limits, self.cost, max_wait)
     }
 }

@@ -1,7 +1,8 @@
 //! One key's learner: its rounds of admissions and the law's steps at each (the module above
 //! gives the law; this is its arithmetic, on values, under the exact stage's set lock).
 
-use super::{AdaptiveInflight, Completed, Completion, Outcome};
+use super::completion::{Completed, Completion, Outcome};
+use super::config::AdaptiveInflight;
 use crate::limiter::limits::InflightThreshold;
 
 /// Units that must complete before a round ends, at the least: the mean of fewer is too noisy

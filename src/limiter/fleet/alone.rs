@@ -3,7 +3,7 @@
 
 use std::marker::PhantomData;
 
-use super::FleetState;
+use super::state::FleetState;
 use crate::rate::{Rate, WindowView};
 use crate::ConfigError;
 
@@ -29,15 +29,15 @@ impl Fleet {
 }
 
 /// A builder's fleet: none.
-pub(crate) struct FleetSetup<K>(PhantomData<fn() -> K>);
+pub(crate) struct FleetSetup<S>(PhantomData<fn() -> S>);
 
-impl<K> Clone for FleetSetup<K> {
+impl<S> Clone for FleetSetup<S> {
     fn clone(&self) -> Self {
         FleetSetup(PhantomData)
     }
 }
 
-impl<K> FleetSetup<K> {
+impl<S> FleetSetup<S> {
     pub(crate) fn none() -> Self {
         FleetSetup(PhantomData)
     }
@@ -50,7 +50,7 @@ impl<K> FleetSetup<K> {
         Ok(Fleet)
     }
 
-    pub(crate) fn start<S>(&self, _shared: &std::sync::Arc<S>, _fleet: &Fleet) {}
+    pub(crate) fn start(&self, _shared: &std::sync::Arc<S>, _fleet: &Fleet) {}
 }
 
 /// A rate threshold's fleet part: none.

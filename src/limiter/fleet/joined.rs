@@ -1,12 +1,10 @@
 //! The seam with the `redis` feature: a limiter's node of a fleet, what its rate thresholds
 //! carry in one, and how a builder joins one and starts its sync.
 
-use std::hash::Hash;
 use std::sync::{Arc, Weak};
 
-use super::FleetState;
-use crate::fleet::{check_interval, FleetConfig, FleetKey, FleetNode, FleetStatus};
-use crate::limiter::{Limiter, Shared};
+use super::state::FleetState;
+use crate::fleet::{check_interval, FleetConfig, FleetNode, FleetStatus};
 use crate::rate::Rate;
 use crate::ConfigError;
 
@@ -17,6 +15,11 @@ pub(crate) use crate::fleet::FleetView;
 pub(crate) struct Fleet(Option<Arc<FleetNode>>);
 
 impl Fleet {
+    /// How this node's syncing goes, if it is in a fleet.
+    pub(crate) fn status(&self) -> Option<FleetStatus> {
+        self.0.as_ref().map(|node| node.status())
+    }
+
     /// What a decision reads of the fleet now; `None` without a fleet.
     #[inline]
     pub(crate) fn state(&self) -> Option<FleetState> {
@@ -45,16 +48,17 @@ impl Fleet {
     }
 }
 
-/// What `LimiterBuilder::fleet` was given, and how to start the sync of its key type.
-pub(crate) struct FleetSetup<K>(Option<Setup<K>>);
+/// What `LimiterBuilder::fleet` was given, and how to start the sync of the limiter's state `S`.
+pub(crate) struct FleetSetup<S>(Option<Setup<S>>);
 
-struct Setup<K> {
+struct Setup<S> {
     config: FleetConfig,
-    /// The sync thread's start for this key type, chosen where `K: FleetKey` is known.
-    spawn: fn(Weak<Shared<K>>, Arc<FleetNode>),
+    /// The sync thread's start for the limiter's state, chosen where its key type is known
+    /// to be a `FleetKey`.
+    spawn: fn(Weak<S>, Arc<FleetNode>),
 }
 
-impl<K> Clone for FleetSetup<K> {
+impl<S> Clone for FleetSetup<S> {
     fn clone(&self) -> Self {
         FleetSetup(self.0.as_ref().map(|setup| Setup {
             config: setup.config.clone(),
@@ -63,21 +67,15 @@ impl<K> Clone for FleetSetup<K> {
     }
 }
 
-impl<K> FleetSetup<K> {
+impl<S> FleetSetup<S> {
     /// No fleet.
     pub(crate) fn none() -> Self {
         FleetSetup(None)
     }
 
-    /// A fleet through `config`.
-    pub(crate) fn new(config: FleetConfig) -> Self
-    where
-        K: FleetKey + Hash + Eq + Send + Sync + 'static,
-    {
-        FleetSetup(Some(Setup {
-            config,
-            spawn: super::member::spawn_sync::<K>,
-        }))
+    /// A fleet through `config`, whose sync `spawn` starts.
+    pub(crate) fn new(config: FleetConfig, spawn: fn(Weak<S>, Arc<FleetNode>)) -> Self {
+        FleetSetup(Some(Setup { config, spawn }))
     }
 
     /// Whether the windows must be aligned to the Unix epoch: a fleet's nodes must agree on them.
@@ -113,7 +111,7 @@ impl<K> FleetSetup<K> {
     }
 
     /// Starts the sync thread of `shared`'s node of `fleet`.
-    pub(crate) fn start(&self, shared: &Arc<Shared<K>>, fleet: &Fleet) {
+    pub(crate) fn start(&self, shared: &Arc<S>, fleet: &Fleet) {
         if let (Some(setup), Some(node)) = (&self.0, &fleet.0) {
             (setup.spawn)(Arc::downgrade(shared), Arc::clone(node));
         }
@@ -174,22 +172,6 @@ impl FleetRate {
         } else {
             retry
         }
-    }
-}
-
-#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-impl<K> Limiter<K> {
-    /// How this node's syncing with its fleet goes; `None` for a limiter without a fleet.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let limiter: floodgate::Limiter<String> =
-    ///     floodgate::Limiter::builder().max_inflight(5).build().unwrap();
-    /// assert!(limiter.fleet_status().is_none());
-    /// ```
-    pub fn fleet_status(&self) -> Option<FleetStatus> {
-        self.shared.fleet.0.as_ref().map(|node| node.status())
     }
 }
 

@@ -5,7 +5,7 @@ use std::hash::Hash;
 use std::sync::{Arc, Weak};
 
 use crate::fleet::{FleetKey, FleetNode, FleetView, Member, Tracked};
-use crate::limiter::Shared;
+use crate::limiter::shared::Shared;
 use crate::rate::Rate;
 
 /// Starts the sync thread of `shared`'s node (the `spawn` of a `FleetSetup` for keys `K`).

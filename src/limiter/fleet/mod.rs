@@ -12,22 +12,13 @@ mod joined;
 mod member;
 #[cfg(feature = "redis")]
 pub(super) use joined::{Fleet, FleetRate, FleetSetup, FleetView};
+#[cfg(feature = "redis")]
+pub(super) use member::spawn_sync;
 
 #[cfg(not(feature = "redis"))]
 mod alone;
 #[cfg(not(feature = "redis"))]
 pub(super) use alone::{Fleet, FleetRate, FleetSetup, FleetView};
 
-/// What one decision reads of the fleet: relaxed loads, each free to be a sync older or newer
-/// than the others, which only moves a threshold for one request.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct FleetState {
-    /// The fleet's size at the last sync that reached Redis (at least 1).
-    pub(super) nodes: usize,
-    /// `1 ÷ nodes`.
-    pub(super) inverse: f64,
-    /// Whether that sync is too old to trust its view: the node decides on its share alone.
-    pub(super) degraded: bool,
-    /// The sync interval (nanoseconds): how long a refusal on the fleet's counts may be held.
-    pub(super) sync_nanos: u64,
-}
+mod state;
+pub(super) use state::FleetState;

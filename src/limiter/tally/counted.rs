@@ -7,8 +7,8 @@ use std::sync::Mutex;
 use crossbeam_utils::CachePadded;
 use metrics::{counter, describe_counter, describe_gauge, gauge, Unit};
 
+use super::gauges::Gauges;
 use super::slot::{self, SHARED, SLOTS};
-use super::Gauges;
 use crate::limiter::{Reason, Rejected};
 
 /// Counters of one thread: admitted, near the limit, then refused and refused in shadow by

@@ -1,6 +1,6 @@
 //! Without the `metrics` feature: nothing is counted or published.
 
-use super::Gauges;
+use super::gauges::Gauges;
 use crate::limiter::Rejected;
 
 /// Counts nothing (size zero).

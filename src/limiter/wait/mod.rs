@@ -65,13 +65,11 @@
 //! [`LimiterBuilder::max_waiters_per_key`](super::LimiterBuilder::max_waiters_per_key) of one
 //! key, all allocated when it is built; a request beyond them is refused at once.
 
-mod acquire;
 mod queue;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::task::Waker;
 
-pub use acquire::Acquire;
 pub(crate) use queue::{Queue, State, WaiterId};
 
 use crate::clock::TICK_NANOS;

@@ -1,4 +1,4 @@
-//! [`Limiter::acquire`] and its future, [`Acquire`].
+//! [`Limiter::acquire`](crate::Limiter::acquire) and its future, [`Acquire`].
 
 use std::borrow::Borrow;
 use std::future::Future;
@@ -8,83 +8,13 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use super::{State, WaiterId};
+use super::shared::Shared;
+use super::ticket::{Receipt, Ticket};
+use super::wait::{wake, State, WaiterId};
+use super::{Limits, OwnedPermit, Reason, Rejected};
 use crate::clock::TICK_NANOS;
-use crate::limiter::permit::{Receipt, Ticket};
-use crate::limiter::{Limiter, Limits, OwnedPermit, Reason, Rejected, Shared};
 
-impl<K> Limiter<K>
-where
-    K: Hash + Eq + Send + Sync,
-{
-    /// Admits a request for `key`, waiting up to `max_wait` for room instead of being
-    /// refused: governor's `until_key_ready`, nginx's `limit_req … delay`, with a deadline.
-    ///
-    /// The first attempt is made now, in this call: a request with room gets its permit at
-    /// once (the future is then ready at its first poll) and allocates nothing, unless
-    /// requests of its key (or, rarely, of another key sharing its counter of waiters) are
-    /// waiting: then it joins the end of their line when first polled, and tries when its
-    /// turn comes (at once, if it finds no line). Otherwise the future parks the request
-    /// until a permit of its key comes back (in flight), its rate window has room (the time
-    /// its rejection's `retry_after` gives), or `max_wait` passes (from this call, rounded up
-    /// to the next tick of the 10 ms clock: never early, at most about two ticks late); then
-    /// it resolves to the last rejection. A rate rejection whose `retry_after` is beyond `max_wait` is returned at
-    /// once, as are rejections no waiting can help (a limit of 0, a kind not counted), and
-    /// requests beyond the waiters the limiter allows
-    /// ([`max_waiters`](crate::LimiterBuilder::max_waiters),
-    /// [`max_waiters_per_key`](crate::LimiterBuilder::max_waiters_per_key)).
-    ///
-    /// No timer per waiter and no runtime: the limiter's clock wakes the waiters that are due,
-    /// through their wakers, on any executor. With the shared clock, a waiter wakes within
-    /// about two ticks of its room; with a [`ManualClock`](crate::clock::ManualClock), in the
-    /// `advance` that reaches it. Waiters of one key are served in arrival order (a new
-    /// `acquire` for a key that has waiters queues behind them), and each permit that comes
-    /// back wakes one waiter. Dropping the future (a cancelled request, a `select!` that took
-    /// another branch) takes the waiter out of the line at once; if it had been woken for a
-    /// permit, the turn passes to the next waiter.
-    ///
-    /// Without an explicit `Limits`, each attempt is judged against the defaults current at
-    /// that attempt (see [`set_limits`](Self::set_limits)). Waiters of one key are served in
-    /// one line whatever their limits: a waiter under a lower limit of its own than those
-    /// behind it holds their turn until it is admitted or gives up.
-    ///
-    /// # Errors
-    ///
-    /// The future resolves to the [`Rejected`] of the last attempt when the request could not
-    /// be admitted in time.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use floodgate::Limiter;
-    ///
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-    /// let limiter: Limiter<String> = Limiter::builder().max_inflight(1).build().unwrap();
-    /// let first = limiter.try_acquire_owned("origin").unwrap();
-    ///
-    /// // The second request waits for the first to finish instead of being refused.
-    /// let waiting = limiter.acquire("origin", Duration::from_secs(5));
-    /// let finish = tokio::spawn(async move { drop(first) });
-    /// let second = waiting.await.expect("admitted when the first permit came back");
-    /// finish.await.unwrap();
-    ///
-    /// // With no permit coming back, it gives up after max_wait (rounded up to 10 ms ticks).
-    /// let rejected = limiter.acquire("origin", Duration::from_millis(20)).await.unwrap_err();
-    /// assert_eq!(rejected.limit, 1);
-    /// drop(second);
-    /// # }
-    /// ```
-    pub fn acquire<Q>(&self, key: &Q, max_wait: Duration) -> Acquire<K>
-    where
-        K: Borrow<Q> + Clone,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        Acquire::start(&self.shared, key, None, 1, max_wait)
-    }
-}
-
-/// The future of [`Limiter::acquire`] and [`WithLimits::acquire`](super::super::WithLimits::acquire): resolves to a permit,
+/// The future of [`Limiter::acquire`](crate::Limiter::acquire) and [`WithLimits::acquire`](super::WithLimits::acquire): resolves to a permit,
 /// or to the last rejection once the wait is over.
 ///
 /// `Send` when the key is, runtime-agnostic, and cancel-safe: dropping it before it is ready
@@ -235,6 +165,17 @@ fn worth_waiting(rejected: &Rejected, now: u64, deadline: u64) -> bool {
 /// The latest the time can be now: the coarse time plus the most it trails the exact time
 /// (two ticks on the shared clock, none on a manual one). Deadlines and retry times counted
 /// from it are never early, and at most that much late.
+/// Counts a waiting request's answer in the metrics (its attempts were not counted).
+fn count_answer<K>(shared: &Shared<K>, answer: &Result<OwnedPermit<K>, Rejected>) {
+    match answer {
+        Ok(permit) => match permit.shadow_rejection() {
+            Some(rejected) => shared.tally.refused(rejected, true),
+            None => shared.tally.admitted(),
+        },
+        Err(rejected) => shared.tally.refused(rejected, false),
+    }
+}
+
 fn latest_now<K>(shared: &Shared<K>) -> u64 {
     shared.time.coarse().saturating_add(shared.time.lag())
 }
@@ -378,7 +319,7 @@ where
         let answer = this.answer(cx);
         // The metrics count the request once, by its answer (its attempts are not counted).
         if let Poll::Ready(result) = &answer {
-            this.shared.count_answer(result);
+            count_answer(&this.shared, result);
         }
         answer
     }
@@ -457,7 +398,7 @@ fn leave<K>(shared: &Shared<K>, hash: u64, id: WaiterId, admitted: bool, retry: 
     let next = waiters.lock().remove(id, admitted, pass_on, retry);
     waiters.count_left(hash);
     if let Some(waker) = next {
-        super::wake(waker);
+        wake(waker);
     }
 }
 
