@@ -21,10 +21,9 @@ fn reported(limit: isize) -> u32 {
 impl<K> Shared<K> {
     /// The in-flight limit a promoted key learnt, under the ceiling it was last judged by.
     pub(super) fn learnt_limit(&self, entry: &Promoted) -> Option<u32> {
-        let learner = entry.learner.as_ref().filter(|l| l.is_active())?;
         let config = self.adaptive.as_ref()?;
         let ceiling = entry.thresholds.inflight?.limit;
-        Some(reported(learner.limit(config, ceiling)))
+        entry.learning.limit(config, ceiling).map(reported)
     }
 
     /// See [`Limiter::stats`].

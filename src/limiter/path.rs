@@ -4,7 +4,7 @@
 use std::borrow::Borrow;
 use std::hash::Hash;
 
-use super::adaptive::{self, Completion, Learner};
+use super::adaptive::Completion;
 use super::decision::{self, Refusal};
 use super::exact::{self, Place};
 use super::key_lines::{spread, KeyLine};
@@ -409,37 +409,16 @@ where
         // before a deadline of this decision replaces the one they were refused on.
         entry.settle(line);
         // A key learning its in-flight limit is judged by the learnt one too, and its
-        // admissions timed: the clock is read for those keys alone, at a start or an admission.
+        // admissions timed.
         let learnt = self
             .adaptive
             .as_ref()
             .zip(t.inflight)
             .and_then(|(config, ceiling)| {
-                let learning = entry.learner.as_ref().is_some_and(|l| l.is_active());
-                if !adaptive::starts(learning, &entry.counts, s.cost, &ceiling) {
-                    return None;
-                }
-                let inflight = entry.counts.inflight.bound().saturating_add(s.cost);
-                // The clock is read here only when a learner starts or wakes: an active one's
-                // requests read it once, at their admission below.
-                let tracked = entry.counts.inflight.tracked;
-                match entry.learner.as_deref_mut() {
-                    Some(_) if learning => {}
-                    // A learner at rest keeps the no-load latency it measured.
-                    Some(learner) => {
-                        learner.wake(ceiling.limit, tracked, self.time.precise(), config)
-                    }
-                    None => {
-                        let at = self.time.precise();
-                        entry.learner = Some(Box::new(Learner::start(ceiling.limit, tracked, at)));
-                    }
-                }
-                let learner = entry.learner.as_deref_mut()?;
-                // A limit no completion has moved for long is let up to this request (the
-                // coarse clock: a stall is seconds).
-                let limit = learner.unstalled(config, &ceiling, self.time.coarse(), inflight);
-                Some(Thresholds::with_inflight_limit(t, limit))
-            });
+                let learning = &mut entry.learning;
+                learning.judge(config, &ceiling, &entry.counts, s.cost, &self.time)
+            })
+            .map(|limit| Thresholds::with_inflight_limit(t, limit));
         let judged = learnt.as_ref().unwrap_or(t);
         let tracked = entry.counts.inflight.tracked;
         let now = self.sketches.recount(s);
@@ -450,11 +429,10 @@ where
                     self.tally.near();
                 }
                 // A learning key's request carries its admission time, for its latency.
-                let mut admitted_at = 0;
-                if let (Some(learner), Some(_)) = (entry.learner.as_deref_mut(), learnt) {
-                    admitted_at = self.time.precise().max(1);
-                    learner.admitted(admitted_at, tracked, s.cost as u32);
-                }
+                let admitted_at =
+                    entry
+                        .learning
+                        .admitted(learnt.is_some(), tracked, s.cost as u32, &self.time);
                 if let Some(deadline) = admitted.over_until {
                     // Full for this cost: its next requests are refused by the cache (over
                     // whatever the key's slot held), and their run counted once settled.
@@ -476,10 +454,8 @@ where
                 }))
             }
             Err(refusal) => {
-                if let (Some(learner), Reason::Inflight) =
-                    (entry.learner.as_deref_mut(), refusal.rejected.reason)
-                {
-                    learner.refused();
+                if refusal.rejected.reason == Reason::Inflight {
+                    entry.learning.refused();
                 }
                 // Counted here, with the run its deadline holds.
                 entry.rejected += 1;
@@ -629,28 +605,17 @@ impl<K> Shared<K> {
     }
 
     /// Tells a key learning its in-flight limit of a `completion`, `tracked` in flight before
-    /// its units were given back (under its set's lock).
-    /// Returns the room the key's learnt limit gained, which its waiters are told of with the
-    /// permit's own units (a waiter is woken per unit that came back).
+    /// its units were given back (under its set's lock). Returns the room its learnt limit
+    /// gained (see `Learning::completed`).
     fn completed(&self, entry: &mut Promoted, tracked: isize, completion: Completion) -> u32 {
-        let (Some(config), Some(learner)) = (
-            &self.adaptive,
-            entry.learner.as_deref_mut().filter(|l| l.is_active()),
-        ) else {
+        let Some(config) = &self.adaptive else {
             return 0;
         };
         // Its ceiling: the in-flight limit of the last request it was judged under.
-        let Some(ceiling) = entry.thresholds.inflight else {
-            return 0;
-        };
-        let completed =
-            learner.completed(config, &ceiling, self.time.precise(), tracked, completion);
-        if completed.done {
-            // Well below its threshold for a round: judged as any key again, its no-load
-            // latency kept until it is forgotten.
-            learner.rest();
-        }
-        completed.rise
+        let ceiling = entry.thresholds.inflight;
+        entry
+            .learning
+            .completed(config, ceiling, tracked, completion, &self.time)
     }
 
     /// Whether a promoted key of hash `hash` has cooled down, by the sketches now and its last
@@ -660,16 +625,9 @@ impl<K> Shared<K> {
         decision::is_cool(&entry.counts, &now, 0, &entry.thresholds) && self.may_leave(entry)
     }
 
-    /// Whether a cooled entry may leave the exact stage: at once, unless it is learning its
-    /// in-flight limit, whose learnt state would go with it. Such a key leaves once it has had
-    /// no request for `forget_after` (`AdaptiveInflight::forget_after`): a key held to a few
-    /// requests in flight often has none for a moment, and its callers' bursts come seconds
-    /// apart; each would otherwise meet the origin with the ceiling again, queue and all.
+    /// Whether a cooled entry may leave the exact stage (see `Learning::may_leave`).
     fn may_leave(&self, entry: &Promoted) -> bool {
-        match (&self.adaptive, entry.learner.as_deref()) {
-            (Some(config), Some(learner)) => learner.forgotten(config, self.time.coarse()),
-            _ => true,
-        }
+        entry.learning.may_leave(self.adaptive.as_ref(), &self.time)
     }
 
     /// The time now: on the rate windows' clock, or without a rate the limiter's coarse time

@@ -107,27 +107,9 @@
 mod completion;
 mod config;
 mod learner;
+mod learning;
 
 pub(crate) use completion::Completion;
 pub use completion::Outcome;
 pub use config::AdaptiveInflight;
-pub(crate) use learner::Learner;
-
-use super::counts::Counts;
-use super::limits::InflightThreshold;
-
-/// Whether the request being judged (`cost` units) for a promoted key of `counts` goes to a
-/// learner: the key has one already (`learning`), or its requests in flight counted here
-/// (exactly: not the bound, which holds a sketch estimate that other keys' counts can
-/// inflate), with this one, reach its promotion threshold (`ceiling.promote_at`) and it
-/// starts one. A key promoted for its rate whose in flight stays low is judged as usual, and
-/// reads no clock.
-#[inline]
-pub(crate) fn starts(
-    learning: bool,
-    counts: &Counts,
-    cost: isize,
-    ceiling: &InflightThreshold,
-) -> bool {
-    learning || counts.inflight.tracked.saturating_add(cost) >= ceiling.promote_at
-}
+pub(crate) use learning::Learning;
