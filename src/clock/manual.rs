@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::resolution::saturating_nanos;
 use super::schedule::Scheduler;
 use crate::sync::{AtomicU64, Ordering};
 
@@ -104,7 +105,7 @@ impl ManualClock {
     /// assert_eq!(clock.now(), Duration::from_millis(2005));
     /// ```
     pub fn advance(&self, by: Duration) {
-        let by = super::saturating_nanos(by);
+        let by = saturating_nanos(by);
         let inner = &*self.inner;
         let mut schedule = inner.scheduler.lock();
         let target = inner.nanos.load(Ordering::Relaxed).saturating_add(by);

@@ -48,12 +48,11 @@
 //! synchronously inside [`ManualClock::advance`], so window tests are deterministic and never
 //! sleep.
 
-use std::time::Duration;
-
 #[cfg(feature = "fault-injection")]
 mod faults;
 mod fork;
 mod manual;
+mod resolution;
 mod schedule;
 mod source;
 #[cfg(feature = "fault-injection")]
@@ -64,33 +63,10 @@ pub(crate) mod wheel;
 
 pub use fork::{after_fork_in_child, after_fork_in_parent, prepare_fork};
 pub use manual::ManualClock;
+pub use resolution::TICK;
+pub(crate) use resolution::{saturating_nanos, TICK_NANOS};
 pub(crate) use schedule::{Registration, Tick};
 pub(crate) use source::TimeSource;
-
-/// The period of the shared ticker: the resolution of the coarse clock.
-pub const TICK: Duration = Duration::from_millis(10);
-pub(crate) const TICK_NANOS: u64 = 10_000_000;
-
-/// The shared coarse clock's current time (since the process-wide epoch), as the request
-/// path sees it: at most about one tick behind the OS clock while the ticker runs.
-///
-/// # Examples
-///
-/// ```
-/// let a = floodgate::clock::coarse_now();
-/// let b = floodgate::clock::coarse_now();
-/// assert!(b >= a);
-/// ```
-pub fn coarse_now() -> Duration {
-    Duration::from_nanos(ticker::coarse_nanos())
-}
-
 #[cfg(feature = "redis")]
 pub(crate) use ticker::coarse_load;
-
-/// `duration` in nanoseconds, saturating at `u64::MAX` (584 years): the one conversion of
-/// a `Duration` to the nanoseconds the clocks and windows count in.
-#[inline]
-pub(crate) fn saturating_nanos(duration: Duration) -> u64 {
-    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
-}
+pub use ticker::coarse_now;

@@ -17,8 +17,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64 as StdAtomicU64, Ordering as StdOrdering};
 use std::sync::Weak;
 
+use super::resolution::TICK_NANOS;
 use super::wheel::{Key, Wheel};
-use super::TICK_NANOS;
 use crate::sync::{lock, Mutex, MutexGuard};
 
 /// Periodic work that a clock runs for a registered user.

@@ -3,6 +3,7 @@
 use std::sync::{Arc, Weak};
 
 use super::manual::{ManualClock, ManualInner};
+use super::resolution::TICK_NANOS;
 use super::schedule::{Registration, Scheduler, Tick};
 use super::ticker;
 use crate::sync::Ordering;
@@ -35,7 +36,7 @@ impl TimeSource {
     /// margin of a window's end.
     pub(crate) fn lag(&self) -> u64 {
         match self {
-            TimeSource::Shared => 2 * super::TICK_NANOS,
+            TimeSource::Shared => 2 * TICK_NANOS,
             TimeSource::Manual(_) => 0,
         }
     }

@@ -4,8 +4,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::faults::{LATE_BY_MICROS, PANIC_NEXT_TICK, STALL_NEXT_TICK_MS};
+use super::resolution::TICK;
 use super::ticker::{self, GENERATION};
-use super::TICK;
 
 /// Makes the running shared ticker panic at its next tick.
 pub fn panic_ticker() {

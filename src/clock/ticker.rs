@@ -3,15 +3,15 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 
 #[cfg(feature = "fault-injection")]
 #[cfg(feature = "fault-injection")]
 use super::faults::{before_pass, before_tick};
+use super::resolution::TICK;
 use super::schedule::Scheduler;
-use super::TICK;
 
 /// A ticker silent for this long is presumed dead or stalled.
 const STALE_AFTER_NANOS: u64 = 1_000_000_000;
@@ -70,6 +70,20 @@ pub(super) fn coarse_nanos() -> u64 {
         check_liveness(coarse);
     }
     coarse
+}
+
+/// The shared coarse clock's current time (since the process-wide epoch), as the request
+/// path sees it: at most about one tick behind the OS clock while the ticker runs.
+///
+/// # Examples
+///
+/// ```
+/// let a = floodgate::clock::coarse_now();
+/// let b = floodgate::clock::coarse_now();
+/// assert!(b >= a);
+/// ```
+pub fn coarse_now() -> Duration {
+    Duration::from_nanos(coarse_nanos())
 }
 
 /// The coarse time as published: one relaxed load, without starting or watching the ticker.

@@ -1,10 +1,11 @@
-//! A node of a fleet: its id, what it last learnt of the fleet, and its report.
+//! A node of a fleet: its id, what it last learnt of the fleet, and its report
+//! ([`FleetStatus`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::{FleetConfig, FleetStatus};
+use super::config::FleetConfig;
 use crate::sync::lock;
 
 /// One limiter's membership of a fleet, shared by its request path (the fleet's size, its
@@ -43,6 +44,36 @@ struct Report {
     last_error: Option<String>,
     /// The failure of this outage has been logged (once per outage).
     logged: bool,
+}
+
+/// What a node reports about its syncing with the fleet, from
+/// `Limiter::fleet_status` (`None` for a limiter without a fleet).
+///
+/// A snapshot: it does not change once returned.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct FleetStatus {
+    /// Whether the last sync reached Redis (and the connection is still open).
+    pub connected: bool,
+    /// Nodes seen by Redis within the nodes' time to live
+    /// ([`FleetConfig::node_ttl`]), this one included, as of the last sync that succeeded;
+    /// 0 before the first.
+    pub nodes: usize,
+    /// Time since the last sync that succeeded; `None` before the first.
+    pub last_sync_age: Option<Duration>,
+    /// Syncs that succeeded.
+    pub syncs: u64,
+    /// Syncs that failed (Redis unreachable, slow, or refusing).
+    pub sync_errors: u64,
+    /// Keys pushed and pulled, over all the syncs that succeeded.
+    pub keys_synced: u64,
+    /// The last failure, if the last sync failed.
+    pub last_error: Option<String>,
+    /// Whether the node decides on its local share of each limit, `⌈L ÷ nodes⌉` on its own
+    /// counts, because its last view of the fleet is too old to trust (no sync has succeeded
+    /// for three sync intervals, or the timeout and one interval when longer, at most a
+    /// window): Redis is away or too slow.
+    pub on_local_share: bool,
 }
 
 impl FleetNode {

@@ -41,8 +41,8 @@ use std::time::{Duration, Instant};
 
 use redis::{Connection, ErrorKind, RedisError, Value};
 
+use super::config::FleetConfig;
 use super::keys;
-use super::FleetConfig;
 use crate::ConfigError;
 
 mod routing;

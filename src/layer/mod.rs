@@ -16,8 +16,8 @@
 //! `body.rs`, the keys in `key.rs`, the per-request limits in `limits.rs` and costs in `cost.rs`
 //! (the request body held to its charge in `charged.rs`), the
 //! `RateLimit-Policy` and `RateLimit` field values in `headers.rs`, what responses say beyond
-//! the decision ([`RefusalResponse`]) in `settings.rs`, the refusal's building (its
-//! `Retry-After` included, and what an operator's body function sees of it, [`Refused`]) in
+//! the decision ([`RefusalResponse`], and what an operator's body function sees of a refusal,
+//! [`Refused`]) in `settings.rs`, the refusal's building (its `Retry-After` included) in
 //! `refusal.rs`, and the waiting mode's [`WaitFuture`](future::WaitFuture) in `wait.rs`.
 
 mod body;
@@ -45,10 +45,10 @@ pub use key::{HostKey, KeyExtractor, NoKey, Unkeyed};
 pub use layer::LimitLayer;
 pub use limits::{LimiterDefaults, LimitsExtractor};
 pub use mode::{RefuseAtOnce, WaitUpTo};
-pub use refusal::{Refused, RejectedKey};
+pub use refusal::RejectedKey;
 pub use response::ShadowRejected;
 pub use service::LimitService;
-pub use settings::RefusalResponse;
+pub use settings::{RefusalResponse, Refused};
 
 pub mod future {
     //! The response futures of a [`LimitService`](super::LimitService), as tower names them:

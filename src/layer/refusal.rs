@@ -3,7 +3,6 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
@@ -11,11 +10,11 @@ use http::{Response, StatusCode};
 
 use super::body::Inner;
 use super::headers;
-use super::settings::{RefusalBody, RefusalResponse};
+use super::settings::{RefusalBody, RefusalResponse, Refused};
 use super::{LimitBody, NoKey, Uncharged};
 use crate::fields::ratelimit::{Policies, PolicyNames};
 use crate::fields::refusal::{RefusalFields, RefusalKind, NEVER_FITS};
-use crate::{Limits, Rejected};
+use crate::Rejected;
 
 /// A refused request: what its response is built from when the future is polled (nothing is
 /// formatted before then).
@@ -58,51 +57,6 @@ pub(super) struct Refusal {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RejectedKey(pub String);
-
-/// A refusal over a limit, as the operator's body function sees it
-/// ([`RefusalResponse::body_fn`]): what the response says, to say it again in the body, in
-/// words of the API's own.
-///
-/// Borrowed from the refusal while its response is built, when the response future is
-/// polled.
-///
-/// # Examples
-///
-/// ```
-/// use floodgate::layer::Refused;
-/// use floodgate::Reason;
-///
-/// fn explain(refused: &Refused<'_>) -> String {
-///     match (refused.rejected.reason, refused.retry_after) {
-///         (Reason::Rate, Some(secs)) => format!("over {} requests: retry in {secs} s", refused.rejected.limit),
-///         (Reason::CostOverLimit, _) => "too large for any quota: do not retry".to_owned(),
-///         _ => format!("refused with {}", refused.status),
-///     }
-/// }
-/// # let _ = explain;
-/// ```
-#[derive(Debug, Clone, Copy)]
-#[non_exhaustive]
-pub struct Refused<'a> {
-    /// Why the request was refused, the count it was judged by, the limit, and the exact
-    /// wait (`retry_after`, before rounding and jitter).
-    pub rejected: &'a Rejected,
-    /// The key it was judged under (a tenant's, a client's address: the operator decides
-    /// whether the client may read it).
-    pub key: &'a str,
-    /// The limits it was judged against (its own, or the limiter's defaults then).
-    pub limits: Limits,
-    /// The limiter's rate interval, which a rate limit counts over.
-    pub interval: Option<Duration>,
-    /// The name of the policy that refused, as `RateLimit` names it; `None` for a cost over
-    /// a limit.
-    pub policy: Option<&'a str>,
-    /// The response's status.
-    pub status: StatusCode,
-    /// The seconds the response's `Retry-After` says, jitter included; `None` when it has
-    /// none (the wait is unknown, or no wait helps).
-    pub retry_after: Option<u64>,
-}
 
 /// The response to a refused request, with the [`Rejected`] and its [`RejectedKey`] in its
 /// extensions:

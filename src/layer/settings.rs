@@ -1,7 +1,8 @@
 //! What a service's responses say beyond its decision: the RateLimit fields of admitted
 //! responses and the names of their policies, the jitter of `Retry-After`, and the refusal an
-//! operator chose ([`RefusalResponse`]: its status, body and fields). The layer's switches, copied into each
-//! service it makes.
+//! operator chose ([`RefusalResponse`]: its status, body and fields, and [`Refused`], what its
+//! body function is given of each refusal). The layer's switches, copied into each service it
+//! makes.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,9 +14,8 @@ use http::StatusCode;
 use super::headers::Admitted;
 #[cfg(doc)]
 use super::LimitLayer;
-use super::Refused;
 use crate::fields::ratelimit::{Policies, PolicyNames};
-use crate::{ConfigError, Limiter};
+use crate::{ConfigError, Limiter, Limits, Rejected};
 
 /// The longest `Retry-After` jitter (see
 /// [`LimitLayer::MAX_RETRY_AFTER_JITTER`](super::LimitLayer::MAX_RETRY_AFTER_JITTER)).
@@ -60,6 +60,51 @@ pub struct RefusalResponse {
     pub(super) cost_over_limit: StatusCode,
     pub(super) body: RefusalBody,
     pub(super) ratelimit_fields: bool,
+}
+
+/// A refusal over a limit, as the operator's body function sees it
+/// ([`RefusalResponse::body_fn`]): what the response says, to say it again in the body, in
+/// words of the API's own.
+///
+/// Borrowed from the refusal while its response is built, when the response future is
+/// polled.
+///
+/// # Examples
+///
+/// ```
+/// use floodgate::layer::Refused;
+/// use floodgate::Reason;
+///
+/// fn explain(refused: &Refused<'_>) -> String {
+///     match (refused.rejected.reason, refused.retry_after) {
+///         (Reason::Rate, Some(secs)) => format!("over {} requests: retry in {secs} s", refused.rejected.limit),
+///         (Reason::CostOverLimit, _) => "too large for any quota: do not retry".to_owned(),
+///         _ => format!("refused with {}", refused.status),
+///     }
+/// }
+/// # let _ = explain;
+/// ```
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct Refused<'a> {
+    /// Why the request was refused, the count it was judged by, the limit, and the exact
+    /// wait (`retry_after`, before rounding and jitter).
+    pub rejected: &'a Rejected,
+    /// The key it was judged under (a tenant's, a client's address: the operator decides
+    /// whether the client may read it).
+    pub key: &'a str,
+    /// The limits it was judged against (its own, or the limiter's defaults then).
+    pub limits: Limits,
+    /// The limiter's rate interval, which a rate limit counts over.
+    pub interval: Option<Duration>,
+    /// The name of the policy that refused, as `RateLimit` names it; `None` for a cost over
+    /// a limit.
+    pub policy: Option<&'a str>,
+    /// The response's status.
+    pub status: StatusCode,
+    /// The seconds the response's `Retry-After` says, jitter included; `None` when it has
+    /// none (the wait is unknown, or no wait helps).
+    pub retry_after: Option<u64>,
 }
 
 /// An operator's function from a refusal to its body and `Content-Type`.

@@ -1,13 +1,112 @@
-//! [`RateBuilder`]: a `Rate`'s interval, sketch size, sub-windows and clock, validated.
+//! How a [`Rate`] is made: its constructors, each through [`RateBuilder`], which takes the
+//! `Rate`'s interval, sketch size, sub-windows and clock and validates them.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use super::{Rate, RateCore, Slot, MAX_INTERVAL, MAX_SUB_WINDOWS};
+use super::ring::{
+    Rate, RateCore, Slot, DEFAULT_COLUMNS, DEFAULT_ROWS, MAX_INTERVAL, MAX_SUB_WINDOWS,
+};
 use crate::clock::{ManualClock, Tick, TimeSource, TICK, TICK_NANOS};
 use crate::error::ConfigError;
 use crate::estimator::{checked_shape, checked_size, Blocked, CountMin, KeyHasher, Table};
 use crate::sync::AtomicU64;
+
+// A `Rate`'s constructors: each goes through the builder.
+impl Rate {
+    /// Creates a `Rate` with windows of `interval` and the default sketch (4 × 1024 per
+    /// window slot), on the shared ticker.
+    ///
+    /// # Panics
+    ///
+    /// Panics with the [`ConfigError`] message if `interval` is under one tick (10 ms) or over
+    /// [`MAX_INTERVAL`]; [`Rate::try_new`] returns the error instead.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let rate = floodgate::Rate::new(Duration::from_secs(1));
+    /// assert_eq!(rate.interval(), Duration::from_secs(1));
+    /// ```
+    pub fn new(interval: Duration) -> Self {
+        Self::builder(interval)
+            .build()
+            .unwrap_or_else(|e| panic!("floodgate::Rate::new: {e}"))
+    }
+
+    /// As [`Rate::new`], returning an error instead of panicking.
+    ///
+    /// # Errors
+    ///
+    /// As [`RateBuilder::build`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::{ConfigError, Rate};
+    ///
+    /// assert!(Rate::try_new(Duration::from_secs(1)).is_ok());
+    /// let err = Rate::try_new(Duration::from_millis(1)).unwrap_err();
+    /// assert!(matches!(err, ConfigError::IntervalTooShort { .. }));
+    /// ```
+    pub fn try_new(interval: Duration) -> Result<Self, ConfigError> {
+        Self::builder(interval).build()
+    }
+
+    /// Creates a `Rate` whose window slots are `hashes` × `slots` sketches (the signature of
+    /// pingora-limits' constructor).
+    ///
+    /// # Panics
+    ///
+    /// As [`Rate::new`], and for zero `hashes` or `slots`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let rate = floodgate::Rate::new_with_estimator_config(std::time::Duration::from_secs(1), 3, 2048);
+    /// assert_eq!(rate.observe(&7u64, 1), 1);
+    /// ```
+    pub fn new_with_estimator_config(interval: Duration, hashes: usize, slots: usize) -> Self {
+        Self::builder(interval)
+            .estimator(hashes, slots)
+            .build()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "floodgate::Rate::new_with_estimator_config(interval = {interval:?}, \
+                     hashes = {hashes}, slots = {slots}): {e} (hashes are rows, slots are \
+                     columns; Rate::builder(interval).estimator(rows, columns).build() returns \
+                     this error instead of panicking)"
+                )
+            })
+    }
+
+    /// A builder for the less common settings: sketch size, sub-windows, a manual clock.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::{clock::ManualClock, Rate};
+    ///
+    /// let clock = ManualClock::new();
+    /// let rate = Rate::builder(Duration::from_secs(10)).clock(&clock).build().unwrap();
+    /// assert_eq!(rate.interval(), Duration::from_secs(10));
+    /// ```
+    pub fn builder(interval: Duration) -> RateBuilder {
+        RateBuilder {
+            interval,
+            rows: DEFAULT_ROWS,
+            columns: DEFAULT_COLUMNS,
+            sub_windows: 1,
+            clock: None,
+            aligned: false,
+            blocked: false,
+        }
+    }
+}
 
 /// Configures a [`Rate`]: interval, sketch size, sub-windows and clock.
 ///
