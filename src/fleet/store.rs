@@ -45,165 +45,24 @@ use super::config::FleetConfig;
 use super::keys;
 use crate::ConfigError;
 
+mod error;
+mod exchange;
 mod routing;
 mod scripts;
+mod sent;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use error::StoreError;
+pub(crate) use exchange::{KeyTotals, Push, Synced};
 use routing::Routing;
 use scripts::Scripts;
+use sent::{Job, Pending, Sent};
 
 /// Rounds per sync at most: the first, and re-sends after a redirection or a lost script (a
 /// resharding moves a slot once; a second redirection of the same command within one sync is
 /// a cluster in flux, and the next sync will try again).
 const ROUNDS: usize = 3;
-
-/// The largest count a push carries, 2^53 − 1: the scripts compare and add counts as Lua
-/// numbers (doubles), which hold every integer up to it exactly. Larger counts are pushed as
-/// this one; no window of a rate limit counts that far.
-pub(crate) const MAX_COUNT: u64 = (1 << 53) - 1;
-
-/// One key's push: this node's count of `key` in `window` so far.
-///
-/// The count is absolute (every request of the window this node counted), not what it counted
-/// since its last push: Redis keeps each node's count apart and keeps the larger of what it has
-/// and what is pushed, so a push sent twice (a sync retried after a timeout that Redis did
-/// run) or overtaken by a later one counts once, and a push that never arrived is made good by
-/// the next. A count of 0 only reads the totals, and writes nothing.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Push<'a> {
-    /// The user key, any bytes.
-    pub(crate) key: &'a [u8],
-    /// The window number: Unix time in ms divided by the window's length, the same on every node.
-    pub(crate) window: u64,
-    /// This node's count of `key` in `window` (capped at [`MAX_COUNT`]).
-    pub(crate) count: u64,
-    /// This node's count of `key` in the window before: final, since that window is over
-    /// (pushed again so that the end of the window, which the last sync of it missed, is
-    /// counted, and so that a Redis that restarted empty has it back).
-    pub(crate) previous: u64,
-    /// The requests of `key` this node refused in `window`, and in the window before: the
-    /// other nodes learn from them that this node takes any room the limit leaves.
-    pub(crate) refused: u64,
-    pub(crate) refused_previous: u64,
-}
-
-/// The fleet's counts of one pushed key, as Redis had them once the push was applied.
-///
-/// The other nodes that refused the key tell the fleet limiter which nodes will take any room
-/// the limit leaves (`FleetView`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct KeyTotals {
-    /// The sum of every node's count of the key in the push's window, this node's included.
-    pub(crate) current: u64,
-    /// The same in the window before (0 for window 0).
-    pub(crate) previous: u64,
-    /// The other nodes (this one not included) that refused the key in the push's window or
-    /// the window before, each once.
-    pub(crate) refusers: u32,
-}
-
-/// What a sync learnt: the fleet's counts of each pushed key, in push order, and the number of
-/// nodes seen recently (this one included).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Synced<'a> {
-    /// The counts of each push's key, `totals[i]` for `pushes[i]`.
-    pub(crate) totals: &'a [KeyTotals],
-    /// Nodes whose last sync is within the nodes' time to live.
-    pub(crate) nodes: usize,
-}
-
-/// Why a sync failed. When a sync fails its pushes may have been applied in part or in whole
-/// (a timeout cannot tell whether Redis ran what it was sent); since counts are absolute, the
-/// next sync pushes the same keys' counts again (grown, or not) without counting anything twice.
-#[derive(Debug)]
-pub(crate) struct StoreError {
-    what: String,
-    source: Option<redis::RedisError>,
-    /// The sync's deadline passed before this step could start. Read only by the store's
-    /// tests (`is_timeout`), which tell running out of time from an error; the operator sees
-    /// it in the message.
-    #[cfg_attr(not(test), allow(dead_code))]
-    out_of_time: bool,
-}
-
-impl StoreError {
-    fn new(what: impl Into<String>) -> StoreError {
-        StoreError {
-            what: what.into(),
-            source: None,
-            out_of_time: false,
-        }
-    }
-
-    fn client(what: impl Into<String>, source: redis::RedisError) -> StoreError {
-        StoreError {
-            what: what.into(),
-            source: Some(source),
-            out_of_time: false,
-        }
-    }
-
-    fn timeout(addr: &str) -> StoreError {
-        StoreError {
-            out_of_time: true,
-            ..StoreError::new(format!("{addr}: out of time"))
-        }
-    }
-
-    /// Whether the sync ran out of time (its deadline passed, or a read or a connection
-    /// attempt timed out), rather than meeting an error.
-    #[cfg(test)]
-    pub(crate) fn is_timeout(&self) -> bool {
-        self.out_of_time || self.source.as_ref().is_some_and(|e| e.is_timeout())
-    }
-}
-
-impl fmt::Display for StoreError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("fleet sync: ")?;
-        f.write_str(&self.what)?;
-        if let Some(source) = &self.source {
-            write!(f, ": {source}")?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for StoreError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.source
-            .as_ref()
-            .map(|e| e as &(dyn std::error::Error + 'static))
-    }
-}
-
-/// A command of a sync, by what it is for.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Job {
-    /// The window script for push `i`.
-    Window(usize),
-    /// The nodes script.
-    Nodes,
-}
-
-/// A command still to send, and the master an `ASK` redirection named for it.
-#[derive(Debug, Clone, Copy)]
-struct Pending {
-    job: Job,
-    ask: Option<usize>,
-}
-
-/// What a reply answers, in the order the commands went out to one master.
-#[derive(Debug, Clone, Copy)]
-enum Sent {
-    /// `SCRIPT LOAD`, before the first script on a connection (or after a `NOSCRIPT`).
-    Load,
-    /// `ASKING`, before a command redirected by `ASK`.
-    Asking,
-    /// A script.
-    Job(Pending),
-}
 
 /// The connection to the fleet's Redis (standalone or Cluster), owned by the one thread that
 /// syncs. It connects lazily, on the first sync, and again on the next sync after any error.

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use redis::{Client, Connection, ConnectionAddr, ConnectionInfo, Value};
 
-use super::{Sent, StoreError};
+use super::error::StoreError;
+use super::sent::Sent;
 use crate::fleet::keys::SLOTS;
 
 /// No master known for a slot.

@@ -6,7 +6,7 @@
 
 use redis::{Cmd, Value};
 
-use super::{KeyTotals, Push, MAX_COUNT};
+use super::exchange::{KeyTotals, Push, MAX_COUNT};
 use crate::fleet::keys;
 
 /// Stores a node's count of a key in a window and reads the fleet's counts of the key.

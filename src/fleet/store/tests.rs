@@ -1,6 +1,7 @@
 //! The store's tests, against real `redis-server` children (skipped, with a word on stderr,
 //! when the binary is missing): one server, or a Cluster of three masters.
 
+use super::exchange::MAX_COUNT;
 use super::*;
 // The harness that starts real Redis servers (test-support/), shared with the integration tests.
 use floodgate_test_support::redis_server::{RedisCluster, RedisServer, Reply};
