@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use super::path::Request;
 use super::shared::Shared;
 use super::ticket::{Receipt, Ticket};
 use super::wait::{wake, State, WaiterId};
@@ -118,7 +119,14 @@ where
                 receipt = counted;
                 permit(ticket, counted)
             };
-            match shared.acquire_hashed(key, hash, cost, &thresholds, plan_shadow, false, permit) {
+            let request = Request {
+                key,
+                hash,
+                cost,
+                plan_shadow,
+                counted: false,
+            };
+            match shared.acquire_hashed(request, &thresholds, permit) {
                 Err(rejected) => first = Some(rejected),
                 answer => {
                     let mut ready = Self::ready(shared, answer);
@@ -300,8 +308,14 @@ where
     };
     let answer = match thresholds {
         Ok(t) => {
-            let (key, hash, cost) = (&wait.key, wait.hash, wait.cost);
-            shared.acquire_hashed(key, hash, cost, &t, plan_shadow, false, permit)
+            let request = Request {
+                key: &wait.key,
+                hash: wait.hash,
+                cost: wait.cost,
+                plan_shadow,
+                counted: false,
+            };
+            shared.acquire_hashed(request, &t, permit)
         }
         Err(rejected) => shared.refused_uncounted(plan_shadow, false, rejected, permit),
     };

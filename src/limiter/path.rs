@@ -17,6 +17,43 @@ use super::tally::{Tally, NEAR_LIMIT};
 use super::ticket::{shadow_admission, Held, Receipt, Ticket};
 use super::{Reason, Rejected};
 
+/// One request as the path carries it: its key and the key's hash, its cost, and how its
+/// answer is given.
+pub(super) struct Request<'a, Q: ?Sized> {
+    pub(super) key: &'a Q,
+    pub(super) hash: u64,
+    pub(super) cost: u32,
+    /// Whether its plan's limits are in shadow (the whole limiter may be too: see
+    /// `Shared::in_shadow`).
+    pub(super) plan_shadow: bool,
+    /// Whether the metrics count this decision (a waiting request's attempts are not: its
+    /// answer is, once).
+    pub(super) counted: bool,
+}
+
+impl<'a, Q: ?Sized> Request<'a, Q> {
+    /// A request of one unit under the default limits, counted in the metrics.
+    #[inline(always)]
+    fn one(key: &'a Q, hash: u64) -> Self {
+        Request {
+            key,
+            hash,
+            cost: 1,
+            plan_shadow: false,
+            counted: true,
+        }
+    }
+}
+
+// By hand: a derive would ask `Q: Clone`, which an unsized key cannot be.
+impl<Q: ?Sized> Clone for Request<'_, Q> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<Q: ?Sized> Copy for Request<'_, Q> {}
+
 impl<K> Shared<K>
 where
     K: Hash + Eq,
@@ -41,48 +78,50 @@ where
             return Ok(permit(Ticket::nothing(), Receipt::default()));
         }
         let hash = self.sketches.hash(key);
-        self.acquire_hashed(key, hash, cost, t, plan_shadow, true, permit)
+        let request = Request {
+            key,
+            hash,
+            cost,
+            plan_shadow,
+            counted: true,
+        };
+        self.acquire_hashed(request, t, permit)
     }
 
-    /// [`acquire`](Self::acquire) for a key whose hash is known. In shadow (`plan_shadow`, or
-    /// the whole limiter), a refusal is an admission that says so, counted as the refusal it
-    /// stands for. `counted`: whether the metrics count this decision (a waiting request's
-    /// attempts are not: its answer is, once).
+    /// [`acquire`](Self::acquire) for a `request` whose key's hash is known. In shadow (its
+    /// plan's, or the whole limiter's), a refusal is an admission that says so, counted as the
+    /// refusal it stands for.
     ///
     /// Shadow is looked at only where a refusal is made, never on an admission's way nor on
     /// the over-limit cache's (a flood's): a decision in shadow puts no deadline in the cache,
     /// so its refusals are always decided anew, and the cache's refusals are never shadow. It
     /// is not a field of the thresholds, which every request copies.
-    #[allow(clippy::too_many_arguments)] // the request's parts, each read on its path
     pub(super) fn acquire_hashed<Q, P>(
         &self,
-        key: &Q,
-        hash: u64,
-        cost: u32,
+        request: Request<'_, Q>,
         t: &Thresholds,
-        plan_shadow: bool,
-        counted: bool,
         permit: impl FnOnce(Ticket, Receipt) -> P,
     ) -> Result<P, Rejected>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        let Request { cost, .. } = request;
         if let Some(rejected) = t.refuses(cost) {
-            return self.refused_uncounted(plan_shadow, counted, rejected, permit);
+            return self.refused_uncounted(request.plan_shadow, request.counted, rejected, permit);
         }
         // One line for the over-limit cache and the filter.
-        let line = self.exact.lines().key_line(spread(hash));
+        let line = self.exact.lines().key_line(spread(request.hash));
         let refused = t
             .rate
             .and_then(|rate| self.over_limit_now(line, rate.tag_mix, rate.limit, cost));
         if let Some(rejected) = refused {
-            if counted {
+            if request.counted {
                 self.tally.refused(&rejected, false);
             }
             return Err(rejected);
         }
-        self.decide(key, hash, line, cost, t, plan_shadow, counted, permit)
+        self.decide(request, line, t, permit)
     }
 
     /// [`acquire`](Self::acquire) of one unit against the default limits, reading of them
@@ -114,7 +153,7 @@ where
         if self.fleet.is_joined() {
             let t = self.defaults.load();
             debug_assert!(t.refuses(1).is_none(), "defaults that refuse every request");
-            return self.decide(key, hash, line, 1, &t, false, true, permit);
+            return self.decide(Request::one(key, hash), line, &t, permit);
         }
         let promotion = self.defaults.promotion();
         let sketched = self.sketches.observe(hash, 1);
@@ -145,22 +184,18 @@ where
     {
         let t = self.defaults.load();
         let hot = decision::is_hot(&sketched, t.promotion());
-        self.conclude(key, line, &sketched, 1, &t, hot, false, true, permit)
+        let request = Request::one(key, sketched.hash);
+        self.conclude(request, line, &sketched, &t, hot, permit)
     }
 
     /// The decision past the over-limit cache of the limits `t`: the fleet's, the sketches',
     /// and for hot or flagged keys the exact stage's.
-    #[allow(clippy::too_many_arguments)] // the request's parts, each read on its path
     #[inline(always)] // the request path, from its two callers
     fn decide<Q, P>(
         &self,
-        key: &Q,
-        hash: u64,
+        request: Request<'_, Q>,
         line: KeyLine<'_>,
-        cost: u32,
         t: &Thresholds,
-        plan_shadow: bool,
-        counted: bool,
         permit: impl FnOnce(Ticket, Receipt) -> P,
     ) -> Result<P, Rejected>
     where
@@ -177,11 +212,11 @@ where
             Some(fleet) => {
                 let tag = |t: &Thresholds| t.rate.map(|rate| rate.tag_mix);
                 if tag(fleet) != tag(t) {
-                    let refused = fleet
-                        .rate
-                        .and_then(|rate| self.over_limit_now(line, rate.tag_mix, rate.limit, cost));
+                    let refused = fleet.rate.and_then(|rate| {
+                        self.over_limit_now(line, rate.tag_mix, rate.limit, request.cost)
+                    });
                     if let Some(rejected) = refused {
-                        if counted {
+                        if request.counted {
                             self.tally.refused(&rejected, false);
                         }
                         return Err(rejected);
@@ -191,43 +226,36 @@ where
             }
             None => t,
         };
-        let sketched = self.sketches.observe(hash, cost);
+        let sketched = self.sketches.observe(request.hash, request.cost);
         let hot = decision::is_hot(&sketched, t.promotion());
-        self.conclude(
-            key,
-            line,
-            &sketched,
-            cost,
-            t,
-            hot,
-            plan_shadow,
-            counted,
-            permit,
-        )
+        self.conclude(request, line, &sketched, t, hot, permit)
     }
 
     /// The decision on what the sketches said of a request (`hot`: by `t`'s promotion
     /// thresholds): by the sketch alone for a key that is neither hot nor flagged, by the exact
     /// stage otherwise; then the answer, and for a refusal its deadline in the over-limit
     /// cache.
-    #[allow(clippy::too_many_arguments)] // the request's parts, each read on its path
     #[inline(always)] // the request path, from its two callers
     fn conclude<Q, P>(
         &self,
-        key: &Q,
+        request: Request<'_, Q>,
         line: KeyLine<'_>,
         sketched: &Sketched,
-        cost: u32,
         t: &Thresholds,
         hot: bool,
-        plan_shadow: bool,
-        counted: bool,
         permit: impl FnOnce(Ticket, Receipt) -> P,
     ) -> Result<P, Rejected>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        let Request {
+            key,
+            cost,
+            plan_shadow,
+            counted,
+            ..
+        } = request;
         // The request's half of the promotion handshake: after the sketch increments.
         let decision = if !hot && !exact::flagged(line) {
             Ok(None)
