@@ -340,9 +340,10 @@ where
     /// The rejection of a key still over its rate limit `limit` (whose over-limit tags mix in
     /// `tag_mix`) from an earlier rejection under the same limit.
     ///
-    /// Always inlined: with the request's cost among its arguments the compiler stopped
-    /// inlining it into `try_acquire` (two callers), and the single-key flood's path, which is
-    /// this function, took 25 instructions more a request (213 to 238, callgrind).
+    /// Always inlined: once the request's cost was among its arguments, the compiler stopped
+    /// inlining it into `try_acquire`'s path (it has several callers), and the single-key
+    /// flood's path, which is this function, took 25 instructions more a request (213 to 238,
+    /// callgrind).
     #[inline(always)]
     fn over_limit_now(
         &self,
