@@ -79,5 +79,6 @@ pub use handle::Limiter;
 pub use limits::{LimitKind, Limits};
 pub use permit::{OwnedPermit, Permit};
 pub use report::{Estimate, Figure, HeavyHitter, InflightLimit, LimiterStats, Reason, Rejected};
+#[cfg(feature = "tower")]
 pub(crate) use ticket::Receipt;
 pub use with_limits::WithLimits;

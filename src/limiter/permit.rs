@@ -3,7 +3,9 @@
 use std::sync::Arc;
 
 use super::shared::Shared;
-use super::ticket::{Receipt, Ticket};
+#[cfg(feature = "tower")]
+use super::ticket::Receipt;
+use super::ticket::Ticket;
 use super::{Outcome, Rejected};
 
 /// An admitted request: holds its key's in-flight slot (its cost's units, for a request with
