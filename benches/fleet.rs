@@ -27,7 +27,7 @@
 //!
 //! **What N = 3 changes.** The measured node decides on the thresholds of a node of three:
 //! keys are promoted to the exact stage at a third of the local threshold
-//! (`src/limiter/fleet.rs`, `in_fleet`), so more keys take the exact stage's path, judged
+//! (`src/limiter/decision.rs`, `in_fleet`), so more keys take the exact stage's path, judged
 //! against the fleet's view, and a promoted key the fleet has said nothing of lately is also
 //! held to the node's share, `⌈L ÷ 3⌉`, of its limit. The difference between the sides is
 //! then the fleet's own work on the request path (its thresholds, the extra promotions and

@@ -137,14 +137,14 @@ fn update_slow(counter: &AtomicIsize, delta: isize) -> isize {
 ///   most `FAST_STEP` each before undoing that, so it could only leave the saturated range (or
 ///   wrap past `u32::MAX`) with more than 2^19 threads between an operation and its undo at
 ///   once; the same margin keeps an unparked counter's adds in flight below `SATURATED`.
-/// - *Exact* ([`try_add`], [`give_back`]): the requests in flight, where every add is given
-///   back by its own request. An add is made whole or not at all: it is refused, nothing
-///   added, when it would take the count past the ceiling, so the raw value is always the
-///   exact sum of the adds not yet given back (plus adds in flight about to be undone), and a
-///   give-back is the exact inverse of its add. A parked count would stay saturated for good,
-///   and with it every key whose counters it is. An add refused on the fast path was made and
-///   is undone, by at most `FAST_STEP`: more than 2^21 threads would have to be between the
-///   two at once to wrap.
+/// - *Exact* ([`narrow::try_add`], [`narrow::give_back`]): the requests in flight, where
+///   every add is given back by its own request. An add is made whole or not at all: it is
+///   refused, nothing added, when it would take the count past the ceiling, so the raw value
+///   is always the exact sum of the adds not yet given back (plus adds in flight about to be
+///   undone), and a give-back is the exact inverse of its add. A parked count would stay
+///   saturated for good, and with it every key whose counters it is. An add refused on the
+///   fast path was made and is undone, by at most `FAST_STEP`: more than 2^21 threads would
+///   have to be between the two at once to wrap.
 ///
 /// A decrement below zero (a give-back without its increment, which the limiter never makes)
 /// is undone: the count stays over, never under. Orderings: `SeqCst`, as above.

@@ -34,7 +34,9 @@
 //! never hang.
 //!
 //! The parts: [`routing`] knows the masters and which serves each slot, [`scripts`] writes the
-//! scripts' calls and reads their replies, and this file runs the rounds of a sync.
+//! scripts' calls and reads their replies, [`exchange`] is what a sync pushes and learns back,
+//! [`sent`] the commands in flight and what each reply answers, [`error`] why a sync failed,
+//! and this file runs the rounds of a sync.
 
 use std::fmt;
 use std::time::{Duration, Instant};

@@ -15,8 +15,9 @@ use super::wait::{wake, State, WaiterId};
 use super::{Limits, OwnedPermit, Reason, Rejected};
 use crate::clock::TICK_NANOS;
 
-/// The future of [`Limiter::acquire`](crate::Limiter::acquire) and [`WithLimits::acquire`](super::WithLimits::acquire): resolves to a permit,
-/// or to the last rejection once the wait is over.
+/// The future of [`Limiter::acquire`](crate::Limiter::acquire) and
+/// [`WithLimits::acquire`](super::WithLimits::acquire): resolves to a permit, or to the last
+/// rejection once the wait is over.
 ///
 /// `Send` when the key is, runtime-agnostic, and cancel-safe: dropping it before it is ready
 /// leaves nothing parked and holds nothing.
@@ -170,9 +171,6 @@ fn worth_waiting(rejected: &Rejected, now: u64, deadline: u64) -> bool {
     }
 }
 
-/// The latest the time can be now: the coarse time plus the most it trails the exact time
-/// (two ticks on the shared clock, none on a manual one). Deadlines and retry times counted
-/// from it are never early, and at most that much late.
 /// Counts a waiting request's answer in the metrics (its attempts were not counted).
 fn count_answer<K>(shared: &Shared<K>, answer: &Result<OwnedPermit<K>, Rejected>) {
     match answer {
@@ -184,6 +182,9 @@ fn count_answer<K>(shared: &Shared<K>, answer: &Result<OwnedPermit<K>, Rejected>
     }
 }
 
+/// The latest the time can be now: the coarse time plus the most it trails the exact time
+/// (two ticks on the shared clock, none on a manual one). Deadlines and retry times counted
+/// from it are never early, and at most that much late.
 fn latest_now<K>(shared: &Shared<K>) -> u64 {
     shared.time.coarse().saturating_add(shared.time.lag())
 }

@@ -503,19 +503,6 @@ impl<K> Limiter<K> {
 
 impl<K> std::fmt::Debug for Limiter<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let limits = self.shared.defaults.load().limits();
-        f.debug_struct("Limiter")
-            .field("max_inflight", &limits.inflight_limit())
-            .field("max_rate", &limits.rate_limit())
-            .field(
-                "interval",
-                &self
-                    .shared
-                    .sketches
-                    .rate
-                    .as_ref()
-                    .map(crate::Rate::interval),
-            )
-            .finish_non_exhaustive()
+        std::fmt::Debug::fmt(&*self.shared, f)
     }
 }

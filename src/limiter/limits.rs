@@ -441,7 +441,8 @@ impl Thresholds {
         Self::promoting(limits, promotion, promotion)
     }
 
-    /// [`new`](Self::new) with the in-flight limit promoting at `inflight_promotion` of it
+    /// The thresholds of `limits`, as `new` (the tests' shorthand) gives them, with the
+    /// in-flight limit promoting at `inflight_promotion` of it
     /// (where keys learning their in-flight limit start: `AdaptiveInflight::learn_from`).
     pub(crate) fn promoting(limits: &Limits, promotion: f64, inflight_promotion: f64) -> Self {
         // Judged in `isize`, as the sketches count (lossless: a limit past `Limits::MAX_LIMIT` is
@@ -545,7 +546,7 @@ fn check_limit(limit: Option<u32>) -> Result<(), ConfigError> {
 /// The checks of a limiter's default limits, at build and by `set_limits` alike: at least one
 /// limit (none would limit nothing), each at least 1 (below, every key would be refused) and
 /// at most [`Limits::MAX_LIMIT`].
-pub(crate) fn check_defaults(inflight: Option<u32>, rate: Option<u32>) -> Result<(), ConfigError> {
+pub(super) fn check_defaults(inflight: Option<u32>, rate: Option<u32>) -> Result<(), ConfigError> {
     if inflight.is_none() && rate.is_none() {
         return Err(ConfigError::InvalidLimit(
             "a limiter needs max_inflight, max_rate or both",

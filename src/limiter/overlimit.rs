@@ -244,7 +244,8 @@ impl OverLimit<'_> {
         self.remaining_of(Self::held(self.lines.key_line(spread), limit_mix)?, now)
     }
 
-    /// [`remaining`](Self::remaining) for the `word` that [`held`](Self::held) returned.
+    /// How long the key is still over its limit at time `now`, from the `word` that
+    /// [`held`](Self::held) returned for it (rounded up to a unit, at most the longest wait).
     #[inline]
     pub(crate) fn remaining_of(&self, word: u64, now: u64) -> Option<Duration> {
         // Units from now's unit to the deadline's, modulo the deadline's range.

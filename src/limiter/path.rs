@@ -508,8 +508,9 @@ pub(super) struct CountedExactly {
     admitted_at: u64,
 }
 
-/// What needs no look at the key itself: a permit's release, the sweep. Unbounded, so that
-/// permits and their `Drop` need no bound on the key type.
+/// What needs no look at the key itself: a permit's release, a refund, and what the sweep asks
+/// of a promoted key. Unbounded, so that permits and their `Drop` need no bound on the key
+/// type.
 impl<K> Shared<K> {
     /// A request refused before anything was counted (limits the limiter cannot judge, or
     /// of 0): in shadow, an admission that says so.

@@ -13,6 +13,8 @@ use super::promoted::Promoted;
 use super::sketches::Sketches;
 use super::tally::Tally;
 use super::wait::Waiters;
+#[cfg(doc)]
+use super::{Limiter, LimiterBuilder};
 use super::{Limits, Reason, Rejected};
 use crate::clock::{Registration, Tick, TimeSource};
 use crate::sync::{AtomicBool, Mutex, Ordering};
@@ -93,7 +95,7 @@ where
     }
 
     /// [`thresholds`](Self::thresholds) without raising the highest promotion threshold.
-    pub(super) fn thresholds_unnoted(&self, limits: &Limits) -> Result<Thresholds, Rejected> {
+    fn thresholds_unnoted(&self, limits: &Limits) -> Result<Thresholds, Rejected> {
         if let (Some(limit), None) = (limits.inflight_limit(), &self.sketches.inflight) {
             return Err(Rejected::not_counted(Reason::InflightNotCounted, limit));
         }
@@ -157,5 +159,20 @@ impl<K> Shared<K> {
             self.tally.admitted();
         }
         free
+    }
+}
+
+/// A limiter as its handles show it: its default limits and its rate interval.
+impl<K> std::fmt::Debug for Shared<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let limits = self.defaults.load().limits();
+        f.debug_struct("Limiter")
+            .field("max_inflight", &limits.inflight_limit())
+            .field("max_rate", &limits.rate_limit())
+            .field(
+                "interval",
+                &self.sketches.rate.as_ref().map(crate::Rate::interval),
+            )
+            .finish_non_exhaustive()
     }
 }

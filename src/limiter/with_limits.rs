@@ -72,9 +72,10 @@ impl<K> Copy for WithLimits<'_, K> {}
 impl<K> std::fmt::Debug for WithLimits<'_, K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WithLimits")
+            .field("limiter", &**self.shared)
             .field("limits", &self.limits)
             .field("cost", &self.cost)
-            .finish_non_exhaustive()
+            .finish()
     }
 }
 

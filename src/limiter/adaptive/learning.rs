@@ -122,7 +122,7 @@ impl Learning {
     }
 
     /// Whether the key is learning now (not at rest, nor never started).
-    pub(crate) fn is_active(&self) -> bool {
+    fn is_active(&self) -> bool {
         self.0.as_deref().is_some_and(Learner::is_active)
     }
 }

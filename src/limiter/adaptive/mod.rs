@@ -1,8 +1,11 @@
-//! In-flight limits that learn each hot origin's capacity from its latency: the control law,
-//! as arithmetic on values. The exact stage keeps one [`Learner`] per promoted key whose
-//! requests in flight reached its learning threshold, feeds it the key's admissions and
-//! completions under the set's lock, and judges the key's requests against
-//! [`Learner::limit`] instead of the configured `max_inflight` (which stays the ceiling).
+//! In-flight limits that learn each hot origin's capacity from its latency. A promoted key
+//! whose requests in flight reached its learning threshold gets a learner (`learner.rs`: the
+//! control law, as arithmetic on values), kept in what the limiter keeps for the key
+//! (`Promoted::learning`); the request path and the release tell it the key's admissions and
+//! completions, under the key's set lock, and judge the key's requests against its limit
+//! instead of the configured `max_inflight` (which stays the ceiling), all through
+//! `learning.rs`. `config.rs` holds the operator's settings, `completion.rs` what a permit
+//! tells of its request.
 //!
 //! # The law
 //!
