@@ -125,7 +125,7 @@ pub(crate) fn in_fleet(t: &Thresholds, fleet: &FleetState) -> Thresholds {
 /// was set (`now`, in the request's windows, that request included): upper bounds on what was
 /// admitted before the exact stage counts it. `proven`: a bound on the key's admissions in
 /// this rate window and the one before that the promotion threshold proves, when it holds
-/// (see the `exact` module), asked for after the reads; the counts are lowered to it. A
+/// (see the `proof` module), asked for after the reads; the counts are lowered to it. A
 /// saturated estimate less the request is no bound on the rest: it starts saturated.
 pub(crate) fn promoted(s: &Sketched, now: &Recount, proven: Option<isize>) -> Counts {
     let inflight = InflightCount {

@@ -6,7 +6,6 @@ use super::fleet::FleetRate;
 use super::overlimit::SHADOW_MIX;
 use super::Rejected;
 use crate::error::ConfigError;
-use crate::sync::{AtomicU64, Ordering};
 
 /// The limits of one key (or the defaults of a [`Limiter`](super::Limiter)): at most so many
 /// requests in flight, at most so many requests per the limiter's rate interval.
@@ -611,45 +610,5 @@ mod tests {
         let none = Promotion::from_bits(Thresholds::new(&Limits::new(), 0.5).promotion().to_bits());
         assert!(!none.inflight_reached(Limits::MAX_LIMIT as isize * 2));
         assert!(none.rate().is_infinite());
-    }
-}
-
-/// The highest rate promotion threshold (rounded up) any decision may have been judged
-/// against so far: the defaults' and every per-request limit's, `u64::MAX` once a request was
-/// judged with no rate limit at all (it could be admitted past any threshold). Only raised.
-/// Every request raises it, if it must, before it counts in the sketches, and a promotion
-/// reads it after reading them (both `SeqCst`, so the read sees every raise whose request's
-/// count the promotion's reads saw): the promotion knows the threshold of every admission its
-/// counts include (see the `exact` module's docs).
-pub(crate) struct HighestRatePromotion(AtomicU64);
-
-impl HighestRatePromotion {
-    /// Starting from the defaults' threshold (0 without a rate limit).
-    pub(crate) fn new(defaults: &Thresholds) -> Self {
-        HighestRatePromotion(AtomicU64::new(
-            defaults
-                .rate
-                .map_or(0, |rate| rate.promote_at.ceil() as u64),
-        ))
-    }
-
-    /// Raises it to `t`'s threshold, if that is higher: a load, and a write only when a
-    /// threshold is higher than every one before it. For a limiter that counts a rate.
-    #[inline]
-    pub(crate) fn note(&self, t: &Thresholds) {
-        let threshold = t
-            .rate
-            .map_or(u64::MAX, |rate| rate.promote_at.ceil() as u64);
-        if self.0.load(Ordering::Relaxed) < threshold {
-            self.0.fetch_max(threshold, Ordering::SeqCst);
-        }
-    }
-
-    /// The most often a key was admitted by the sketch alone in one rate window, below its
-    /// promotion threshold: the highest threshold less one, `None` if unbounded.
-    pub(crate) fn proven(&self) -> Option<isize> {
-        isize::try_from(self.0.load(Ordering::SeqCst))
-            .ok()
-            .map(|p| p - 1)
     }
 }

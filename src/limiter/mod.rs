@@ -63,6 +63,7 @@ mod overlimit;
 mod path;
 mod permit;
 mod promoted;
+mod proof;
 mod report;
 mod shared;
 mod sketches;

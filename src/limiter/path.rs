@@ -11,6 +11,7 @@ use super::key_lines::{spread, KeyLine};
 use super::limits::Thresholds;
 use super::overlimit::{cost_mix, OverLimit};
 use super::promoted::Promoted;
+use super::proof;
 use super::shared::Shared;
 use super::sketches::{Sketched, UNCOUNTED};
 use super::tally::{Tally, NEAR_LIMIT};
@@ -410,15 +411,16 @@ where
             Place::Free(free) => {
                 // What the threshold proves holds only if the key was not admitted otherwise
                 // since the window before this one began.
-                let kept_since = s
-                    .window
-                    .map_or(0, |w| w.at.saturating_sub(w.into).saturating_sub(w.len));
+                let kept_since = proof::kept_since(s.window.as_ref());
                 // The promotion's half of the handshake: flagged, then the sketches read.
                 let promoted = free.promote(key, s.hash, kept_since, |kept| {
                     let now = self.sketches.recount(s);
                     // After the reads: the thresholds of every admission they include are
                     // known.
-                    let proven = self.proven_by_threshold().filter(|_| kept);
+                    let proven = self
+                        .highest_rate_promotion
+                        .proven(self.fleet.is_joined())
+                        .filter(|_| kept);
                     Promoted::new(decision::promoted(s, &now, proven), *t)
                 });
                 match promoted {

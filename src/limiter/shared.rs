@@ -7,9 +7,10 @@ use super::adaptive::AdaptiveInflight;
 use super::defaults::Defaults;
 use super::exact::ExactStage;
 use super::fleet::Fleet;
-use super::limits::{HighestRatePromotion, Thresholds};
+use super::limits::Thresholds;
 use super::overlimit;
 use super::promoted::Promoted;
+use super::proof::HighestRatePromotion;
 use super::sketches::Sketches;
 use super::tally::Tally;
 use super::wait::Waiters;
@@ -82,16 +83,6 @@ where
             self.highest_rate_promotion.note(&thresholds);
         }
         Ok(thresholds)
-    }
-
-    /// What the promotion threshold proves of a key that the exact stage promotes (see
-    /// [`HighestRatePromotion::proven`]); `None` in a fleet, whose shares and views the proof
-    /// does not cover.
-    pub(super) fn proven_by_threshold(&self) -> Option<isize> {
-        if self.fleet.is_joined() {
-            return None;
-        }
-        self.highest_rate_promotion.proven()
     }
 
     /// [`thresholds`](Self::thresholds) without raising the highest promotion threshold.

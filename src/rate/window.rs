@@ -178,7 +178,7 @@ pub(crate) struct ExactWindows {
     /// The counts of the latest window counted and the one before.
     pub(crate) windows: Rolling<isize>,
     /// An upper bound on the requests admitted in the window before `since`, if one is known
-    /// other than the sketch's (what the promotion threshold proves: see the `exact` module).
+    /// other than the sketch's (what the promotion threshold proves: see `limiter/proof.rs`).
     pub(crate) before: Option<isize>,
 }
 

@@ -30,24 +30,12 @@
 //!   place, what it refused, and a call as it leaves). Limits, thresholds, the fleet and
 //!   learning are the limiter's, above the stage.
 //!
-//! # What the promotion threshold proves
+//! # What a set remembers of the keys it lost
 //!
-//! The sketch's estimate bounds `p`, but a key whose counters all share a heavy key's (with a
-//! key's rows in one cache line, that happens to about one key in 64 of those that share a
-//! heavy key's line) would then be refused from its first request. The threshold bounds it
-//! better: a request admitted by the sketch alone saw, after its own increment, a count in
-//! its window below its promotion threshold `P` (the sliding count is at least the current
-//! window's), and of m concurrent increments of a key the j-th to read sees at least j; so at
-//! most `⌈P⌉ − 1` of a key's requests in a window were admitted that way. A key promoted now
-//! is therefore bounded by that in this window and the one before, unless it was admitted
-//! some other way in them: by this stage (it was promoted, then left), or by the sketch alone
-//! while hot (no place, or a twin hash). Each set records, for the last few keys it lost that
-//! way, the latest time each was, and the latest time of a loss it no longer lists
-//! (`Set::lost`); the bound is used for a key only if neither its own record nor that time
-//! falls in the window before this one or since. `P` is the highest rate threshold any request was judged by so far (the limiter
-//! raises it before a request counts in the sketches, and it is read after the promotion
-//! reads them), unbounded once a request was judged with no rate limit; a fleet's limiter
-//! does not use the bound.
+//! For the promotion proof (`limiter/proof.rs`), each set records, for the last few keys it
+//! lost (a key that left the stage, or that was hot and found no place or a twin hash), the
+//! latest time each was, and the latest time of a loss it no longer lists (`Set::lost`); a
+//! promotion is told whether its key was lost since a time it names (`Set::kept_since`).
 //!
 //! # Who gets a place: by evidence, not by arrival
 //!
