@@ -46,15 +46,6 @@ impl<'a, Q: ?Sized> Request<'a, Q> {
     }
 }
 
-// By hand: a derive would ask `Q: Clone`, which an unsized key cannot be.
-impl<Q: ?Sized> Clone for Request<'_, Q> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<Q: ?Sized> Copy for Request<'_, Q> {}
-
 impl<K> Shared<K>
 where
     K: Hash + Eq,
