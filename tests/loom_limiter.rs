@@ -1,6 +1,7 @@
 //! loom models of the limiter's exact stage: requests racing a promotion (the handshake
 //! between the sketch increment and the filter, see `src/limiter/exact/mod.rs`) never hold
-//! more than the limit, a release racing the clock's sweep leaves the counts balanced, and a
+//! more than the limit, a release racing the clock's sweep leaves the counts balanced, a
+//! release without the lock racing an admission never lets it pass the limit, and a
 //! refusal from the over-limit cache racing the sweep counts its key's run of refusals once
 //! (`src/limiter/overlimit.rs`).
 //!
@@ -24,7 +25,7 @@ use loom::sync::Arc;
 use loom::thread;
 
 use floodgate::clock::ManualClock;
-use floodgate::Limiter;
+use floodgate::{Figure, Limiter};
 use floodgate_test_support::loom::check;
 
 /// At most `limit` in flight per key; a key is promoted once `promote_at` are in flight.
@@ -82,6 +83,43 @@ fn a_release_racing_the_sweep_leaves_the_counts_balanced() {
         };
         drop(permit);
         sweeper.join().unwrap();
+        assert_eq!(limiter.estimate(&7).inflight, Some(0));
+        let again: Vec<_> = (0..3)
+            .filter_map(|_| limiter.try_acquire(&7).ok())
+            .collect();
+        assert_eq!(again.len(), 2, "the key's full limit is available again");
+    });
+}
+
+/// A promoted key's permit is given back without the lock (another of its permits stays in
+/// flight) while another thread's request is decided under the lock: the admission sees the
+/// unit given back or not, never more than the limit is held, and once all are dropped the
+/// key's count is back to 0 and its full limit is available again.
+#[test]
+fn a_release_without_the_lock_racing_an_admission_never_holds_more_than_the_limit() {
+    check(|| {
+        let clock = ManualClock::new();
+        let limiter = limiter(&clock, 2, 1);
+        let kept = limiter.try_acquire_owned(&7).unwrap();
+        let given_back = limiter.try_acquire_owned(&7).unwrap();
+        assert_eq!(limiter.stats().promoted, 1);
+        let admitting = {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || limiter.try_acquire_owned(&7).ok())
+        };
+        drop(given_back);
+        let admitted = admitting.join().unwrap();
+        // The exact stage counts every unit held, no more, no fewer: none given back twice or
+        // not at all, none counted past the limit.
+        let held = 1 + isize::from(admitted.is_some());
+        let hitters = limiter.heavy_hitters();
+        assert_eq!(
+            hitters.len(),
+            1,
+            "still promoted: one permit stayed in flight"
+        );
+        assert_eq!(hitters[0].inflight, Some(Figure::Counted(held)));
+        drop((kept, admitted));
         assert_eq!(limiter.estimate(&7).inflight, Some(0));
         let again: Vec<_> = (0..3)
             .filter_map(|_| limiter.try_acquire(&7).ok())

@@ -24,7 +24,7 @@ pub(crate) trait Member: Send + Sync + 'static {
 
     /// Calls `f` on the fleet's view of the key pushed as `hash` and `generation`, if the
     /// limiter still counts that key there.
-    fn learnt(&self, hash: u64, generation: u64, f: &mut dyn FnMut(&mut FleetView));
+    fn learnt(&self, hash: u64, generation: u32, f: &mut dyn FnMut(&mut FleetView));
 }
 
 /// One key the limiter counts exactly, as the sync reads it.
@@ -32,7 +32,7 @@ pub(crate) trait Member: Send + Sync + 'static {
 pub(crate) struct Tracked<'a> {
     /// Where the key's entry is, to find it again when the fleet answers.
     pub(crate) hash: u64,
-    pub(crate) generation: u64,
+    pub(crate) generation: u32,
     /// The key's name in the fleet.
     pub(crate) key: Cow<'a, [u8]>,
     /// This node's count of the key in the current window, and in the one before.
@@ -66,7 +66,7 @@ pub(crate) fn spawn<L: Member + ?Sized>(limiter: Weak<L>, node: Arc<FleetNode>) 
 /// One key to push, owned across the round trip to Redis.
 struct Pushed {
     hash: u64,
-    generation: u64,
+    generation: u32,
     key: Vec<u8>,
     count: u64,
     previous: u64,

@@ -12,26 +12,28 @@ pub(crate) struct Counts {
     pub(crate) fleet: FleetView,
 }
 
-/// In-flight requests of a promoted key.
+/// In-flight requests of a promoted key, beside those the exact stage counts it (its
+/// *tracked* units, in its place's word, which releases give back without the set's lock).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct InflightCount {
-    /// An upper bound on the key's requests in flight that are not counted in `tracked`
-    /// (those admitted before the promotion).
+    /// An upper bound on the key's requests in flight that are not tracked (those admitted
+    /// before the promotion).
     pub(crate) base: isize,
-    /// Requests admitted here and not yet released.
-    pub(crate) tracked: isize,
 }
 
 impl InflightCount {
-    /// An upper bound on the key's requests in flight.
-    pub(crate) fn bound(&self) -> isize {
-        self.base.saturating_add(self.tracked)
+    /// An upper bound on the key's requests in flight, `tracked` of them tracked.
+    pub(crate) fn bound(&self, tracked: isize) -> isize {
+        self.base.saturating_add(tracked)
     }
 
     /// Lowers `base` with a fresh sketch estimate `estimate` of all in flight (≥ the true
-    /// number): the untracked ones are at most `estimate − tracked`.
-    pub(crate) fn rebase(&mut self, estimate: isize) {
-        self.base = self.base.min(estimate.saturating_sub(self.tracked)).max(0);
+    /// number), `tracked` read after it: the untracked ones are at most `estimate − tracked`.
+    /// In that order, against a release that gives its tracked unit back before its sketch
+    /// unit, the difference is never under the untracked units (see the exact stage's
+    /// `inflight_word.rs`).
+    pub(crate) fn rebase(&mut self, estimate: isize, tracked: isize) {
+        self.base = self.base.min(estimate.saturating_sub(tracked)).max(0);
     }
 }
 
@@ -41,15 +43,13 @@ mod tests {
 
     #[test]
     fn rebase_never_raises_the_bound_and_never_goes_below_what_is_tracked() {
-        let mut c = InflightCount {
-            base: 10,
-            tracked: 3,
-        };
-        c.rebase(20);
-        assert_eq!(c.bound(), 13);
-        c.rebase(5);
-        assert_eq!((c.base, c.bound()), (2, 5));
-        c.rebase(0);
-        assert_eq!((c.base, c.bound()), (0, 3));
+        let mut c = InflightCount { base: 10 };
+        let tracked = 3;
+        c.rebase(20, tracked);
+        assert_eq!(c.bound(tracked), 13);
+        c.rebase(5, tracked);
+        assert_eq!((c.base, c.bound(tracked)), (2, 5));
+        c.rebase(0, tracked);
+        assert_eq!((c.base, c.bound(tracked)), (0, 3));
     }
 }

@@ -132,7 +132,6 @@ pub(crate) fn promoted(s: &Sketched, now: &Recount, proven: Option<isize>) -> Co
         base: now
             .inflight
             .map_or(0, |estimate| less_own(estimate, s.cost).max(0)),
-        tracked: 0,
     };
     let rate = match (now.window, s.window) {
         (Some((prev, curr)), Some(w)) => {
@@ -156,11 +155,14 @@ pub(crate) fn promoted(s: &Sketched, now: &Recount, proven: Option<isize>) -> Co
 /// exact stage's lock, in the request's windows, so that they include every request the
 /// entry admitted before this one (each counted itself in the sketches before taking the
 /// lock); the estimates read before the lock may miss one admitted in between, and a bound
-/// on them would be short of it. Admitted, the request is counted here (its in-flight units,
-/// if the limiter counts them, and its rate units); `Ok` says, when `near` (a ratio of the
-/// limits) is given, whether the key's counts with this request reach that ratio of a limit.
+/// on them would be short of it. `tracked`: the key's units in flight its place counts, read
+/// after `now`. Admitted, the request's rate units are counted here, and `Ok` says whether its
+/// in-flight units are to be tracked (the caller adds them to its place's word) and, when
+/// `near` (a ratio of the limits) is given, whether the key's counts with this request reach
+/// that ratio of a limit.
 pub(crate) fn exact(
     counts: &mut Counts,
+    tracked: isize,
     s: &Sketched,
     now: &Recount,
     t: &Thresholds,
@@ -169,7 +171,6 @@ pub(crate) fn exact(
     let near_at = |limit: isize| near.map(|ratio| ratio * limit as f64);
     let cost = s.cost;
     let mut admitted = Admitted::default();
-    let mut tracked = false;
     // Whether another request of this cost would fit the in-flight limit, by the exact
     // counts (which only fall while nothing is admitted): a key full for its rate but not
     // for this may be held in the over-limit cache, which answers "rate".
@@ -178,9 +179,9 @@ pub(crate) fn exact(
         // A saturated estimate bounds nothing: less this request, it would lower the bound
         // below the others in flight (issue 38).
         if estimate < SATURATED {
-            counts.inflight.rebase(estimate - cost);
+            counts.inflight.rebase(estimate - cost, tracked);
         }
-        let with_it = counts.inflight.bound().saturating_add(cost);
+        let with_it = counts.inflight.bound(tracked).saturating_add(cost);
         let bound = estimate.min(with_it);
         if let Some(t) = t.inflight {
             if bound > t.limit {
@@ -190,7 +191,7 @@ pub(crate) fn exact(
             inflight_room = with_it.saturating_add(cost) <= t.limit;
         }
         // Tracked whatever the limit, so that the release finds it counted here.
-        tracked = true;
+        admitted.tracked = true;
     }
     if let (Some(counts_now), Some(view)) = (now.window, s.window) {
         let mut view = view.with_counts(counts_now);
@@ -213,18 +214,16 @@ pub(crate) fn exact(
         // later request may have moved past the request's own.
         admitted.window = Some(counts.rate.count(cost));
     }
-    if tracked {
-        counts.inflight.tracked = counts.inflight.tracked.saturating_add(cost);
-    }
     Ok(admitted)
 }
 
-/// A request the exact stage admits: whether its key is near a limit (see [`exact`]), the
-/// rate window its units were counted in (what a refund takes them back from), and until when
-/// the key is now over its rate limit for another request of the same cost (see
-/// [`full_until`]).
+/// A request the exact stage admits: whether its in-flight units are tracked (the limiter
+/// counts requests in flight), whether its key is near a limit (see [`exact`]), the rate
+/// window its units were counted in (what a refund takes them back from), and until when the
+/// key is now over its rate limit for another request of the same cost (see [`full_until`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Admitted {
+    pub(crate) tracked: bool,
     pub(crate) near: bool,
     pub(crate) window: Option<u64>,
     pub(crate) over_until: Option<u64>,
@@ -328,16 +327,22 @@ fn judge_in_fleet(
     judged
 }
 
-/// Whether a promoted key has cooled down: nothing tracked in flight, estimates below half
+/// Whether a promoted key has cooled down: nothing tracked in flight (`tracked`), estimates below half
 /// their promotion thresholds, and (for rates) no rejected request in the windows the sketch
 /// would still be read for, so that a demoted key is not judged later on windows that its
 /// rejected requests inflate. `now`: the sketches' estimates, with `own` units of the request
 /// being decided counted in them (0 without one; they are not yet in `counts`, and not held
 /// against the key here). `t` are the key's thresholds (its last request's); a kind it has no
 /// limit of is cool once nothing is tracked.
-pub(crate) fn is_cool(counts: &Counts, now: &Reread, own: isize, t: &Thresholds) -> bool {
+pub(crate) fn is_cool(
+    counts: &Counts,
+    tracked: isize,
+    now: &Reread,
+    own: isize,
+    t: &Thresholds,
+) -> bool {
     let inflight_cool = now.inflight.map_or(true, |estimate| {
-        counts.inflight.tracked == 0
+        tracked == 0
             && t.inflight
                 .map_or(true, |t| less_own(estimate, own) * 2 < t.promote_at)
     });
@@ -372,14 +377,17 @@ fn held_until(rejected: &Rejected, view: &WindowView, t: &Thresholds) -> Option<
 }
 
 /// A key's counts as the limiter judges them now, without counting a request: the sketch's
-/// estimates (`now`), lowered to the exact counts if the key is promoted.
-pub(crate) fn estimate(now: &Reread, counts: Option<&Counts>) -> Estimate {
+/// estimates (`now`), lowered to the exact counts if the key is promoted (with its units in
+/// flight tracked).
+pub(crate) fn estimate(now: &Reread, counts: Option<(&Counts, isize)>) -> Estimate {
     Estimate {
-        inflight: now
-            .inflight
-            .map(|estimate| counts.map_or(estimate, |c| estimate.min(c.inflight.bound()))),
+        inflight: now.inflight.map(|estimate| {
+            counts.map_or(estimate, |(c, tracked)| {
+                estimate.min(c.inflight.bound(tracked))
+            })
+        }),
         rate: now.window.map(|mut view| {
-            if let Some(c) = counts {
+            if let Some((c, _)) = counts {
                 let mut exact = c.rate;
                 exact.roll_to(view.bucket);
                 view.lower_to(&exact, 0);
@@ -393,16 +401,16 @@ pub(crate) fn estimate(now: &Reread, counts: Option<&Counts>) -> Estimate {
 /// counted every request it covers (`counts`, for a promoted key), estimated otherwise.
 pub(crate) fn figures(
     now: &Reread,
-    counts: Option<&Counts>,
+    counts: Option<(&Counts, isize)>,
 ) -> (Option<Figure<isize>>, Option<Figure<f64>>) {
     let bounds = estimate(now, counts);
     let inflight = bounds.inflight.map(|at_most| match counts {
         // Nothing admitted before the promotion is still in flight: all are tracked.
-        Some(c) if c.inflight.base == 0 => Figure::Counted(c.inflight.tracked),
+        Some((c, tracked)) if c.inflight.base == 0 => Figure::Counted(tracked),
         _ => Figure::Estimated { at_most },
     });
     let rate = bounds.rate.map(|at_most| {
-        let counted = counts.zip(now.window).and_then(|(c, mut view)| {
+        let counted = counts.zip(now.window).and_then(|((c, _), mut view)| {
             let mut exact = c.rate;
             exact.roll_to(view.bucket);
             view.prev = match view.bucket.checked_sub(1) {
@@ -528,12 +536,12 @@ mod tests {
         let mut counts = promoted(&sketched(1, 0, 5), &recount(1, 0, 5), None);
         for n in 5..=10 {
             let s = sketched(1, 0, 40 + n);
-            let admitted = exact(&mut counts, &s, &recount(1, 0, 40 + n), &t, None);
+            let admitted = exact(&mut counts, 0, &s, &recount(1, 0, 40 + n), &t, None);
             assert!(admitted.is_ok());
         }
         assert_eq!(counts.rate.bound(7), Some(10));
         let s = sketched(1, 0, 51);
-        let refusal = exact(&mut counts, &s, &recount(1, 0, 51), &t, None).unwrap_err();
+        let refusal = exact(&mut counts, 0, &s, &recount(1, 0, 51), &t, None).unwrap_err();
         let rejected = refusal.rejected;
         assert_eq!((rejected.reason, rejected.estimate), (Reason::Rate, 11));
         assert_eq!(counts.rate.bound(7), Some(10), "a refusal is not counted");
@@ -544,19 +552,23 @@ mod tests {
         let t = thresholds();
         let mut counts = promoted(&sketched(1, 0, 1), &recount(1, 0, 1), None);
         counts.rate.count(1);
-        assert!(is_cool(&counts, &reread(0, 0, 1), 0, &t));
-        counts.inflight.tracked = 1;
-        assert!(!is_cool(&counts, &reread(1, 0, 1), 0, &t), "one in flight");
-        counts.inflight.tracked = 0;
+        assert!(is_cool(&counts, 0, &reread(0, 0, 1), 0, &t));
         assert!(
-            !is_cool(&counts, &reread(0, 0, 2), 0, &t),
+            !is_cool(&counts, 1, &reread(1, 0, 1), 0, &t),
+            "one in flight"
+        );
+        assert!(
+            !is_cool(&counts, 0, &reread(0, 0, 2), 0, &t),
             "the sketch counts a request the exact counts refused"
         );
         counts.rate.count(1);
         counts.rate.count(1);
-        assert!(!is_cool(&counts, &reread(0, 0, 3), 0, &t), "3: over 5 / 2");
         assert!(
-            is_cool(&counts, &reread(1, 0, 3), 1, &t),
+            !is_cool(&counts, 0, &reread(0, 0, 3), 0, &t),
+            "3: over 5 / 2"
+        );
+        assert!(
+            is_cool(&counts, 0, &reread(1, 0, 3), 1, &t),
             "the request being decided is not held against it"
         );
     }
@@ -567,7 +579,7 @@ mod tests {
         let mut counts = promoted(&sketched(1, 0, 1), &recount(1, 0, 1), Some(0));
         counts.rate.count(10);
         let s = sketched(1, 0, 11);
-        let refusal = exact(&mut counts, &s, &recount(1, 0, 11), &t, None).unwrap_err();
+        let refusal = exact(&mut counts, 0, &s, &recount(1, 0, 11), &t, None).unwrap_err();
         let retry = refusal.rejected.retry_after.unwrap();
         assert_eq!(
             refusal.over_until,
@@ -586,10 +598,18 @@ mod tests {
         let t = thresholds();
         let mut counts = promoted(&sketched(1, 0, 1), &recount(1, 0, 1), Some(0));
         counts.rate.count(8);
-        let ninth = exact(&mut counts, &sketched(1, 0, 9), &recount(1, 0, 9), &t, None);
+        let ninth = exact(
+            &mut counts,
+            0,
+            &sketched(1, 0, 9),
+            &recount(1, 0, 9),
+            &t,
+            None,
+        );
         assert_eq!(ninth.unwrap().over_until, None, "9 of 10: one more fits");
         let tenth = exact(
             &mut counts,
+            0,
             &sketched(1, 0, 10),
             &recount(1, 0, 10),
             &t,
@@ -597,15 +617,22 @@ mod tests {
         );
         let held = tenth.unwrap().over_until;
         let mut next = counts;
-        let refusal = exact(&mut next, &sketched(1, 0, 11), &recount(1, 0, 11), &t, None);
+        let refusal = exact(
+            &mut next,
+            0,
+            &sketched(1, 0, 11),
+            &recount(1, 0, 11),
+            &t,
+            None,
+        );
         assert_eq!(held, refusal.unwrap_err().over_until);
         assert!(held.is_some());
 
         let mut counts = promoted(&sketched(1, 0, 1), &recount(1, 0, 1), Some(0));
         counts.rate.count(9);
-        counts.inflight.tracked = 3;
         let full = exact(
             &mut counts,
+            3,
             &sketched(4, 0, 10),
             &recount(4, 0, 10),
             &t,
@@ -625,18 +652,36 @@ mod tests {
             ..sketched(inflight, 0, curr)
         };
         let mut counts = promoted(&sketched(1, 0, 1), &recount(1, 0, 1), Some(0));
-        let admitted = exact(&mut counts, &costly(3, 3, 3), &recount(3, 0, 3), &t, None);
-        assert!(admitted.is_ok(), "3 of 4 and 3 of 10");
-        assert_eq!(
-            (counts.inflight.tracked, counts.rate.bound(7)),
-            (3, Some(3))
+        let admitted = exact(
+            &mut counts,
+            0,
+            &costly(3, 3, 3),
+            &recount(3, 0, 3),
+            &t,
+            None,
         );
-        let refusal = exact(&mut counts, &costly(5, 5, 2), &recount(5, 0, 5), &t, None);
+        assert!(admitted.is_ok(), "3 of 4 and 3 of 10");
+        assert!(admitted.unwrap().tracked, "its 3 units are tracked");
+        assert_eq!(counts.rate.bound(7), Some(3));
+        let refusal = exact(
+            &mut counts,
+            3,
+            &costly(5, 5, 2),
+            &recount(5, 0, 5),
+            &t,
+            None,
+        );
         let rejected = refusal.unwrap_err().rejected;
         assert_eq!((rejected.reason, rejected.estimate), (Reason::Inflight, 5));
-        counts.inflight.tracked = 0;
         counts.rate.count(4);
-        let refusal = exact(&mut counts, &costly(4, 11, 4), &recount(4, 0, 11), &t, None);
+        let refusal = exact(
+            &mut counts,
+            0,
+            &costly(4, 11, 4),
+            &recount(4, 0, 11),
+            &t,
+            None,
+        );
         let refusal = refusal.unwrap_err();
         assert_eq!(refusal.rejected.reason, Reason::Rate);
         assert_eq!(
@@ -674,7 +719,7 @@ mod tests {
             cost: 4,
             ..sketched(4, 0, 4)
         };
-        let refusal = exact(&mut counts, &s, &recount(4, 0, 4), &t, None).unwrap_err();
+        let refusal = exact(&mut counts, 0, &s, &recount(4, 0, 4), &t, None).unwrap_err();
         assert_eq!(refusal.rejected.reason, Reason::Rate);
         assert_eq!(refusal.rejected.limit, 3, "the share: 10 over 4 nodes");
         assert_eq!(refusal.rejected.retry_after, None);
@@ -689,7 +734,14 @@ mod tests {
         let t = thresholds();
         let mut counts = promoted(&sketched(1, 0, 1), &recount(1, 0, 1), Some(0));
         counts.rate.roll_to(8);
-        let admitted = exact(&mut counts, &sketched(1, 0, 1), &recount(1, 0, 1), &t, None);
+        let admitted = exact(
+            &mut counts,
+            0,
+            &sketched(1, 0, 1),
+            &recount(1, 0, 1),
+            &t,
+            None,
+        );
         assert_eq!(
             admitted.unwrap().window,
             Some(8),

@@ -59,7 +59,7 @@ impl<K> Shared<K> {
         let stats = self.stats();
         let saturation = |noise: Option<f64>, at: Option<f64>| Some(noise? / at?);
         let (mut learning, mut learning_held) = (0, 0);
-        self.exact.for_each(|entry, _| {
+        self.exact.for_each(|entry, _, _| {
             let entry = &entry.state;
             if let Some((limit, ceiling)) = self.learnt_limit(entry).zip(entry.thresholds.inflight)
             {
@@ -104,7 +104,8 @@ where
         let s = &*self.shared;
         let hash = s.sketches.hash(key);
         s.exact.with_entry(key, hash, |entry| {
-            decision::estimate(&s.sketches.reread(hash), entry.map(|e| &e.state.counts))
+            let counts = entry.map(|(e, tracked)| (&e.state.counts, tracked as isize));
+            decision::estimate(&s.sketches.reread(hash), counts)
         })
     }
 
@@ -134,7 +135,7 @@ where
             .map(|t| t.limit.clamp(0, u32::MAX as isize) as u32);
         let hash = s.sketches.hash(key);
         let learnt = s.exact.with_entry(key, hash, |entry| {
-            entry.and_then(|e| s.learnt_limit(&e.state))
+            entry.and_then(|(e, _)| s.learnt_limit(&e.state))
         });
         learnt.or(configured)
     }
@@ -179,10 +180,11 @@ where
         let s = &*self.shared;
         let mut hitters = Vec::new();
         let mut held = std::collections::HashSet::new();
-        s.exact.for_each(|entry, line| {
+        s.exact.for_each(|entry, tracked, line| {
             let now = s.sketches.reread(entry.hash);
             let state = &entry.state;
-            let (inflight, rate) = decision::figures(&now, Some(&state.counts));
+            let counts = (&state.counts, tracked as isize);
+            let (inflight, rate) = decision::figures(&now, Some(counts));
             held.insert(entry.hash);
             let ceiling = state.thresholds.inflight.map(|t| reported(t.limit));
             let inflight_limit = match (s.learnt_limit(state), ceiling) {

@@ -6,9 +6,9 @@ use std::hash::Hash;
 
 use super::adaptive::Completion;
 use super::decision::{self, Refusal};
-use super::exact::{self, Place};
+use super::exact::{self, GivenBack, Locked, Place};
 use super::key_lines::{spread, KeyLine};
-use super::limits::Thresholds;
+use super::limits::{InflightThreshold, Thresholds};
 use super::overlimit::{cost_mix, OverLimit};
 use super::promoted::Promoted;
 use super::proof;
@@ -320,7 +320,7 @@ where
         }
         let ticket = Ticket {
             hash: sketched.hash,
-            held: Held::of(exact.map(|e| (e.generation, e.admitted_at)), cost),
+            held: Held::of(exact.map(|e| (e.generation, e.way, e.admitted_at)), cost),
         };
         let window = match exact {
             Some(exact) => exact.window,
@@ -385,10 +385,11 @@ where
                 // from it: demote the key. Cool by the sketches now, this request included:
                 // its own count may be from before the key was hot (its thread held up
                 // between counting and this lock), and would demote a key still hot.
+                let tracked = held.in_flight() as isize;
                 let cool = !hot
                     && held.entry().is_some_and(|e| {
                         let now = self.sketches.reread_in(s);
-                        decision::is_cool(&e.state.counts, &now, s.cost, t)
+                        decision::is_cool(&e.state.counts, tracked, &now, s.cost, t)
                             && self.may_leave(&e.state)
                     });
                 if cool {
@@ -420,7 +421,8 @@ where
                 }
             }
         };
-        let Some(entry) = held.decided() else {
+        let way = held.way();
+        let Some(Locked { entry, units }) = held.decided() else {
             return decision::alone(s, t).map(|()| None); // unreachable: a held place has its entry
         };
         let generation = entry.generation;
@@ -430,6 +432,10 @@ where
         // A run of refusals the cache answered since the key's last admission is counted
         // before a deadline of this decision replaces the one they were refused on.
         entry.settle(line);
+        // The sketches read again, then the key's units in flight: in that order, a release
+        // without the lock is never counted gone from the sketches and still in the units
+        // (see `InflightCount::rebase`).
+        let now = self.sketches.recount(s);
         // A key learning its in-flight limit is judged by the learnt one too, and its
         // admissions timed.
         let learnt = self
@@ -437,16 +443,19 @@ where
             .as_ref()
             .zip(t.inflight)
             .and_then(|(config, ceiling)| {
+                let tracked = Self::watched_in_flight(entry, units, s.cost, &ceiling);
                 let learning = &mut entry.learning;
-                learning.judge(config, &ceiling, &entry.counts, s.cost, &self.time)
+                learning.judge(config, &ceiling, &entry.counts, tracked, s.cost, &self.time)
             })
             .map(|limit| Thresholds::with_inflight_limit(t, limit));
         let judged = learnt.as_ref().unwrap_or(t);
-        let tracked = entry.counts.inflight.tracked;
-        let now = self.sketches.recount(s);
+        let tracked = units.in_flight() as isize;
         let near = Tally::ON.then_some(NEAR_LIMIT);
-        match decision::exact(&mut entry.counts, s, &now, judged, near) {
+        match decision::exact(&mut entry.counts, tracked, s, &now, judged, near) {
             Ok(admitted) => {
+                if admitted.tracked {
+                    units.add(s.cost as u32);
+                }
                 if admitted.near {
                     self.tally.near();
                 }
@@ -471,6 +480,7 @@ where
                 }
                 Ok(Some(CountedExactly {
                     generation,
+                    way,
                     window: admitted.window,
                     admitted_at,
                 }))
@@ -492,11 +502,12 @@ where
     }
 }
 
-/// An admission the exact stage counted: by the entry of `generation`, its rate units in
-/// `window`; when, if its key was learning its in-flight limit (0 if not).
+/// An admission the exact stage counted: by the entry of `generation` in way `way` of its set,
+/// its rate units in `window`; when, if its key was learning its in-flight limit (0 if not).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct CountedExactly {
-    generation: u64,
+    generation: u32,
+    way: u8,
     window: Option<u64>,
     admitted_at: u64,
 }
@@ -551,37 +562,36 @@ impl<K> Shared<K> {
         let units = match ticket.held {
             Held::Exact {
                 generation,
+                way,
                 cost,
                 outcome,
                 measured,
                 admitted_at,
             } => {
-                // Room a learnt limit gained with this completion, beyond its own units.
-                let mut rise = 0;
                 let completion = Completion {
                     cost,
                     outcome,
                     measured,
                     admitted_at,
                 };
-                // The sketch's count is given back under the set's lock, together with the
-                // entry's, so that a rebase under the lock never sees the sketch without this
-                // permit while `tracked` still counts it (which would lower `base` below the
-                // truth for good). The entry is demoted if it has cooled down after.
-                self.exact.update_or_leave(
-                    hash,
-                    generation,
-                    |entry| {
+                // Room a learnt limit gained with this completion, beyond its own units.
+                let rise = match self.exact.give_back(hash, way, generation, cost) {
+                    GivenBack::Done { left } => {
+                        // The entry's units first, then the sketch's (see
+                        // `InflightCount::rebase`).
                         self.sketches.release(hash, cost);
-                        let Some(entry) = entry else { return false };
-                        let promoted = &mut entry.state;
-                        let tracked = promoted.counts.inflight.tracked;
-                        promoted.counts.inflight.tracked -= cost as isize;
-                        rise = self.completed(promoted, tracked, completion);
-                        self.is_cool(entry.hash, promoted)
-                    },
-                    || self.now(),
-                );
+                        if left == 0 {
+                            self.leave_if_cool(hash, way, generation);
+                        }
+                        0
+                    }
+                    // Counted by an entry that left: its units left with it.
+                    GivenBack::Gone => {
+                        self.sketches.release(hash, cost);
+                        0
+                    }
+                    GivenBack::Watched => self.release_watched(hash, way, generation, completion),
+                };
                 cost.saturating_add(rise)
             }
             Held::Sketch { cost } => {
@@ -592,6 +602,74 @@ impl<K> Shared<K> {
         };
         // After the count is given back: the release's half of the wake-up handshake.
         self.waiters.released(hash, units);
+    }
+
+    /// Takes the entry of `hash`, `generation` and `way`, with nothing in flight now, out of the
+    /// exact stage if it has cooled down: under its set's lock, the one release of a key that
+    /// takes it without being watched.
+    #[cold]
+    fn leave_if_cool(&self, hash: u64, way: u8, generation: u32) {
+        self.exact.update_or_leave(
+            hash,
+            way,
+            generation,
+            |locked| {
+                locked.is_some_and(|Locked { entry, units }| {
+                    self.is_cool(entry.hash, &entry.state, units.in_flight())
+                })
+            },
+            || self.now(),
+        );
+    }
+
+    /// The release of a permit whose key's place is watched (it is learning its in-flight
+    /// limit): under the set's lock, its units given back there, then the sketch's, and the
+    /// learner told of its `completion` with the units in flight before it. The entry leaves
+    /// if it has cooled down after. Returns the room the learnt limit gained.
+    #[cold]
+    fn release_watched(&self, hash: u64, way: u8, generation: u32, completion: Completion) -> u32 {
+        let cost = completion.cost;
+        let mut rise = 0;
+        self.exact.update_or_leave(
+            hash,
+            way,
+            generation,
+            |locked| {
+                let Some(Locked { entry, units }) = locked else {
+                    // Gone since: its units left with it.
+                    self.sketches.release(hash, cost);
+                    return false;
+                };
+                let tracked = units.give_back(cost);
+                self.sketches.release(hash, cost);
+                let promoted = &mut entry.state;
+                rise = self.completed(promoted, tracked as isize, completion);
+                // A learner that rests lets its key's releases go without the lock again.
+                units.watch(promoted.learning.is_active());
+                self.is_cool(entry.hash, promoted, units.in_flight())
+            },
+            || self.now(),
+        );
+        rise
+    }
+
+    /// The units in flight of a promoted key `entry` for its learner, before a request of
+    /// `cost` units judged under `ceiling`: a key that learns, or starts to with this request,
+    /// is watched first, so that each release after is made under the lock and told to its
+    /// learner, and the units read after the watch are exact for it (see the exact stage's
+    /// `inflight_word.rs`).
+    fn watched_in_flight(
+        entry: &Promoted,
+        units: exact::Units<'_>,
+        cost: isize,
+        ceiling: &InflightThreshold,
+    ) -> isize {
+        let tracked = units.in_flight() as isize;
+        if !entry.learning.takes(tracked, cost, ceiling) {
+            return tracked;
+        }
+        units.watch(true);
+        units.in_flight() as isize
     }
 
     /// Takes back the rate units a promoted key's entry counted for an admission (`ticket`,
@@ -641,11 +719,13 @@ impl<K> Shared<K> {
             .completed(config, ceiling, tracked, completion, &self.time)
     }
 
-    /// Whether a promoted key of hash `hash` has cooled down, by the sketches now and its last
-    /// thresholds.
-    pub(super) fn is_cool(&self, hash: u64, entry: &Promoted) -> bool {
+    /// Whether a promoted key of hash `hash`, `tracked` units in flight, has cooled down, by
+    /// the sketches now and its last thresholds.
+    pub(super) fn is_cool(&self, hash: u64, entry: &Promoted, tracked: u32) -> bool {
         let now = self.sketches.reread(hash);
-        decision::is_cool(&entry.counts, &now, 0, &entry.thresholds) && self.may_leave(entry)
+        let tracked = tracked as isize;
+        decision::is_cool(&entry.counts, tracked, &now, 0, &entry.thresholds)
+            && self.may_leave(entry)
     }
 
     /// Whether a cooled entry may leave the exact stage (see `Learning::may_leave`).

@@ -58,10 +58,6 @@ impl Promoted {
 }
 
 impl Tenant for Promoted {
-    fn in_flight(&self) -> u64 {
-        u64::try_from(self.counts.inflight.tracked).unwrap_or(0)
-    }
-
     fn kept_until(&self) -> u64 {
         self.over_until
     }

@@ -2,7 +2,7 @@
 
 use std::sync::Weak;
 
-use super::exact::Entry;
+use super::exact::Locked;
 use super::promoted::Promoted;
 use super::shared::Shared;
 use super::tally::Tally;
@@ -47,9 +47,9 @@ impl<K> Shared<K> {
         // The runs of refusals the over-limit cache answered for each entry are counted
         // before the cache's own sweep clears the deadlines that passed.
         self.exact.sweep(
-            |entry: &mut Entry<K, Promoted>, line| {
+            |Locked { entry, units }: Locked<'_, K, Promoted>, line| {
                 entry.state.settle(line);
-                self.is_cool(entry.hash, &entry.state)
+                self.is_cool(entry.hash, &entry.state, units.in_flight())
             },
             || self.now(),
         );

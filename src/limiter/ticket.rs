@@ -22,14 +22,16 @@ pub(crate) struct Receipt {
 pub(super) enum Held {
     /// In the sketch.
     Sketch { cost: u32 },
-    /// In the exact stage, by the entry of this generation (which counted its rate units too,
+    /// In the exact stage, by the entry of this generation in this way of its set (which
+    /// counted its rate units too,
     /// if the limiter counts a rate); `outcome`: what its origin answered, as recorded
     /// ([`Permit::record`](super::Permit::record)); `measured`: whether its time says anything of its origin (not
     /// for an admission another key's refusal took back); `admitted_at`: when it was admitted
     /// (the limiter's clock, in nanoseconds) if its key was learning its in-flight limit then,
     /// or 0. For a learnt in-flight limit, which takes each request's latency from them.
     Exact {
-        generation: u64,
+        generation: u32,
+        way: u8,
         cost: u32,
         outcome: Outcome,
         measured: bool,
@@ -60,13 +62,14 @@ pub(super) fn shadow_admission<P>(
 }
 
 impl Held {
-    /// An admission's `cost` units: in the exact stage by entry `generation` (admitted at
-    /// `admitted_at` if its key is learning, or 0), or in the sketch.
+    /// An admission's `cost` units: in the exact stage by the entry of `generation` in `way`
+    /// (admitted at `admitted_at` if its key is learning, or 0), or in the sketch.
     #[inline]
-    pub(super) fn of(exact: Option<(u64, u64)>, cost: u32) -> Self {
+    pub(super) fn of(exact: Option<(u32, u8, u64)>, cost: u32) -> Self {
         match exact {
-            Some((generation, admitted_at)) => Held::Exact {
+            Some((generation, way, admitted_at)) => Held::Exact {
                 generation,
+                way,
                 cost,
                 outcome: Outcome::Success,
                 measured: true,

@@ -17,9 +17,10 @@ use crate::limiter::limits::InflightThreshold;
 pub(crate) struct Learning(Option<Box<Learner>>);
 
 impl Learning {
-    /// The in-flight limit a request of `cost` units of a key with `counts` is judged by under
-    /// `ceiling` (its configured limit), if the key learns it: it starts learning once its
-    /// requests in flight counted here reach their promotion threshold (see [`starts`]), and
+    /// The in-flight limit a request of `cost` units of a key with `counts` (`tracked` units
+    /// in flight in its place) is judged by under `ceiling` (its configured limit), if the key
+    /// learns it: it starts learning once its requests in flight counted here reach their
+    /// promotion threshold (see [`starts`]), and
     /// a learner at rest wakes then, keeping the no-load latency it measured. The clock is
     /// read here only when a learner starts or wakes (precise), and for a stall (coarse: a
     /// stall is seconds).
@@ -28,15 +29,15 @@ impl Learning {
         config: &AdaptiveInflight,
         ceiling: &InflightThreshold,
         counts: &Counts,
+        tracked: isize,
         cost: isize,
         time: &TimeSource,
     ) -> Option<isize> {
         let learning = self.is_active();
-        if !starts(learning, counts, cost, ceiling) {
+        if !starts(learning, tracked, cost, ceiling) {
             return None;
         }
-        let inflight = counts.inflight.bound().saturating_add(cost);
-        let tracked = counts.inflight.tracked;
+        let inflight = counts.inflight.bound(tracked).saturating_add(cost);
         match self.0.as_deref_mut() {
             Some(_) if learning => {}
             Some(learner) => learner.wake(ceiling.limit, tracked, time.precise(), config),
@@ -121,19 +122,26 @@ impl Learning {
         Some(learner.limit(config, ceiling))
     }
 
-    /// Whether the key is learning now (not at rest, nor never started).
-    fn is_active(&self) -> bool {
+    /// Whether a request of `cost` units, `tracked` units in flight before it, goes to a
+    /// learner under `ceiling`: see [`starts`].
+    pub(crate) fn takes(&self, tracked: isize, cost: isize, ceiling: &InflightThreshold) -> bool {
+        starts(self.is_active(), tracked, cost, ceiling)
+    }
+
+    /// Whether the key is learning now (not at rest, nor never started): then each of its
+    /// completions is to be told to [`completed`](Self::completed).
+    pub(crate) fn is_active(&self) -> bool {
         self.0.as_deref().is_some_and(Learner::is_active)
     }
 }
 
-/// Whether the request being judged (`cost` units) for a promoted key of `counts` goes to a
-/// learner: the key has one already (`learning`), or its requests in flight counted here
+/// Whether the request being judged (`cost` units) for a promoted key with `tracked` units in
+/// flight goes to a learner: the key has one already (`learning`), or its requests in flight counted here
 /// (exactly: not the bound, which holds a sketch estimate that other keys' counts can
 /// inflate), with this one, reach its promotion threshold (`ceiling.promote_at`) and it
 /// starts one. A key promoted for its rate whose in flight stays low is judged as usual, and
 /// reads no clock.
 #[inline]
-fn starts(learning: bool, counts: &Counts, cost: isize, ceiling: &InflightThreshold) -> bool {
-    learning || counts.inflight.tracked.saturating_add(cost) >= ceiling.promote_at
+fn starts(learning: bool, tracked: isize, cost: isize, ceiling: &InflightThreshold) -> bool {
+    learning || tracked.saturating_add(cost) >= ceiling.promote_at
 }

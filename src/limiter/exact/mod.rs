@@ -22,6 +22,12 @@
 //!   so every operation looks at one set: O(`WAYS`), never a scan of the stage, and nothing
 //!   is allocated once a way has held a key (its key's buffer is reused through
 //!   `ToOwned::clone_into`).
+//! - Beside each set's lock, outside it, one word per way: the units its entry holds in
+//!   flight, with the entry's generation (`inflight_word.rs`). Admissions add to it under the
+//!   lock; a permit gives its units back without the lock ([`ExactStage::give_back`]), and
+//!   takes it only when the count reaches 0 (the key may have cooled down and leave) or the
+//!   place is watched (its key is learning its in-flight limit, and its learner is told of
+//!   each completion).
 //! - Both take their index from [`spread`], a mix of the key's hash that is independent of
 //!   the bits the sketches take for their columns.
 //! - The stage is storage: what it keeps of a key is its place (key, hash, generation, the
@@ -57,6 +63,12 @@
 //! set's lock) and replace at most one entry of their set. Everything else runs on the clock's thread in [`ExactStage::sweep`], once an
 //! epoch: it starts the next epoch and demotes every entry that has cooled down.
 //!
+//! # Without the lock
+//!
+//! A release takes no lock unless its key's count in flight reaches 0 or its place is
+//! watched: a key with requests in flight throughout (what makes an in-flight limit matter)
+//! gives them back lock-free. Its admission still takes the lock.
+//!
 //! # The promotion handshake
 //!
 //! A request increments the sketch and then loads the filter; a promotion increments the
@@ -64,6 +76,7 @@
 //! are, see the `counter` module), so in their total order one of the two sides comes second:
 //! either the request sees the key as promoted and is counted here, or `p` includes it.
 
+mod inflight_word;
 mod set;
 mod tenant;
 
@@ -74,6 +87,8 @@ use crossbeam_utils::CachePadded;
 use crate::sync::{lock, AtomicU64, AtomicU8, Mutex, MutexGuard, Ordering};
 
 use super::key_lines::{spread, KeyLine, KeyLines};
+pub(crate) use inflight_word::GivenBack;
+use inflight_word::InflightWord;
 use set::Set;
 pub(crate) use set::{Departed, Entry, Hits, WAYS};
 pub(crate) use tenant::Tenant;
@@ -105,8 +120,13 @@ struct Counters {
     locks: CachePadded<AtomicU64>,
 }
 
-/// A set behind its own lock, on cache lines of its own.
-type LockedSet<K, V> = CachePadded<Mutex<Set<K, V>>>;
+/// A set behind its own lock, on cache lines of its own, and its ways' units in flight
+/// outside the lock, on lines of their own (16 words: two lines), which a release writes
+/// without the lock.
+struct LockedSet<K, V> {
+    set: CachePadded<Mutex<Set<K, V>>>,
+    units: CachePadded<[InflightWord; WAYS]>,
+}
 
 /// The filter and the sets, of keys `K` whose tenants are `V`.
 pub(crate) struct ExactStage<K, V> {
@@ -130,7 +150,10 @@ impl<K, V: Tenant> ExactStage<K, V> {
         ExactStage {
             lines: KeyLines::new(sets * WAYS),
             sets: (0..sets)
-                .map(|_| CachePadded::new(Mutex::new(Set::new())))
+                .map(|_| LockedSet {
+                    set: CachePadded::new(Mutex::new(Set::new())),
+                    units: CachePadded::new(Default::default()),
+                })
                 .collect(),
             epoch: AtomicU64::new(0),
             counters: Counters::default(),
@@ -179,11 +202,26 @@ impl<K, V: Tenant> ExactStage<K, V> {
         (((spread >> 32) * sets as u64) >> 32) as usize
     }
 
-    /// Locks the set of `hash`.
-    fn set(&self, hash: u64) -> MutexGuard<'_, Set<K, V>> {
+    /// The set of `hash`, and its ways' words.
+    fn locked_set(&self, hash: u64) -> &LockedSet<K, V> {
+        &self.sets[Self::set_index(spread(hash), self.sets.len())]
+    }
+
+    /// Locks the set of `hash`; returns it with its ways' words.
+    fn set(&self, hash: u64) -> (MutexGuard<'_, Set<K, V>>, &[InflightWord; WAYS]) {
         #[cfg(feature = "fault-injection")]
         self.counters.locks.fetch_add(1, Ordering::Relaxed);
-        lock(&self.sets[Self::set_index(spread(hash), self.sets.len())])
+        let locked = self.locked_set(hash);
+        (lock(&locked.set), &locked.units)
+    }
+
+    /// Gives back, without the lock, `cost` units in flight that the entry of `hash` and
+    /// `generation`, in way `way`, counted (see [`GivenBack`]).
+    pub(crate) fn give_back(&self, hash: u64, way: u8, generation: u32, cost: u32) -> GivenBack {
+        match self.locked_set(hash).units.get(usize::from(way)) {
+            Some(units) => units.give_back(generation, cost),
+            None => GivenBack::Gone,
+        }
     }
 
     /// The stage's place for `key` (of hash `hash`), its set locked until the place is
@@ -195,12 +233,13 @@ impl<K, V: Tenant> ExactStage<K, V> {
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        let mut set = self.set(hash);
+        let (mut set, units) = self.set(hash);
         let epoch = self.epoch.load(Ordering::Relaxed);
         match set.find(hash) {
             Some(way) if set.get(way).is_some_and(|e| e.key.borrow() == key) => Place::Held(Held {
                 stage: self,
                 set,
+                units,
                 way,
                 epoch,
                 at,
@@ -213,6 +252,7 @@ impl<K, V: Tenant> ExactStage<K, V> {
             None => Place::Free(Free {
                 stage: self,
                 set,
+                units,
                 epoch,
                 at,
             }),
@@ -225,6 +265,7 @@ impl<K, V: Tenant> ExactStage<K, V> {
     fn place_for(
         &self,
         set: &mut Set<K, V>,
+        units: &[InflightWord; WAYS],
         hash: u64,
         epoch: u64,
         now: u64,
@@ -233,45 +274,54 @@ impl<K, V: Tenant> ExactStage<K, V> {
             return Some((way, 0));
         }
         let knocks = set.knock(spread(hash), epoch);
-        let (way, evidence) = set.weakest(epoch, now)?;
+        let (way, evidence) = set.weakest(epoch, now, units)?;
         if u64::from(knocks) <= evidence {
             return None;
         }
-        self.leave(set, way, now);
+        self.leave(set, units, way, now);
         self.counters.replaced.fetch_add(1, Ordering::Relaxed);
         Some((way, knocks))
     }
 
-    /// Runs `f` under the set's lock of `hash` with the entry of generation `generation`, or
-    /// `None` if that entry is gone (demoted, maybe promoted again since: a permit it counted
-    /// is not the new entry's). The entry leaves the stage at `now()` if `f` says so.
+    /// Runs `f` under the set's lock of `hash` with the entry of generation `generation` in
+    /// way `way`, or `None` if that entry is gone (demoted, maybe promoted again since: a
+    /// permit it counted is not the new entry's). The entry leaves the stage at `now()` if
+    /// `f` says so.
     pub(crate) fn update_or_leave(
         &self,
         hash: u64,
-        generation: u64,
-        f: impl FnOnce(Option<&mut Entry<K, V>>) -> bool,
+        way: u8,
+        generation: u32,
+        f: impl FnOnce(Option<Locked<'_, K, V>>) -> bool,
         now: impl FnOnce() -> u64,
     ) {
-        let mut set = self.set(hash);
-        let way = set
-            .find(hash)
-            .filter(|&way| set.get(way).is_some_and(|e| e.generation == generation));
-        let entry = way.and_then(|way| set.get_mut(way));
-        if f(entry) {
-            if let Some(way) = way {
-                self.leave(&mut set, way, now());
-            }
+        let (mut set, units) = self.set(hash);
+        let way = usize::from(way);
+        let found = set
+            .get(way)
+            .is_some_and(|e| e.hash == hash && e.generation == generation);
+        let locked = found
+            .then(|| set.get_mut(way))
+            .flatten()
+            .map(|entry| Locked {
+                units: Units::of(&units[way], entry),
+                entry,
+            });
+        if f(locked) && found {
+            self.leave(&mut set, units, way, now());
         }
     }
 
     /// Takes the entry of `way` out of the stage at `at`, its tenant told first; records the
-    /// loss, and clears its filter cell.
-    fn leave(&self, set: &mut Set<K, V>, way: usize, at: u64) {
+    /// loss, empties its word (the permits it counted give back nothing to it now), and clears
+    /// its filter cell.
+    fn leave(&self, set: &mut Set<K, V>, units: &[InflightWord; WAYS], way: usize, at: u64) {
         if let Some(entry) = set.get_mut(way) {
             let line = self.lines.key_line(spread(entry.hash));
             entry.state.leaving(line);
         }
         if let Some(hash) = set.vacate(way, at) {
+            units[way].reset(0);
             set.lost(hash, at);
             self.unflag(hash);
         }
@@ -282,31 +332,35 @@ impl<K, V: Tenant> ExactStage<K, V> {
     /// Takes each set's lock in turn, briefly.
     pub(crate) fn sweep(
         &self,
-        mut visit: impl FnMut(&mut Entry<K, V>, KeyLine<'_>) -> bool,
+        mut visit: impl FnMut(Locked<'_, K, V>, KeyLine<'_>) -> bool,
         now: impl Fn() -> u64,
     ) {
         self.epoch.fetch_add(1, Ordering::Relaxed);
-        for set in self.sets.iter() {
-            let mut set = lock(set);
+        for locked in self.sets.iter() {
+            let (mut set, units) = (lock(&locked.set), &locked.units);
             for way in 0..WAYS {
                 let Some(entry) = set.get_mut(way) else {
                     continue;
                 };
                 let line = self.lines.key_line(spread(entry.hash));
                 // Under the lock, after every admission the entry counted.
+                let entry = Locked {
+                    units: Units::of(&units[way], entry),
+                    entry,
+                };
                 if visit(entry, line) {
-                    self.leave(&mut set, way, now());
+                    self.leave(&mut set, units, way, now());
                 }
             }
         }
     }
 
-    /// Calls `f` with the key's entry, if it is promoted.
+    /// Calls `f` with the key's entry and its units in flight, if it is promoted.
     pub(crate) fn with_entry<Q, R>(
         &self,
         key: &Q,
         hash: u64,
-        f: impl FnOnce(Option<&Entry<K, V>>) -> R,
+        f: impl FnOnce(Option<(&Entry<K, V>, u32)>) -> R,
     ) -> R
     where
         K: Borrow<Q>,
@@ -315,28 +369,31 @@ impl<K, V: Tenant> ExactStage<K, V> {
         if !flagged(self.lines.key_line(spread(hash))) {
             return f(None);
         }
-        let set = self.set(hash);
-        let entry = set
-            .find(hash)
-            .and_then(|way| set.get(way))
-            .filter(|e| e.key.borrow() == key);
+        let (set, units) = self.set(hash);
+        let entry = set.find(hash).and_then(|way| {
+            let entry = set.get(way).filter(|e| e.key.borrow() == key)?;
+            Some((entry, units[way].units(entry.generation)))
+        });
         f(entry)
     }
 
     /// Calls `f` on what is left of every key that left the stage and whose place has not
     /// been taken since, one set locked at a time, for reports.
     pub(crate) fn for_each_departed(&self, mut f: impl FnMut(&Departed<K>)) {
-        for set in self.sets.iter() {
-            lock(set).departed().for_each(&mut f);
+        for locked in self.sets.iter() {
+            lock(&locked.set).departed().for_each(&mut f);
         }
     }
 
-    /// Calls `f` on every entry with its key's line, one set locked at a time, for reports.
-    pub(crate) fn for_each(&self, mut f: impl FnMut(&Entry<K, V>, KeyLine<'_>)) {
-        for set in self.sets.iter() {
-            let set = lock(set);
-            for entry in (0..WAYS).filter_map(|way| set.get(way)) {
-                f(entry, self.lines.key_line(spread(entry.hash)));
+    /// Calls `f` on every entry with its units in flight and its key's line, one set locked at
+    /// a time, for reports.
+    pub(crate) fn for_each(&self, mut f: impl FnMut(&Entry<K, V>, u32, KeyLine<'_>)) {
+        for locked in self.sets.iter() {
+            let set = lock(&locked.set);
+            for way in 0..WAYS {
+                let Some(entry) = set.get(way) else { continue };
+                let in_flight = locked.units[way].units(entry.generation);
+                f(entry, in_flight, self.lines.key_line(spread(entry.hash)));
             }
         }
     }
@@ -348,10 +405,10 @@ impl<K, V: Tenant> ExactStage<K, V> {
     pub(crate) fn update(
         &self,
         hash: u64,
-        generation: u64,
+        generation: u32,
         f: impl FnOnce(&mut Entry<K, V>, KeyLine<'_>),
     ) {
-        let mut set = self.set(hash);
+        let (mut set, _) = self.set(hash);
         let Some(way) = set.find(hash) else { return };
         if let Some(entry) = set.get_mut(way).filter(|e| e.generation == generation) {
             f(entry, self.lines.key_line(spread(hash)));
@@ -361,7 +418,7 @@ impl<K, V: Tenant> ExactStage<K, V> {
     /// Keys promoted now.
     pub(crate) fn len(&self) -> usize {
         let mut len = 0;
-        self.for_each(|_, _| len += 1);
+        self.for_each(|_, _, _| len += 1);
         len
     }
 
@@ -406,10 +463,56 @@ pub(crate) enum Place<'a, K, V> {
     Twin,
 }
 
+/// An entry under its set's lock, with its units in flight.
+pub(crate) struct Locked<'a, K, V> {
+    pub(crate) entry: &'a mut Entry<K, V>,
+    pub(crate) units: Units<'a>,
+}
+
+/// An entry's units in flight, in its place's word, while its set is locked.
+#[derive(Clone, Copy)]
+pub(crate) struct Units<'a> {
+    word: &'a InflightWord,
+    generation: u32,
+}
+
+impl<'a> Units<'a> {
+    fn of<K, V>(word: &'a InflightWord, entry: &Entry<K, V>) -> Self {
+        Units {
+            word,
+            generation: entry.generation,
+        }
+    }
+
+    /// The units in flight now (a release may lower them meanwhile, without the lock).
+    pub(crate) fn in_flight(self) -> u32 {
+        self.word.units(self.generation)
+    }
+
+    /// Counts `cost` units more in flight, for an admission decided under the lock.
+    pub(crate) fn add(self, cost: u32) {
+        self.word.add(cost);
+    }
+
+    /// Gives back `cost` units, watched or not; returns those counted before them.
+    pub(crate) fn give_back(self, cost: u32) -> u32 {
+        self.word
+            .give_back_locked(self.generation, cost)
+            .unwrap_or(0)
+    }
+
+    /// Sets or clears the watch: while it is set, every release of these units takes the
+    /// lock.
+    pub(crate) fn watch(self, watched: bool) {
+        self.word.watch(watched);
+    }
+}
+
 /// A promoted key's entry, its set locked.
 pub(crate) struct Held<'a, K, V> {
     stage: &'a ExactStage<K, V>,
     set: MutexGuard<'a, Set<K, V>>,
+    units: &'a [InflightWord; WAYS],
     way: usize,
     epoch: u64,
     at: u64,
@@ -421,18 +524,34 @@ impl<K, V: Tenant> Held<'_, K, V> {
         self.set.get(self.way)
     }
 
-    /// The entry, for a request decided on it: counted as evidence for its place.
+    /// The entry's units in flight now: see [`Locked::in_flight`].
+    pub(crate) fn in_flight(&self) -> u32 {
+        self.entry()
+            .map_or(0, |e| self.units[self.way].units(e.generation))
+    }
+
+    /// Its way in the set, which a permit it counts keeps, to give its units back.
+    pub(crate) fn way(&self) -> u8 {
+        self.way as u8
+    }
+
+    /// The entry, for a request decided on it (counted as evidence for its place), with its
+    /// units in flight.
     #[inline]
-    pub(crate) fn decided(&mut self) -> Option<&mut Entry<K, V>> {
+    pub(crate) fn decided(&mut self) -> Option<Locked<'_, K, V>> {
         let epoch = self.epoch;
         let entry = self.set.get_mut(self.way)?;
         entry.hits.count(epoch);
-        Some(entry)
+        Some(Locked {
+            units: Units::of(&self.units[self.way], entry),
+            entry,
+        })
     }
 
     /// Takes the key out of the stage (it has cooled down).
     pub(crate) fn demote(mut self) {
-        self.stage.leave(&mut self.set, self.way, self.at);
+        self.stage
+            .leave(&mut self.set, self.units, self.way, self.at);
     }
 }
 
@@ -440,6 +559,7 @@ impl<K, V: Tenant> Held<'_, K, V> {
 pub(crate) struct Free<'a, K, V> {
     stage: &'a ExactStage<K, V>,
     set: MutexGuard<'a, Set<K, V>>,
+    units: &'a [InflightWord; WAYS],
     epoch: u64,
     at: u64,
 }
@@ -462,7 +582,8 @@ impl<'a, K, V: Tenant> Free<'a, K, V> {
         Q: ToOwned<Owned = K> + ?Sized,
     {
         let stage = self.stage;
-        let Some((way, knocks)) = stage.place_for(&mut self.set, hash, self.epoch, self.at) else {
+        let placed = stage.place_for(&mut self.set, self.units, hash, self.epoch, self.at);
+        let Some((way, knocks)) = placed else {
             stage.counters.decided_alone.fetch_add(1, Ordering::Relaxed);
             self.set.lost(hash, self.at);
             return None;
@@ -471,10 +592,14 @@ impl<'a, K, V: Tenant> Free<'a, K, V> {
         stage.counters.promotions.fetch_add(1, Ordering::Relaxed);
         let state = tenant(self.set.kept_since(hash, kept_since));
         let hits = Hits::at_promotion(self.epoch, knocks);
-        self.set.occupy(way, hash, key, state, hits);
+        let generation = self.set.occupy(way, hash, key, state, hits);
+        // After the entry is written; releases of the way's earlier generations find it
+        // changed and give back nothing to it.
+        self.units[way].reset(generation);
         Some(Held {
             stage,
             set: self.set,
+            units: self.units,
             way,
             epoch: self.epoch,
             at: self.at,
@@ -485,9 +610,6 @@ impl<'a, K, V: Tenant> Free<'a, K, V> {
 /// A tenant that holds nothing, for the stage's own tests.
 #[cfg(all(test, not(floodgate_loom)))]
 impl Tenant for () {
-    fn in_flight(&self) -> u64 {
-        0
-    }
     fn kept_until(&self) -> u64 {
         0
     }
@@ -565,7 +687,7 @@ mod tests {
         assert_eq!(stage.capacity(), 112);
         assert_eq!(stage.sets.len(), 7);
         let before = stage.memory_bytes();
-        let mut set = stage.set(0);
+        let (mut set, _) = stage.set(0);
         for way in 0..WAYS {
             let key = way.to_string();
             set.occupy(way, way as u64, key.as_str(), (), Hits::at_promotion(0, 0));

@@ -3,6 +3,7 @@
 
 use std::borrow::Borrow;
 
+use super::inflight_word::{InflightWord, GENERATION_MASK};
 use super::tenant::Tenant;
 use crate::limiter::key_lines::spread;
 use crate::rate::Rolling;
@@ -23,18 +24,19 @@ pub(crate) struct Entry<K, V> {
     pub(crate) key: K,
     pub(crate) hash: u64,
     /// Distinguishes this promotion from earlier ones of the same key, so a permit counted by
-    /// an earlier, demoted entry is not subtracted from this one.
-    pub(crate) generation: u64,
+    /// an earlier, demoted entry is not subtracted from this one (see `inflight_word.rs`).
+    pub(crate) generation: u32,
     /// Requests decided here, per epoch: the entry's evidence for keeping its place.
     pub(crate) hits: Hits,
     pub(crate) state: V,
 }
 
-impl<K, V: Tenant> Entry<K, V> {
+impl<K, V> Entry<K, V> {
     /// What the entry has shown in the current epoch or the last: its requests, whichever
-    /// epoch had more, and what it holds in flight.
-    fn evidence(&self, epoch: u64) -> u64 {
-        u64::from(self.hits.most(epoch)).saturating_add(self.state.in_flight())
+    /// epoch had more, and the units it holds in flight (its place's `units`).
+    fn evidence(&self, epoch: u64, units: &InflightWord) -> u64 {
+        let in_flight = units.units(self.generation);
+        u64::from(self.hits.most(epoch)).saturating_add(u64::from(in_flight))
     }
 }
 
@@ -120,7 +122,8 @@ pub(crate) struct Departed<K> {
 pub(crate) struct Set<K, V> {
     ways: Box<[Way<K, V>]>,
     door: [Knock; DOOR],
-    next_generation: u64,
+    /// The last generation given to an entry, from 1 to `GENERATION_MASK` and round again.
+    next_generation: u32,
     /// The keys of this set lost most recently, each with the latest time (nanoseconds on the
     /// limiter's clock, plus the coarse time's lag) at which it left the stage or was
     /// admitted by the sketch alone while hot: before that, the key, promoted now, may have
@@ -212,13 +215,20 @@ impl<K, V: Tenant> Set<K, V> {
         self.ways.iter().position(|w| w.entry.is_none())
     }
 
-    /// The entry with the least evidence in `epoch`, and that evidence, among those whose
-    /// state does not keep their place at `now` ([`Tenant::kept_until`]).
-    pub(crate) fn weakest(&self, epoch: u64, now: u64) -> Option<(usize, u64)> {
+    /// The entry with the least evidence in `epoch` (its ways' units in flight in `units`),
+    /// and that evidence, among those whose state does not keep their place at `now`
+    /// ([`Tenant::kept_until`]).
+    pub(crate) fn weakest(
+        &self,
+        epoch: u64,
+        now: u64,
+        units: &[InflightWord; WAYS],
+    ) -> Option<(usize, u64)> {
         (0..WAYS)
             .filter_map(|way| {
                 let entry = self.get(way)?;
-                (entry.state.kept_until() <= now).then(|| (way, entry.evidence(epoch)))
+                let evidence = entry.evidence(epoch, &units[way]);
+                (entry.state.kept_until() <= now).then_some((way, evidence))
             })
             .min_by_key(|&(_, evidence)| evidence)
     }
@@ -256,13 +266,13 @@ impl<K, V: Tenant> Set<K, V> {
 
     /// Puts a new entry for `key` in the free way `way`, with the evidence `hits` it showed at
     /// the door (so the entry it replaced cannot take the place straight back), reusing the
-    /// way's key buffer.
-    pub(crate) fn occupy<Q>(&mut self, way: usize, hash: u64, key: &Q, state: V, hits: Hits)
+    /// way's key buffer. Returns the entry's generation.
+    pub(crate) fn occupy<Q>(&mut self, way: usize, hash: u64, key: &Q, state: V, hits: Hits) -> u32
     where
         K: Borrow<Q>,
         Q: ToOwned<Owned = K> + ?Sized,
     {
-        self.next_generation += 1;
+        self.next_generation = self.next_generation % GENERATION_MASK + 1;
         let generation = self.next_generation;
         let spread = spread(hash);
         // In now: its knocks are spent.
@@ -271,7 +281,7 @@ impl<K, V: Tenant> Set<K, V> {
             .filter(|k| k.spread == spread)
             .for_each(|k| k.count = 0);
         let Some(place) = self.ways.get_mut(way) else {
-            return;
+            return generation;
         };
         let key = match place.departed.take() {
             Some(Departed {
@@ -289,6 +299,7 @@ impl<K, V: Tenant> Set<K, V> {
             hits,
             state,
         });
+        generation
     }
 
     /// Removes the entry of `way` at time `at`, keeping its key (the buffer the next entry

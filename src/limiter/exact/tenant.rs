@@ -3,10 +3,9 @@
 use crate::limiter::key_lines::KeyLine;
 
 /// What the limiter keeps for a promoted key, as the stage sees it: the stage decides who
-/// keeps a place by these, and tells the tenant when it leaves.
+/// keeps a place by these, and tells the tenant when it leaves. (Its units in flight, evidence for keeping its place beside its requests, the stage keeps
+/// itself, in a word per place that releases write without the lock.)
 pub(crate) trait Tenant {
-    /// Units it holds in flight: evidence for keeping its place, beside its requests.
-    fn in_flight(&self) -> u64;
     /// Until when (nanoseconds on the limiter's clock) it keeps its place whatever the
     /// evidence: a key over its limit, whose requests something else refuses meanwhile
     /// without coming here.

@@ -25,7 +25,7 @@ where
     }
 
     fn for_each_tracked(&self, bucket: u64, f: &mut dyn FnMut(Tracked<'_>)) {
-        self.exact.for_each(|entry, _| {
+        self.exact.for_each(|entry, _, _| {
             let mut counts = entry.state.counts.rate;
             counts.roll_to(bucket);
             let own = |b: Option<u64>| {
@@ -43,7 +43,7 @@ where
         });
     }
 
-    fn learnt(&self, hash: u64, generation: u64, f: &mut dyn FnMut(&mut FleetView)) {
+    fn learnt(&self, hash: u64, generation: u32, f: &mut dyn FnMut(&mut FleetView)) {
         self.exact.update(hash, generation, |entry, _| {
             f(&mut entry.state.counts.fleet)
         });

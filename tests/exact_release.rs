@@ -1,0 +1,222 @@
+//! A promoted key's permits give their units back without its set's lock, and nothing is lost
+//! or counted twice when they race each other, new admissions, the clock's sweep, and other
+//! keys taking and leaving the key's set.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use floodgate::clock::ManualClock;
+use floodgate::{Limiter, Limits};
+use rand::{Rng, SeedableRng};
+
+/// A key with requests in flight throughout (what makes an in-flight limit matter) gives each
+/// back without a lock; only the release that leaves it nothing in flight takes one, to see
+/// whether the key has cooled down. Before, every release of a promoted key took its set's
+/// lock.
+#[test]
+fn a_promoted_keys_release_takes_no_lock_while_others_are_in_flight() {
+    let clock = ManualClock::new();
+    let limiter: Limiter<String> = Limiter::builder()
+        .max_inflight(8)
+        .clock(&clock)
+        .build()
+        .unwrap();
+    // Four held promote it (at half of 8).
+    let held: Vec<_> = (0..4)
+        .map(|_| limiter.try_acquire("origin").unwrap())
+        .collect();
+    assert_eq!(limiter.stats().promoted, 1);
+    for _ in 0..1_000 {
+        let permit = limiter.try_acquire("origin").unwrap();
+        let locks = limiter.exact_locks_taken();
+        drop(permit);
+        assert_eq!(
+            limiter.exact_locks_taken(),
+            locks,
+            "a release with others in flight took the lock"
+        );
+    }
+    let locks = limiter.exact_locks_taken();
+    drop(held);
+    assert_eq!(
+        limiter.exact_locks_taken(),
+        locks + 1,
+        "the last release looks at the key once"
+    );
+    assert_eq!(limiter.stats().promoted, 0, "cool: it left at its release");
+}
+
+/// A release that finds its key's place given to another key since (the key left, and the
+/// place was taken) gives back nothing to the newcomer: its units left with the entry that
+/// counted them.
+#[test]
+fn a_release_after_its_keys_place_was_taken_leaves_the_newcomers_count_alone() {
+    let clock = ManualClock::new();
+    let limiter: Limiter<String> = Limiter::builder()
+        .max_inflight(4)
+        .sketch(1, 1) // one counter: every key looks as heavy as all of them
+        .exact_capacity(16) // one set
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let old: Vec<_> = (0..2)
+        .map(|_| limiter.try_acquire("old").unwrap())
+        .collect();
+    assert_eq!(limiter.stats().promoted, 1);
+    // Fill the set with keys that hold one request each, and then more keys that knock until
+    // one takes the place of the weakest, which may be "old".
+    let mut others = Vec::new();
+    for i in 0..64 {
+        let key = format!("key-{i}");
+        for _ in 0..6 {
+            if let Ok(p) = limiter.try_acquire(&key) {
+                others.push(p);
+                break;
+            }
+        }
+    }
+    // Whatever happened to "old", its permits give back its own units, no one else's: once
+    // every permit is dropped, every key's count is 0 and each is admitted to its limit again.
+    drop(old);
+    drop(others);
+    clock.advance(Duration::from_secs(5));
+    for key in ["old", "key-0", "key-63"] {
+        let estimate = limiter.estimate(key);
+        assert_eq!(estimate.inflight, Some(0), "{key}");
+        let again: Vec<_> = (0..4).map(|_| limiter.try_acquire(key)).collect();
+        assert!(again.iter().all(Result::is_ok), "{key}: {again:?}");
+    }
+}
+
+/// The property under contention: threads take and give back permits of drawn costs for a
+/// few hot keys of one set, while another thread promotes and demotes keys of the same set
+/// (their places change hands) and the clock sweeps. At every moment each hot key's units held
+/// are within its limit (none admitted past it: no release gave back what it did not count,
+/// none counted in the wrong place), and once all are given back nothing is left counted:
+/// the keys cool down and leave the stage, and each is admitted to its whole limit again.
+#[test]
+fn racing_releases_admissions_and_place_changes_keep_every_hot_key_within_its_limit() {
+    const THREADS: usize = 3;
+    const HOT: u64 = 4;
+    // Entries that lost their place to a key with more evidence, over all seeds.
+    let mut replaced = 0;
+    for seed in 0..6u64 {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0xF100D ^ seed);
+        // Limits over their whole range: 1, small, large, the largest.
+        let limit: u32 = match seed % 4 {
+            0 => 1,
+            1 => rng.gen_range(2..=16),
+            2 => rng.gen_range(17..=100_000),
+            _ => Limits::MAX_LIMIT,
+        };
+        let clock = ManualClock::new();
+        let limiter: Limiter<u64> = Limiter::builder()
+            .max_inflight(limit)
+            .sketch(1, 1)
+            .exact_capacity(16)
+            .clock(&clock)
+            .build()
+            .unwrap();
+        let held: Vec<AtomicI64> = (0..HOT).map(|_| AtomicI64::new(0)).collect();
+        let done = AtomicUsize::new(0);
+        let admitted = AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for t in 0..THREADS {
+                let (limiter, held, admitted, done) = (&limiter, &held, &admitted, &done);
+                let mut rng = rand::rngs::StdRng::seed_from_u64(seed * 31 + t as u64);
+                s.spawn(move || {
+                    let mut permits = Vec::new();
+                    for _ in 0..50_000 {
+                        let key = rng.gen_range(0..HOT);
+                        // Costs from 1 to the whole limit (and past it, refused at once).
+                        let cost = match rng.gen_range(0..8) {
+                            0 => limit,
+                            1 => limit.saturating_add(1),
+                            2 => (limit / 2).max(1),
+                            3 => (limit / 4).max(1),
+                            _ => rng.gen_range(1..=limit.min(4)),
+                        };
+                        let with = limiter.with_limits(Limits::new().max_inflight(limit));
+                        if let Ok(permit) = with.cost(cost).try_acquire(&key) {
+                            let now = held[key as usize]
+                                .fetch_add(i64::from(cost), Ordering::SeqCst)
+                                + i64::from(cost);
+                            assert!(
+                                now <= i64::from(limit),
+                                "key {key}: {now} units held over a limit of {limit}"
+                            );
+                            admitted.fetch_add(1, Ordering::Relaxed);
+                            permits.push((key, cost, permit));
+                        }
+                        if permits.len() > rng.gen_range(0..3) {
+                            let (key, cost, permit) = permits.swap_remove(0);
+                            held[key as usize].fetch_sub(i64::from(cost), Ordering::SeqCst);
+                            drop(permit);
+                        }
+                    }
+                    for (key, cost, permit) in permits {
+                        held[key as usize].fetch_sub(i64::from(cost), Ordering::SeqCst);
+                        drop(permit);
+                    }
+                    done.fetch_add(1, Ordering::Release);
+                });
+            }
+            // Keys come and go in the same set, each holding a request of a quarter of the
+            // limit for a while (on the shared counter, every key looks that heavy at least),
+            // and the clock sweeps, until the workers are done.
+            let (limiter, clock, done) = (&limiter, &clock, &done);
+            s.spawn(move || {
+                let with = limiter.with_limits(Limits::new().max_inflight(limit));
+                let with = with.cost((limit / 4).max(1));
+                let mut holding = std::collections::VecDeque::new();
+                let mut next = 1_000u64;
+                while done.load(Ordering::Acquire) < THREADS {
+                    for _ in 0..4 {
+                        if let Ok(permit) = with.try_acquire(&next) {
+                            holding.push_back(permit);
+                        }
+                    }
+                    if holding.len() > 24 {
+                        holding.pop_front();
+                    }
+                    next += 1;
+                    if next % 4 == 0 {
+                        clock.advance(Duration::from_millis(10));
+                    }
+                    std::thread::yield_now();
+                }
+            });
+        });
+        let stats = limiter.stats();
+        eprintln!(
+            "seed {seed}, limit {limit}: {} admitted, {} promotions, {} replaced",
+            admitted.load(Ordering::Relaxed),
+            stats.promotions,
+            stats.replaced
+        );
+        assert!(
+            admitted.load(Ordering::Relaxed) > 0,
+            "seed {seed}: nothing admitted"
+        );
+        // What the test is for happened: places changed hands under the hot keys (a key left
+        // and another took its way, under a new generation).
+        assert!(stats.promotions > 16, "seed {seed}: {stats:?}");
+        replaced += stats.replaced;
+        // All given back: nothing is left counted anywhere.
+        clock.advance(Duration::from_secs(5));
+        assert_eq!(
+            limiter.stats().promoted,
+            0,
+            "seed {seed}: a key kept units in flight after all were given back"
+        );
+        for key in 0..HOT {
+            assert_eq!(limiter.estimate(&key).inflight, Some(0), "seed {seed}");
+            let whole = limiter
+                .with_limits(Limits::new().max_inflight(limit))
+                .cost(limit)
+                .try_acquire(&key);
+            assert!(whole.is_ok(), "seed {seed}, key {key}: {whole:?}");
+        }
+    }
+    assert!(replaced > 0, "no seed replaced an entry");
+}
