@@ -427,8 +427,11 @@ where
         };
         let generation = entry.generation;
         let entry = &mut entry.state;
-        // What the sweep judges the key cool by.
+        // What the sweep judges the key cool by, and a release without the lock looks at it
+        // by (`may_be_cool`: twice the estimate against this).
         entry.thresholds = *t;
+        let cool_at = t.inflight.map_or(isize::MAX, |i| i.promote_at);
+        units.look_below(u32::try_from(cool_at).unwrap_or(u32::MAX));
         // A run of refusals the cache answered since the key's last admission is counted
         // before a deadline of this decision replaces the one they were refused on.
         entry.settle(line);
@@ -580,7 +583,7 @@ impl<K> Shared<K> {
                         // The entry's units first, then the sketch's (see
                         // `InflightCount::rebase`).
                         self.sketches.release(hash, cost);
-                        if left == 0 {
+                        if left == 0 && self.may_be_cool(hash, way) {
                             self.leave_if_cool(hash, way, generation);
                         }
                         0
@@ -602,6 +605,18 @@ impl<K> Shared<K> {
         };
         // After the count is given back: the release's half of the wake-up handshake.
         self.waiters.released(hash, units);
+    }
+
+    /// Whether a promoted key (`hash`, in way `way` of its set), with nothing in flight counted
+    /// by its entry now, may have cooled down: its in-flight estimate is below its promotion
+    /// threshold (which its last decision left in its place). Without the lock: a stale answer
+    /// costs a lock for nothing, or leaves the key in the stage until its next request or the
+    /// clock's sweep finds it cool.
+    #[inline]
+    fn may_be_cool(&self, hash: u64, way: u8) -> bool {
+        let look_below = self.exact.look_below(hash, way);
+        let estimate = self.sketches.inflight_now(hash).unwrap_or(0);
+        estimate.saturating_mul(2) < look_below as isize
     }
 
     /// Takes the entry of `hash`, `generation` and `way`, with nothing in flight now, out of the

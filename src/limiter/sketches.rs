@@ -101,8 +101,8 @@ impl Sketches {
         }
     }
 
-    /// Gives back the in-flight units of a request that was rejected or has finished (and
-    /// was not counted by the exact stage, whose release does this under its lock): the exact
+    /// Gives back the in-flight units of a request that was rejected or has finished (for one
+    /// the exact stage counted, after its entry's units: see `InflightCount::rebase`): the exact
     /// inverse of what [`observe`](Self::observe) counted. Never for an [`UNCOUNTED`] one.
     #[inline]
     pub(crate) fn release(&self, hash: u64, cost: u32) {

@@ -27,6 +27,16 @@
 //!   was set (the learner, which reads the count after, never counted them), and one that sees
 //!   it set gives them back under the lock.
 //!
+//! # When a release looks at the key
+//!
+//! Beside the word, the place keeps a number its tenant sets under the lock (`look_below`):
+//! a release that leaves the place nothing in flight takes the lock, to see whether the key
+//! has cooled down and leaves, only if the key's in-flight estimate is below it (the key's
+//! promotion threshold for in flight: above it the key is not cool, whatever else says). A
+//! stale read of it, or of the estimate, costs a lock taken needlessly, or a key left in the
+//! stage until its next request or the clock's sweep finds it cool: nothing is counted
+//! differently.
+//!
 //! # The count's range
 //!
 //! Units counted here are counted in the in-flight sketch too, whose counters read at most
@@ -43,7 +53,7 @@
 //! one total order (with `AcqRel` on the word, the rebase's load of it could be ordered before
 //! a release's store that came first on the sketch).
 
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 const COUNT_BITS: u32 = 32;
 const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
@@ -76,9 +86,23 @@ pub(crate) enum GivenBack {
     Gone,
 }
 
-/// One place's units in flight, with its generation (see the module docs).
-#[derive(Debug, Default)]
-pub(crate) struct InflightWord(AtomicU64);
+/// One place's units in flight, with its generation (see the module docs), and the in-flight
+/// estimate below which a release that leaves it nothing in flight looks at its key.
+#[derive(Debug)]
+pub(crate) struct InflightWord {
+    word: AtomicU64,
+    look_below: AtomicU32,
+}
+
+impl Default for InflightWord {
+    /// An empty place, whose releases would always look.
+    fn default() -> Self {
+        InflightWord {
+            word: AtomicU64::new(0),
+            look_below: AtomicU32::new(u32::MAX),
+        }
+    }
+}
 
 impl InflightWord {
     /// Gives the place to generation `generation` (not 0, at most [`GENERATION_MASK`]) with
@@ -87,12 +111,26 @@ impl InflightWord {
         debug_assert!(generation <= GENERATION_MASK);
         // A swap, not a store: see "No unit lost to a replacement".
         let word = u64::from(generation & GENERATION_MASK) << GENERATION_SHIFT;
-        self.0.swap(word, Ordering::SeqCst);
+        self.look_below.store(u32::MAX, Ordering::Relaxed);
+        self.word.swap(word, Ordering::SeqCst);
+    }
+
+    /// The in-flight estimate below which a release that leaves the place nothing in flight
+    /// looks at its key (see "When a release looks at the key"). `Relaxed`: a hint.
+    pub(crate) fn look_below(&self) -> u32 {
+        self.look_below.load(Ordering::Relaxed)
+    }
+
+    /// Sets [`look_below`](Self::look_below): under the lock, written only when it changes.
+    pub(crate) fn set_look_below(&self, estimate: u32) {
+        if self.look_below.load(Ordering::Relaxed) != estimate {
+            self.look_below.store(estimate, Ordering::Relaxed);
+        }
     }
 
     /// The units in flight counted for generation `generation`, 0 if the place holds another.
     pub(crate) fn units(&self, generation: u32) -> u32 {
-        let word = self.0.load(Ordering::SeqCst);
+        let word = self.word.load(Ordering::SeqCst);
         if generation_of(word) == generation {
             count_of(word)
         } else {
@@ -157,13 +195,13 @@ impl InflightWord {
     /// Whether the place is watched.
     #[cfg(test)]
     pub(crate) fn is_watched(&self) -> bool {
-        self.0.load(Ordering::SeqCst) & WATCHED != 0
+        self.word.load(Ordering::SeqCst) & WATCHED != 0
     }
 
     /// Replaces the word by `f` of it until the swap holds, or until `f` says `None`; returns
     /// the word replaced (`None` if none was).
     fn update(&self, mut f: impl FnMut(u64) -> Option<u64>) -> Option<u64> {
-        self.0
+        self.word
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, &mut f)
             .ok()
     }
@@ -188,6 +226,21 @@ mod tests {
         assert_eq!(word.units(8), 0);
         word.reset(0);
         assert_eq!(word.give_back(8, 1), GivenBack::Gone, "emptied");
+    }
+
+    #[test]
+    fn a_new_generation_looks_at_every_release_until_told_otherwise() {
+        let word = InflightWord::default();
+        assert_eq!(word.look_below(), u32::MAX);
+        word.reset(1);
+        word.set_look_below(4);
+        assert_eq!(word.look_below(), 4);
+        word.reset(2);
+        assert_eq!(
+            word.look_below(),
+            u32::MAX,
+            "the last key's threshold went with it"
+        );
     }
 
     #[test]

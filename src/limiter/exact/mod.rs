@@ -25,9 +25,10 @@
 //! - Beside each set's lock, outside it, one word per way: the units its entry holds in
 //!   flight, with the entry's generation (`inflight_word.rs`). Admissions add to it under the
 //!   lock; a permit gives its units back without the lock ([`ExactStage::give_back`]), and
-//!   takes it only when the count reaches 0 (the key may have cooled down and leave) or the
-//!   place is watched (its key is learning its in-flight limit, and its learner is told of
-//!   each completion).
+//!   takes it only when the count reaches 0 with the key's in-flight estimate below what its
+//!   tenant said ([`ExactStage::look_below`]: the key may have cooled down and leave), or
+//!   when the place is watched (its key is learning its in-flight limit, and its learner is
+//!   told of each completion).
 //! - Both take their index from [`spread`], a mix of the key's hash that is independent of
 //!   the bits the sketches take for their columns.
 //! - The stage is storage: what it keeps of a key is its place (key, hash, generation, the
@@ -65,9 +66,10 @@
 //!
 //! # Without the lock
 //!
-//! A release takes no lock unless its key's count in flight reaches 0 or its place is
-//! watched: a key with requests in flight throughout (what makes an in-flight limit matter)
-//! gives them back lock-free. Its admission still takes the lock.
+//! A release takes no lock unless its key's count in flight reaches 0 with its in-flight
+//! estimate below its promotion threshold, or its place is watched: a key with requests in
+//! flight throughout (what makes an in-flight limit matter) gives them back lock-free. Its
+//! admission still takes the lock.
 //!
 //! # The promotion handshake
 //!
@@ -213,6 +215,14 @@ impl<K, V: Tenant> ExactStage<K, V> {
         self.counters.locks.fetch_add(1, Ordering::Relaxed);
         let locked = self.locked_set(hash);
         (lock(&locked.set), &locked.units)
+    }
+
+    /// The in-flight estimate below which the release of the entry in way `way` of the set of
+    /// `hash` that leaves it nothing in flight looks at the key (takes the lock, to see whether
+    /// it has cooled down): its tenant's word, `u32::MAX` (always) until it said one.
+    pub(crate) fn look_below(&self, hash: u64, way: u8) -> u32 {
+        let units = self.locked_set(hash).units.get(usize::from(way));
+        units.map_or(u32::MAX, InflightWord::look_below)
     }
 
     /// Gives back, without the lock, `cost` units in flight that the entry of `hash` and
@@ -505,6 +515,12 @@ impl<'a> Units<'a> {
     /// lock.
     pub(crate) fn watch(self, watched: bool) {
         self.word.watch(watched);
+    }
+
+    /// Sets the in-flight estimate below which a release that leaves nothing in flight looks
+    /// at the key (see [`ExactStage::look_below`]).
+    pub(crate) fn look_below(self, estimate: u32) {
+        self.word.set_look_below(estimate);
     }
 }
 
