@@ -9,12 +9,13 @@ use floodgate::clock::ManualClock;
 use floodgate::{Limiter, Limits};
 use rand::{Rng, SeedableRng};
 
-/// A key with requests in flight throughout (what makes an in-flight limit matter) gives each
-/// back without a lock; only the release that leaves it nothing in flight takes one, to see
-/// whether the key has cooled down. Before, every release of a promoted key took its set's
-/// lock.
+/// A key with requests in flight throughout (what makes an in-flight limit matter) is
+/// admitted and gives each request back without a lock, as long as it fits; only the release
+/// that leaves it nothing in flight takes one, to see whether the key has cooled down, and a
+/// refusal is decided under the lock. Before, every admission and release of a promoted key
+/// took its set's lock.
 #[test]
-fn a_promoted_keys_release_takes_no_lock_while_others_are_in_flight() {
+fn a_promoted_key_is_admitted_and_released_without_a_lock_while_it_fits() {
     let clock = ManualClock::new();
     let limiter: Limiter<String> = Limiter::builder()
         .max_inflight(8)
@@ -26,16 +27,31 @@ fn a_promoted_keys_release_takes_no_lock_while_others_are_in_flight() {
         .map(|_| limiter.try_acquire("origin").unwrap())
         .collect();
     assert_eq!(limiter.stats().promoted, 1);
+    // Its first decision under the lock since says what its lane admits under.
+    drop(limiter.try_acquire("origin").unwrap());
+    let locks = limiter.exact_locks_taken();
     for _ in 0..1_000 {
-        let permit = limiter.try_acquire("origin").unwrap();
-        let locks = limiter.exact_locks_taken();
-        drop(permit);
-        assert_eq!(
-            limiter.exact_locks_taken(),
-            locks,
-            "a release with others in flight took the lock"
-        );
+        let permits: Vec<_> = (0..4)
+            .map(|_| limiter.try_acquire("origin").unwrap())
+            .collect();
+        drop(permits);
     }
+    assert_eq!(
+        limiter.exact_locks_taken(),
+        locks,
+        "an admission or a release that fit took the lock"
+    );
+    let ninth = limiter.with_limits(floodgate::Limits::new().max_inflight(8));
+    let full: Vec<_> = (0..4)
+        .map(|_| ninth.try_acquire("origin").unwrap())
+        .collect();
+    assert!(limiter.try_acquire("origin").is_err(), "9 over 8");
+    assert_eq!(
+        limiter.exact_locks_taken(),
+        locks + 1,
+        "a refusal is decided under the lock"
+    );
+    drop(full);
     let locks = limiter.exact_locks_taken();
     drop(held);
     assert_eq!(

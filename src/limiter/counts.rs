@@ -31,7 +31,7 @@ impl InflightCount {
     /// number), `tracked` read after it: the untracked ones are at most `estimate − tracked`.
     /// In that order, against a release that gives its tracked unit back before its sketch
     /// unit, the difference is never under the untracked units (see the exact stage's
-    /// `inflight_word.rs`).
+    /// `lane.rs`).
     pub(crate) fn rebase(&mut self, estimate: isize, tracked: isize) {
         self.base = self.base.min(estimate.saturating_sub(tracked)).max(0);
     }

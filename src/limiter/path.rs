@@ -377,6 +377,13 @@ where
         K: Borrow<Q>,
         Q: Eq + ToOwned<Owned = K> + ?Sized,
     {
+        // A promoted key whose lane admits under these limits, with room: counted there,
+        // without the lock. Anything else (a refusal among it) is decided under the lock.
+        if hot {
+            if let Some(counted) = self.admit_in_lane(s, t) {
+                return Ok(Some(counted));
+            }
+        }
         let at = s.window.map_or_else(|| self.time.coarse(), |w| w.at);
         let mut held = match self.exact.place(key, s.hash, at) {
             Place::Twin => return decision::alone(s, t).map(|()| None),
@@ -435,9 +442,10 @@ where
         // A run of refusals the cache answered since the key's last admission is counted
         // before a deadline of this decision replaces the one they were refused on.
         entry.settle(line);
-        // The sketches read again, then the key's units in flight: in that order, a release
-        // without the lock is never counted gone from the sketches and still in the units
-        // (see `InflightCount::rebase`).
+        // Closed to admissions without the lock while its base is lowered and the request
+        // decided; then the sketches read again, then the key's units in flight: in that
+        // order, no unit is in the count and not in the estimate (see `InflightCount::rebase`).
+        let closed = units.close();
         let now = self.sketches.recount(s);
         // A key learning its in-flight limit is judged by the learnt one too, and its
         // admissions timed.
@@ -454,10 +462,19 @@ where
         let judged = learnt.as_ref().unwrap_or(t);
         let tracked = units.in_flight() as isize;
         let near = Tally::ON.then_some(NEAR_LIMIT);
-        match decision::exact(&mut entry.counts, tracked, s, &now, judged, near) {
+        let decided = decision::exact(&mut entry.counts, tracked, s, &now, judged, near);
+        // What the key's next admissions without the lock judge by: the base just lowered,
+        // and the limits they may pass under (none under adaptive in-flight limits: a key hot
+        // for its in flight learns its limit, or starts to, under the lock).
+        units.set_base(entry.counts.inflight.base);
+        let lane = lane_limits(s, t).filter(|_| self.adaptive.is_none());
+        units.admit_under(lane.map_or(0, |(limits, _)| limits));
+        match decided {
             Ok(admitted) => {
                 if admitted.tracked {
-                    units.add(s.cost as u32);
+                    closed.add(s.cost as u32);
+                } else {
+                    drop(closed);
                 }
                 if admitted.near {
                     self.tally.near();
@@ -503,6 +520,21 @@ where
             }
         }
     }
+}
+
+/// The limits a promoted key's lane may admit `s` under without the lock, as the fingerprint
+/// the lane keeps and the in-flight limit: an in-flight limit alone, in a limiter that counts
+/// no rate (a rate's windows, the fleet and the over-limit cache are judged under the lock).
+/// Under adaptive in-flight limits a lane admits nothing: the caller says so.
+fn lane_limits(s: &Sketched, t: &Thresholds) -> Option<(u64, u32)> {
+    if s.window.is_some() || t.rate.is_some() {
+        return None;
+    }
+    let inflight = t.inflight?;
+    let limit = u32::try_from(inflight.limit).ok()?;
+    let promote_at = u32::try_from(inflight.promote_at).ok()?;
+    // Both under 2^31, the limit at least 1: never 0.
+    Some(((u64::from(limit) << 32) | u64::from(promote_at), limit))
 }
 
 /// An admission the exact stage counted: by the entry of `generation` in way `way` of its set,
@@ -668,11 +700,32 @@ impl<K> Shared<K> {
         rise
     }
 
+    /// [`decide_hot`](Self::decide_hot) for a request of a promoted key whose lane admits
+    /// under its limits, if it fits there: counted without the lock.
+    #[inline]
+    fn admit_in_lane(&self, s: &Sketched, t: &Thresholds) -> Option<CountedExactly> {
+        let (limits, limit) = lane_limits(s, t)?;
+        let cost = s.cost as u32;
+        let (way, generation, bound) = self.exact.admit(s.hash, limits, cost, limit)?;
+        if Tally::ON {
+            let bound = s.inflight.map_or(bound as isize, |e| e.min(bound as isize));
+            if bound as f64 >= NEAR_LIMIT * limit as f64 {
+                self.tally.near();
+            }
+        }
+        Some(CountedExactly {
+            generation,
+            way,
+            window: None,
+            admitted_at: 0,
+        })
+    }
+
     /// The units in flight of a promoted key `entry` for its learner, before a request of
     /// `cost` units judged under `ceiling`: a key that learns, or starts to with this request,
     /// is watched first, so that each release after is made under the lock and told to its
     /// learner, and the units read after the watch are exact for it (see the exact stage's
-    /// `inflight_word.rs`).
+    /// `lane.rs`).
     fn watched_in_flight(
         entry: &Promoted,
         units: exact::Units<'_>,

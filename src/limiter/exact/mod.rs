@@ -23,7 +23,7 @@
 //!   is allocated once a way has held a key (its key's buffer is reused through
 //!   `ToOwned::clone_into`).
 //! - Beside each set's lock, outside it, one word per way: the units its entry holds in
-//!   flight, with the entry's generation (`inflight_word.rs`). Admissions add to it under the
+//!   flight, with the entry's generation (`lane.rs`). Admissions add to it under the
 //!   lock; a permit gives its units back without the lock ([`ExactStage::give_back`]), and
 //!   takes it only when the count reaches 0 with the key's in-flight estimate below what its
 //!   tenant said ([`ExactStage::look_below`]: the key may have cooled down and leave), or
@@ -78,7 +78,7 @@
 //! are, see the `counter` module), so in their total order one of the two sides comes second:
 //! either the request sees the key as promoted and is counted here, or `p` includes it.
 
-mod inflight_word;
+mod lane;
 mod set;
 mod tenant;
 
@@ -89,8 +89,8 @@ use crossbeam_utils::CachePadded;
 use crate::sync::{lock, AtomicU64, AtomicU8, Mutex, MutexGuard, Ordering};
 
 use super::key_lines::{spread, KeyLine, KeyLines};
-pub(crate) use inflight_word::GivenBack;
-use inflight_word::InflightWord;
+pub(crate) use lane::GivenBack;
+use lane::Lane;
 use set::Set;
 pub(crate) use set::{Departed, Entry, Hits, WAYS};
 pub(crate) use tenant::Tenant;
@@ -122,12 +122,19 @@ struct Counters {
     locks: CachePadded<AtomicU64>,
 }
 
-/// A set behind its own lock, on cache lines of its own, and its ways' units in flight
-/// outside the lock, on lines of their own (16 words: two lines), which a release writes
-/// without the lock.
+/// A set behind its own lock, on cache lines of its own, and its ways' lanes outside the
+/// lock, on lines of their own, which requests read and write without the lock.
 struct LockedSet<K, V> {
     set: CachePadded<Mutex<Set<K, V>>>,
-    units: CachePadded<[InflightWord; WAYS]>,
+    lanes: CachePadded<Lanes>,
+}
+
+/// A set's lanes, and the hash of the key each way holds (0: none), which an admission without
+/// the lock finds its way by: 16 hashes on two lines, then one lane (32 bytes).
+#[derive(Default)]
+struct Lanes {
+    hashes: [AtomicU64; WAYS],
+    ways: [Lane; WAYS],
 }
 
 /// The filter and the sets, of keys `K` whose tenants are `V`.
@@ -154,7 +161,7 @@ impl<K, V: Tenant> ExactStage<K, V> {
             sets: (0..sets)
                 .map(|_| LockedSet {
                     set: CachePadded::new(Mutex::new(Set::new())),
-                    units: CachePadded::new(Default::default()),
+                    lanes: CachePadded::new(Lanes::default()),
                 })
                 .collect(),
             epoch: AtomicU64::new(0),
@@ -209,27 +216,60 @@ impl<K, V: Tenant> ExactStage<K, V> {
         &self.sets[Self::set_index(spread(hash), self.sets.len())]
     }
 
-    /// Locks the set of `hash`; returns it with its ways' words.
-    fn set(&self, hash: u64) -> (MutexGuard<'_, Set<K, V>>, &[InflightWord; WAYS]) {
+    /// Locks the set of `hash`; returns it with its ways' lanes.
+    fn set(&self, hash: u64) -> (MutexGuard<'_, Set<K, V>>, &[Lane; WAYS]) {
         #[cfg(feature = "fault-injection")]
         self.counters.locks.fetch_add(1, Ordering::Relaxed);
         let locked = self.locked_set(hash);
-        (lock(&locked.set), &locked.units)
+        (lock(&locked.set), &locked.lanes.ways)
+    }
+
+    /// Admits, without the lock, `cost` units in flight for the key of `hash` if it holds a
+    /// place whose lane admits under limits of fingerprint `limits`, with an in-flight limit of
+    /// `limit`, and they fit (see `lane.rs`); returns the place's way and generation, for the
+    /// permit to give them back, and the bound on the key's units in flight with them. `None`:
+    /// the request goes to the lock.
+    ///
+    /// A key is found by its hash alone: another key with the same 64-bit keyed hash (which
+    /// its sketch counters cannot tell apart either) would be counted with it, an over-count
+    /// of both.
+    #[inline]
+    pub(crate) fn admit(
+        &self,
+        hash: u64,
+        limits: u64,
+        cost: u32,
+        limit: u32,
+    ) -> Option<(u8, u32, u32)> {
+        let lanes = &self.locked_set(hash).lanes;
+        let way = lanes
+            .hashes
+            .iter()
+            .position(|h| h.load(Ordering::Relaxed) == hash)?;
+        let lane = &lanes.ways[way];
+        // The generation, then the hash again: the reset that gave the place this generation
+        // came after its hash was written (see `lane.rs`), and a later one fails the swap.
+        let generation = lane.generation();
+        if generation == 0 || lanes.hashes[way].load(Ordering::Relaxed) != hash {
+            return None;
+        }
+        let bound = lane.admit(generation, limits, cost, limit)?;
+        Some((way as u8, generation, bound))
     }
 
     /// The in-flight estimate below which the release of the entry in way `way` of the set of
     /// `hash` that leaves it nothing in flight looks at the key (takes the lock, to see whether
     /// it has cooled down): its tenant's word, `u32::MAX` (always) until it said one.
     pub(crate) fn look_below(&self, hash: u64, way: u8) -> u32 {
-        let units = self.locked_set(hash).units.get(usize::from(way));
-        units.map_or(u32::MAX, InflightWord::look_below)
+        let lane = self.locked_set(hash).lanes.ways.get(usize::from(way));
+        lane.map_or(u32::MAX, Lane::look_below)
     }
 
     /// Gives back, without the lock, `cost` units in flight that the entry of `hash` and
     /// `generation`, in way `way`, counted (see [`GivenBack`]).
     pub(crate) fn give_back(&self, hash: u64, way: u8, generation: u32, cost: u32) -> GivenBack {
-        match self.locked_set(hash).units.get(usize::from(way)) {
-            Some(units) => units.give_back(generation, cost),
+        match self.locked_set(hash).lanes.ways.get(usize::from(way)) {
+            Some(lane) => lane.give_back(generation, cost),
             None => GivenBack::Gone,
         }
     }
@@ -275,7 +315,7 @@ impl<K, V: Tenant> ExactStage<K, V> {
     fn place_for(
         &self,
         set: &mut Set<K, V>,
-        units: &[InflightWord; WAYS],
+        units: &[Lane; WAYS],
         hash: u64,
         epoch: u64,
         now: u64,
@@ -325,13 +365,14 @@ impl<K, V: Tenant> ExactStage<K, V> {
     /// Takes the entry of `way` out of the stage at `at`, its tenant told first; records the
     /// loss, empties its word (the permits it counted give back nothing to it now), and clears
     /// its filter cell.
-    fn leave(&self, set: &mut Set<K, V>, units: &[InflightWord; WAYS], way: usize, at: u64) {
+    fn leave(&self, set: &mut Set<K, V>, units: &[Lane; WAYS], way: usize, at: u64) {
         if let Some(entry) = set.get_mut(way) {
             let line = self.lines.key_line(spread(entry.hash));
             entry.state.leaving(line);
         }
         if let Some(hash) = set.vacate(way, at) {
             units[way].reset(0);
+            self.locked_set(hash).lanes.hashes[way].store(0, Ordering::Relaxed);
             set.lost(hash, at);
             self.unflag(hash);
         }
@@ -345,13 +386,15 @@ impl<K, V: Tenant> ExactStage<K, V> {
         mut visit: impl FnMut(Locked<'_, K, V>, KeyLine<'_>) -> bool,
         now: impl Fn() -> u64,
     ) {
-        self.epoch.fetch_add(1, Ordering::Relaxed);
+        let epoch = self.epoch.fetch_add(1, Ordering::Relaxed);
         for locked in self.sets.iter() {
-            let (mut set, units) = (lock(&locked.set), &locked.units);
+            let (mut set, units) = (lock(&locked.set), &locked.lanes.ways);
             for way in 0..WAYS {
                 let Some(entry) = set.get_mut(way) else {
                     continue;
                 };
+                // The requests admitted without the lock in the epoch that ends.
+                entry.hits.count_many(epoch, units[way].take_requests());
                 let line = self.lines.key_line(spread(entry.hash));
                 // Under the lock, after every admission the entry counted.
                 let entry = Locked {
@@ -402,7 +445,7 @@ impl<K, V: Tenant> ExactStage<K, V> {
             let set = lock(&locked.set);
             for way in 0..WAYS {
                 let Some(entry) = set.get(way) else { continue };
-                let in_flight = locked.units[way].units(entry.generation);
+                let in_flight = locked.lanes.ways[way].units(entry.generation);
                 f(entry, in_flight, self.lines.key_line(spread(entry.hash)));
             }
         }
@@ -479,15 +522,16 @@ pub(crate) struct Locked<'a, K, V> {
     pub(crate) units: Units<'a>,
 }
 
-/// An entry's units in flight, in its place's word, while its set is locked.
+/// An entry's lane (its units in flight, and what lets requests pass it without the lock),
+/// while its set is locked.
 #[derive(Clone, Copy)]
 pub(crate) struct Units<'a> {
-    word: &'a InflightWord,
+    word: &'a Lane,
     generation: u32,
 }
 
 impl<'a> Units<'a> {
-    fn of<K, V>(word: &'a InflightWord, entry: &Entry<K, V>) -> Self {
+    fn of<K, V>(word: &'a Lane, entry: &Entry<K, V>) -> Self {
         Units {
             word,
             generation: entry.generation,
@@ -499,9 +543,25 @@ impl<'a> Units<'a> {
         self.word.units(self.generation)
     }
 
-    /// Counts `cost` units more in flight, for an admission decided under the lock.
-    pub(crate) fn add(self, cost: u32) {
-        self.word.add(cost);
+    /// Closes the lane to admissions without the lock until the guard is dropped, or counts
+    /// an admission decided under the lock: for a decision that lowers the entry's base (see
+    /// "The base" in `lane.rs`).
+    pub(crate) fn close(self) -> Closed<'a> {
+        self.word.close();
+        Closed(self.word)
+    }
+
+    /// Sets the untracked bound admissions without the lock count: the entry's, while the
+    /// lane is closed.
+    pub(crate) fn set_base(self, base: isize) {
+        self.word
+            .set_base(u32::try_from(base.max(0)).unwrap_or(u32::MAX));
+    }
+
+    /// Sets the fingerprint of the limits admissions without the lock may pass under (0:
+    /// none; see [`ExactStage::admit`]).
+    pub(crate) fn admit_under(self, limits: u64) {
+        self.word.admit_under(limits);
     }
 
     /// Gives back `cost` units, watched or not; returns those counted before them.
@@ -524,11 +584,29 @@ impl<'a> Units<'a> {
     }
 }
 
+/// A lane closed to admissions without the lock (see [`Units::close`]); opened again when
+/// dropped.
+pub(crate) struct Closed<'a>(&'a Lane);
+
+impl Closed<'_> {
+    /// Counts `cost` units more in flight, for an admission decided under the lock, and opens
+    /// the lane.
+    pub(crate) fn add(self, cost: u32) {
+        self.0.add_and_open(cost);
+    }
+}
+
+impl Drop for Closed<'_> {
+    fn drop(&mut self) {
+        self.0.open();
+    }
+}
+
 /// A promoted key's entry, its set locked.
 pub(crate) struct Held<'a, K, V> {
     stage: &'a ExactStage<K, V>,
     set: MutexGuard<'a, Set<K, V>>,
-    units: &'a [InflightWord; WAYS],
+    units: &'a [Lane; WAYS],
     way: usize,
     epoch: u64,
     at: u64,
@@ -575,7 +653,7 @@ impl<K, V: Tenant> Held<'_, K, V> {
 pub(crate) struct Free<'a, K, V> {
     stage: &'a ExactStage<K, V>,
     set: MutexGuard<'a, Set<K, V>>,
-    units: &'a [InflightWord; WAYS],
+    units: &'a [Lane; WAYS],
     epoch: u64,
     at: u64,
 }
@@ -609,8 +687,9 @@ impl<'a, K, V: Tenant> Free<'a, K, V> {
         let state = tenant(self.set.kept_since(hash, kept_since));
         let hits = Hits::at_promotion(self.epoch, knocks);
         let generation = self.set.occupy(way, hash, key, state, hits);
-        // After the entry is written; releases of the way's earlier generations find it
-        // changed and give back nothing to it.
+        // After the entry and its hash are written; admissions and releases of the way's
+        // earlier generations find it changed and count nothing in it.
+        stage.locked_set(hash).lanes.hashes[way].store(hash, Ordering::Relaxed);
         self.units[way].reset(generation);
         Some(Held {
             stage,

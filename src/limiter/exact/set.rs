@@ -3,7 +3,7 @@
 
 use std::borrow::Borrow;
 
-use super::inflight_word::{InflightWord, GENERATION_MASK};
+use super::lane::{Lane, GENERATION_MASK};
 use super::tenant::Tenant;
 use crate::limiter::key_lines::spread;
 use crate::rate::Rolling;
@@ -24,7 +24,7 @@ pub(crate) struct Entry<K, V> {
     pub(crate) key: K,
     pub(crate) hash: u64,
     /// Distinguishes this promotion from earlier ones of the same key, so a permit counted by
-    /// an earlier, demoted entry is not subtracted from this one (see `inflight_word.rs`).
+    /// an earlier, demoted entry is not subtracted from this one (see `lane.rs`).
     pub(crate) generation: u32,
     /// Requests decided here, per epoch: the entry's evidence for keeping its place.
     pub(crate) hits: Hits,
@@ -33,10 +33,12 @@ pub(crate) struct Entry<K, V> {
 
 impl<K, V> Entry<K, V> {
     /// What the entry has shown in the current epoch or the last: its requests, whichever
-    /// epoch had more, and the units it holds in flight (its place's `units`).
-    fn evidence(&self, epoch: u64, units: &InflightWord) -> u64 {
-        let in_flight = units.units(self.generation);
-        u64::from(self.hits.most(epoch)).saturating_add(u64::from(in_flight))
+    /// epoch had more (with those its lane admitted without the lock since the clock's sweep
+    /// took them), and the units it holds in flight.
+    fn evidence(&self, epoch: u64, lane: &Lane) -> u64 {
+        let in_flight = lane.units(self.generation);
+        let requests = self.hits.most(epoch).saturating_add(lane.requests());
+        u64::from(requests).saturating_add(u64::from(in_flight))
     }
 }
 
@@ -53,8 +55,20 @@ impl Hits {
 
     /// Counts one request in `epoch`.
     pub(crate) fn count(&mut self, epoch: u64) {
+        self.count_many(epoch, 1);
+    }
+
+    /// Counts `n` requests in `epoch`: in the epoch before the latest counted if it is that
+    /// one (the clock's sweep, taking the requests its lane admitted without the lock, may
+    /// come after a request of the next epoch).
+    pub(crate) fn count_many(&mut self, epoch: u64, n: u32) {
         self.0.roll_to(epoch);
-        self.0.current = self.0.current.saturating_add(1);
+        let counts = &mut self.0;
+        if counts.at == epoch {
+            counts.current = counts.current.saturating_add(n);
+        } else if counts.at.checked_sub(1) == Some(epoch) {
+            counts.previous = counts.previous.saturating_add(n);
+        }
     }
 
     /// The more of the requests in `epoch` and in the one before.
@@ -222,7 +236,7 @@ impl<K, V: Tenant> Set<K, V> {
         &self,
         epoch: u64,
         now: u64,
-        units: &[InflightWord; WAYS],
+        units: &[Lane; WAYS],
     ) -> Option<(usize, u64)> {
         (0..WAYS)
             .filter_map(|way| {

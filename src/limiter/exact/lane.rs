@@ -1,0 +1,633 @@
+//! A place's lane: what requests of its key read and write without the set's lock. Its units
+//! in flight, with the place's generation, in one atomic word; the untracked bound and the
+//! limits an admission may pass it under; a count of its requests; and when a release looks at
+//! the key.
+//!
+//! # The word
+//!
+//! From the high bits: the place's *generation* (30 bits: which promotion of which key the
+//! place holds, never 0 while it holds one), a *watched* bit, a *closed* bit, and the units in
+//! flight the place counts for that generation (32 bits). A key enters a place under the
+//! set's lock, which swaps in a fresh generation with a count of 0 ([`Lane::reset`]). Every
+//! change after is a read-modify-write of the whole word:
+//!
+//! - **An admission without the lock** ([`Lane::admit`]) adds its cost by a compare-and-swap,
+//!   only from a word of an open, unwatched place whose `base + count + cost` is within the
+//!   limit. Two racing admissions each see the other's units (the second swap fails and reads
+//!   again), so the count is never short of what was admitted, and none is undone, so none
+//!   causes another's refusal: the refusals are those of the same admissions one after
+//!   another. An admission that does not fit is not refused here: it goes to the lock, where
+//!   the bound is lowered first (see "The base").
+//! - **An admission under the lock** closes the place first ([`Lane::close`]), so that none
+//!   passes without the lock while it lowers the base and decides, and adds its cost as it
+//!   opens it again.
+//! - **No count taken from the wrong key.** A permit remembers the generation it was counted
+//!   in, and gives back only to a word of that generation ([`Lane::give_back`]): a place given
+//!   to another key, or to a later promotion of the same key, has a new generation, and the
+//!   permit's units left with the entry that counted them (their sketch units are given back as
+//!   any un-promoted key's). A generation is reused only after 2^30 promotions in the same set.
+//! - **No unit lost to a replacement.** An admission or a release that read the old
+//!   generation and swaps after the reset fails (the word changed) and finds the new one; a
+//!   reset by a plain store could let such a release land in the new generation (the loom
+//!   model `a_replacement_keeps_the_old_keys_units_out_of_the_new_generation`).
+//! - **A watched place's releases are seen under the lock.** A key learning its in-flight
+//!   limit must be told of each completion with the units in flight before it. The bit is set
+//!   and cleared under the lock by a read-modify-write of the same word, so each release is
+//!   ordered against it: a release that saw the bit clear gave its units back before the bit
+//!   was set (the learner, which reads the count after, never counted them), and one that sees
+//!   it set gives them back under the lock. A watched place admits nothing without the lock.
+//!
+//! # The base
+//!
+//! An admission without the lock bounds the key's untracked units (admitted before its
+//! promotion) by `base`, which only an admission under the lock lowers ("rebase": the sketch's
+//! estimate, then the word's count, read in that order, the difference). The rebase is right
+//! only if no unit is in the count and not in the estimate it read: a release gives back its
+//! word, then its sketch, so it cannot be; an admission counts itself in the sketch long
+//! before it adds to the word, and one that did both between the rebase's two reads would be
+//! in the count and not the estimate, and lower the base below the truth. The closed bit keeps
+//! them out: the rebase closes the place by a read-modify-write of the word before its reads,
+//! so every admission without the lock swapped before the close (its sketch count is in the
+//! estimate) or finds the place closed and goes to the lock. A `base` read without the lock
+//! that is stale is higher than the entry's: it only over-counts.
+//!
+//! # The limits it admits under
+//!
+//! The tenant says, under the lock, which requests may be admitted without it: a fingerprint
+//! of the limits they are judged by (0: none). A request judged by other limits, or by a kind
+//! the lane does not count (a rate), goes to the lock, where what the entry keeps is judged
+//! whole.
+//!
+//! # When a release looks at the key
+//!
+//! The place keeps a number its tenant sets under the lock (`look_below`): a release that
+//! leaves the place nothing in flight takes the lock, to see whether the key has cooled down
+//! and leaves, only if the key's in-flight estimate is below it (the key's promotion threshold
+//! for in flight: above it the key is not cool, whatever else says). A stale read of it, or of
+//! the estimate, costs a lock taken needlessly, or a key left in the stage until its next
+//! request or the clock's sweep finds it cool: nothing is counted differently.
+//!
+//! # The count's range
+//!
+//! Units counted here are counted in the in-flight sketch too, whose counters read at most
+//! 2^31 and refuse a request that would take them past it: a count is at most 2^31 and never
+//! carries into the bits above it.
+//!
+//! # Orderings
+//!
+//! The word's accesses are `SeqCst`, as the sketch's are, so that the rebase's reads and a
+//! release's two give-backs are in one total order (with `AcqRel` on the word, the rebase's
+//! load of it could be ordered before a release's store that came first on the sketch). The
+//! reset is a swap after the place's key hash is written: an admission that loads a
+//! generation, then the hash, finds the hash of that generation or of a later one, and a later
+//! one fails its swap. `base`, `look_below`, the limits and the requests count are `Relaxed`:
+//! `base` is written under the lock before the word's reopening, which an admission's load of
+//! the word acquires; the others are hints (see their sections) or evidence.
+
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
+
+const COUNT_BITS: u32 = 32;
+const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
+const CLOSED: u64 = 1 << COUNT_BITS;
+const WATCHED: u64 = 1 << (COUNT_BITS + 1);
+const GENERATION_SHIFT: u32 = COUNT_BITS + 2;
+
+/// Generations are 30 bits: the next after the largest is 1 (0 is an empty place's).
+pub(crate) const GENERATION_MASK: u32 = (1 << 30) - 1;
+
+fn generation_of(word: u64) -> u32 {
+    (word >> GENERATION_SHIFT) as u32
+}
+
+fn count_of(word: u64) -> u32 {
+    (word & COUNT_MASK) as u32
+}
+
+fn with_count(word: u64, count: u32) -> u64 {
+    (word & !COUNT_MASK) | u64::from(count)
+}
+
+/// What became of units a permit gave back without the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GivenBack {
+    /// Given back: `left` units are still counted in flight for the generation.
+    Done { left: u32 },
+    /// Not given back: the place is watched, and its releases are made under the lock.
+    Watched,
+    /// Nothing to give back to: the place holds another generation (or none).
+    Gone,
+}
+
+/// One place's lane (see the module docs).
+#[derive(Debug)]
+pub(crate) struct Lane {
+    word: AtomicU64,
+    /// The untracked bound an admission without the lock counts (see "The base").
+    base: AtomicU32,
+    /// See "When a release looks at the key".
+    look_below: AtomicU32,
+    /// The fingerprint of the limits an admission may pass without the lock under (0: none).
+    admits_under: AtomicU64,
+    /// Requests admitted without the lock since the clock's sweep last took them into the
+    /// entry's evidence. A load and a store, not an atomic add: a count lost to a race is
+    /// evidence missed, never a unit.
+    requests: AtomicU32,
+}
+
+impl Default for Lane {
+    /// An empty place, whose releases would always look.
+    fn default() -> Self {
+        Lane {
+            word: AtomicU64::new(0),
+            base: AtomicU32::new(u32::MAX),
+            look_below: AtomicU32::new(u32::MAX),
+            admits_under: AtomicU64::new(0),
+            requests: AtomicU32::new(0),
+        }
+    }
+}
+
+impl Lane {
+    /// Gives the place to generation `generation` (not 0, at most [`GENERATION_MASK`]) with
+    /// nothing in flight, no watch, no admission without the lock until its tenant says, or
+    /// (with 0) empties it: under the set's lock, after the place's key hash is written.
+    pub(crate) fn reset(&self, generation: u32) {
+        debug_assert!(generation <= GENERATION_MASK);
+        self.admits_under.store(0, Ordering::Relaxed);
+        self.base.store(u32::MAX, Ordering::Relaxed);
+        self.look_below.store(u32::MAX, Ordering::Relaxed);
+        self.requests.store(0, Ordering::Relaxed);
+        // A swap, not a store: see "No unit lost to a replacement".
+        let word = u64::from(generation & GENERATION_MASK) << GENERATION_SHIFT;
+        self.word.swap(word, Ordering::SeqCst);
+    }
+
+    /// The generation the place holds (0: none).
+    pub(crate) fn generation(&self) -> u32 {
+        generation_of(self.word.load(Ordering::SeqCst))
+    }
+
+    /// The units in flight counted for generation `generation`, 0 if the place holds another.
+    pub(crate) fn units(&self, generation: u32) -> u32 {
+        let word = self.word.load(Ordering::SeqCst);
+        if generation_of(word) == generation {
+            count_of(word)
+        } else {
+            0
+        }
+    }
+
+    /// Admits `cost` units of generation `generation` without the lock, judged by limits of
+    /// fingerprint `limits` with an in-flight limit of `limit`, if the place admits under them
+    /// and they fit (see "The word"); returns the bound with them (`base + count + cost`).
+    /// `None`: go to the lock.
+    #[inline]
+    pub(crate) fn admit(&self, generation: u32, limits: u64, cost: u32, limit: u32) -> Option<u32> {
+        if limits == 0 || self.admits_under.load(Ordering::Relaxed) != limits {
+            return None;
+        }
+        let mut word = self.word.load(Ordering::SeqCst);
+        loop {
+            if generation_of(word) != generation || word & (CLOSED | WATCHED) != 0 {
+                return None;
+            }
+            // Read after the word: a base lowered under the lock before its reopening is seen.
+            let base = self.base.load(Ordering::Relaxed);
+            let count = count_of(word);
+            let with_it = u64::from(base) + u64::from(count) + u64::from(cost);
+            if with_it > u64::from(limit) {
+                return None;
+            }
+            // Within a limit under 2^30: no carry.
+            let next = with_count(word, count + cost);
+            match self
+                .word
+                .compare_exchange_weak(word, next, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                Ok(_) => {
+                    let requests = self.requests.load(Ordering::Relaxed);
+                    self.requests
+                        .store(requests.saturating_add(1), Ordering::Relaxed);
+                    // At most the limit.
+                    return Some(with_it as u32);
+                }
+                Err(now) => word = now,
+            }
+        }
+    }
+
+    /// Closes the place to admissions without the lock, under the lock, before a rebase and a
+    /// decision there; [`open`](Self::open) or [`add_and_open`](Self::add_and_open) after.
+    pub(crate) fn close(&self) {
+        self.update(|word| Some(word | CLOSED));
+    }
+
+    /// Opens the place again, with nothing added.
+    pub(crate) fn open(&self) {
+        self.update(|word| (word & CLOSED != 0).then_some(word & !CLOSED));
+    }
+
+    /// Counts `cost` more units in flight for the place's generation and opens the place:
+    /// under the set's lock, which only its holders reset, for an admission it decided.
+    pub(crate) fn add_and_open(&self, cost: u32) {
+        self.update(|word| {
+            // At most 2^31 + 2^31 (see "The count's range"): saturating, never a carry.
+            let count = count_of(word).saturating_add(cost);
+            Some(with_count(word, count) & !CLOSED)
+        });
+    }
+
+    /// Gives back `cost` units counted for generation `generation`, without the lock, unless
+    /// the place is watched (see [`GivenBack`]).
+    pub(crate) fn give_back(&self, generation: u32, cost: u32) -> GivenBack {
+        let mut watched = false;
+        let before = self.update(|word| {
+            if generation_of(word) != generation {
+                return None;
+            }
+            watched = word & WATCHED != 0;
+            (!watched).then(|| with_count(word, count_of(word).saturating_sub(cost)))
+        });
+        match before {
+            Some(word) => GivenBack::Done {
+                left: count_of(word).saturating_sub(cost),
+            },
+            None if watched => GivenBack::Watched,
+            None => GivenBack::Gone,
+        }
+    }
+
+    /// Gives back `cost` units counted for generation `generation` whether or not the place is
+    /// watched: under the lock. Returns the units counted before them, `None` (nothing given
+    /// back) if the place holds another generation.
+    pub(crate) fn give_back_locked(&self, generation: u32, cost: u32) -> Option<u32> {
+        let before = self.update(|word| {
+            (generation_of(word) == generation)
+                .then(|| with_count(word, count_of(word).saturating_sub(cost)))
+        })?;
+        Some(count_of(before))
+    }
+
+    /// Sets or clears the watch of the place's generation: under the set's lock.
+    pub(crate) fn watch(&self, watched: bool) {
+        self.update(|word| {
+            let next = if watched {
+                word | WATCHED
+            } else {
+                word & !WATCHED
+            };
+            (next != word).then_some(next)
+        });
+    }
+
+    /// Whether the place is watched.
+    #[cfg(test)]
+    pub(crate) fn is_watched(&self) -> bool {
+        self.word.load(Ordering::SeqCst) & WATCHED != 0
+    }
+
+    /// Sets the untracked bound an admission without the lock counts: under the lock, while
+    /// the place is closed (see "The base").
+    pub(crate) fn set_base(&self, base: u32) {
+        if self.base.load(Ordering::Relaxed) != base {
+            self.base.store(base, Ordering::Relaxed);
+        }
+    }
+
+    /// Sets the fingerprint of the limits an admission may pass without the lock under (0:
+    /// none): under the lock.
+    pub(crate) fn admit_under(&self, limits: u64) {
+        if self.admits_under.load(Ordering::Relaxed) != limits {
+            self.admits_under.store(limits, Ordering::Relaxed);
+        }
+    }
+
+    /// Takes the requests admitted without the lock since the last call: the clock's sweep,
+    /// under the lock, for the entry's evidence.
+    pub(crate) fn take_requests(&self) -> u32 {
+        self.requests.swap(0, Ordering::Relaxed)
+    }
+
+    /// Requests admitted without the lock since the sweep last took them.
+    pub(crate) fn requests(&self) -> u32 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    /// The in-flight estimate below which a release that leaves the place nothing in flight
+    /// looks at its key (see "When a release looks at the key").
+    pub(crate) fn look_below(&self) -> u32 {
+        self.look_below.load(Ordering::Relaxed)
+    }
+
+    /// Sets [`look_below`](Self::look_below): under the lock, written only when it changes.
+    pub(crate) fn set_look_below(&self, estimate: u32) {
+        if self.look_below.load(Ordering::Relaxed) != estimate {
+            self.look_below.store(estimate, Ordering::Relaxed);
+        }
+    }
+
+    /// Replaces the word by `f` of it until the swap holds, or until `f` says `None`; returns
+    /// the word replaced (`None` if none was).
+    fn update(&self, mut f: impl FnMut(u64) -> Option<u64>) -> Option<u64> {
+        self.word
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, &mut f)
+            .ok()
+    }
+}
+
+#[cfg(all(test, not(floodgate_loom)))]
+mod tests {
+    use super::*;
+
+    /// The fingerprint of the limits the tests admit under, and their in-flight limit.
+    const LIMITS: u64 = 0xA11;
+    const LIMIT: u32 = 4;
+
+    /// A lane of generation `generation`, admitting under `LIMITS` with nothing untracked.
+    fn open_lane(generation: u32) -> Lane {
+        let lane = Lane::default();
+        lane.reset(generation);
+        lane.set_base(0);
+        lane.admit_under(LIMITS);
+        lane
+    }
+
+    #[test]
+    fn units_added_are_given_back_by_their_generation_only() {
+        let word = Lane::default();
+        word.reset(7);
+        word.add_and_open(2);
+        word.add_and_open(1);
+        assert_eq!(word.units(7), 3);
+        assert_eq!(word.give_back(6, 1), GivenBack::Gone, "another generation");
+        assert_eq!(word.give_back(7, 1), GivenBack::Done { left: 2 });
+        assert_eq!(word.units(7), 2);
+        word.reset(8);
+        assert_eq!(word.units(7), 0);
+        assert_eq!(word.give_back(7, 2), GivenBack::Gone, "replaced");
+        assert_eq!(word.units(8), 0);
+        word.reset(0);
+        assert_eq!(word.give_back(8, 1), GivenBack::Gone, "emptied");
+    }
+
+    /// Without the lock, an admission is counted only within its limit, with the base, under
+    /// the limits the place admits under, of its generation, while the place is open and
+    /// unwatched; anything else goes to the lock.
+    #[test]
+    fn an_admission_without_the_lock_is_counted_only_where_it_fits() {
+        let lane = open_lane(3);
+        assert_eq!(lane.admit(3, LIMITS, 2, LIMIT), Some(2));
+        assert_eq!(lane.admit(3, LIMITS, 2, LIMIT), Some(4));
+        assert_eq!(lane.admit(3, LIMITS, 1, LIMIT), None, "5 over 4");
+        lane.give_back(3, 2);
+        lane.set_base(1);
+        assert_eq!(lane.admit(3, LIMITS, 2, LIMIT), None, "1 + 2 + 2 over 4");
+        assert_eq!(lane.admit(3, LIMITS, 1, LIMIT), Some(4));
+        assert_eq!(lane.units(3), 3);
+        lane.give_back(3, 3);
+        assert_eq!(lane.admit(2, LIMITS, 1, LIMIT), None, "another generation");
+        assert_eq!(lane.admit(3, LIMITS + 1, 1, LIMIT), None, "other limits");
+        assert_eq!(lane.admit(3, 0, 1, LIMIT), None, "no limits");
+        lane.close();
+        assert_eq!(lane.admit(3, LIMITS, 1, LIMIT), None, "closed");
+        lane.open();
+        lane.watch(true);
+        assert_eq!(lane.admit(3, LIMITS, 1, LIMIT), None, "watched");
+        lane.watch(false);
+        assert_eq!(
+            lane.admit(3, LIMITS, 1, LIMIT),
+            Some(2),
+            "the base of 1 and itself"
+        );
+        lane.reset(4);
+        assert_eq!(
+            lane.admit(4, LIMITS, 1, LIMIT),
+            None,
+            "a new key says its limits first"
+        );
+    }
+
+    #[test]
+    fn an_admission_under_the_lock_opens_the_place_it_closed() {
+        let lane = open_lane(1);
+        lane.close();
+        lane.add_and_open(3);
+        assert_eq!(lane.units(1), 3);
+        assert_eq!(lane.admit(1, LIMITS, 1, LIMIT), Some(4), "open again");
+    }
+
+    #[test]
+    fn a_new_generation_looks_at_every_release_until_told_otherwise() {
+        let word = Lane::default();
+        assert_eq!(word.look_below(), u32::MAX);
+        word.reset(1);
+        word.set_look_below(4);
+        assert_eq!(word.look_below(), 4);
+        word.reset(2);
+        assert_eq!(
+            word.look_below(),
+            u32::MAX,
+            "the last key's threshold went with it"
+        );
+    }
+
+    #[test]
+    fn a_watched_place_gives_back_only_under_the_lock() {
+        let word = Lane::default();
+        word.reset(3);
+        word.add_and_open(4);
+        word.watch(true);
+        assert!(word.is_watched());
+        assert_eq!(word.give_back(3, 1), GivenBack::Watched);
+        assert_eq!(word.units(3), 4, "nothing given back");
+        assert_eq!(word.give_back_locked(3, 1), Some(4));
+        assert_eq!(word.give_back_locked(2, 1), None);
+        word.watch(false);
+        assert_eq!(word.give_back(3, 1), GivenBack::Done { left: 2 });
+        word.watch(true);
+        word.reset(4);
+        assert!(!word.is_watched(), "a new generation starts unwatched");
+    }
+
+    /// The largest count (2^31, the in-flight sketch's ceiling) and the largest cost neither
+    /// carry into the bits above the count nor go under 0; the largest generation is kept.
+    #[test]
+    fn the_largest_counts_carry_into_nothing() {
+        let word = Lane::default();
+        word.reset(GENERATION_MASK);
+        word.add_and_open(1 << 31);
+        word.add_and_open(u32::MAX);
+        assert_eq!(word.units(GENERATION_MASK), u32::MAX, "saturated");
+        assert!(!word.is_watched());
+        assert_eq!(word.generation(), GENERATION_MASK);
+        assert_eq!(
+            word.give_back(GENERATION_MASK, u32::MAX),
+            GivenBack::Done { left: 0 }
+        );
+        assert_eq!(
+            word.give_back(GENERATION_MASK, u32::MAX),
+            GivenBack::Done { left: 0 },
+            "never under 0"
+        );
+        assert_eq!(word.units(GENERATION_MASK), 0);
+        // Without the lock, the largest limit and cost.
+        let lane = open_lane(GENERATION_MASK);
+        let largest = (1 << 30) - 1;
+        assert_eq!(
+            lane.admit(GENERATION_MASK, LIMITS, largest, largest),
+            Some(largest)
+        );
+        assert_eq!(lane.admit(GENERATION_MASK, LIMITS, u32::MAX, largest), None);
+        assert_eq!(lane.units(GENERATION_MASK), largest);
+        assert_eq!(lane.generation(), GENERATION_MASK);
+    }
+}
+
+#[cfg(all(test, floodgate_loom))]
+mod loom_models {
+    use loom::sync::Arc;
+    use loom::thread;
+
+    use super::*;
+    use crate::sync::AtomicU32;
+
+    /// A release without the lock races a rebase (under the lock, with the admissions): the
+    /// release gives the word back first, then the sketch; the rebase reads the sketch, then
+    /// the word. Whatever the interleaving, the base the rebase finds (the sketch's count less
+    /// the tracked units) is never under the units the word does not track. Given back in the
+    /// other order (the sketch first), loom finds a base one under the truth.
+    #[test]
+    fn a_release_racing_a_rebase_never_lowers_the_base_below_the_untracked_units() {
+        loom::model(|| {
+            const UNTRACKED: u32 = 2;
+            // One tracked unit in flight, counted in the word and in the sketch with the
+            // untracked ones.
+            let word = Arc::new(Lane::default());
+            word.reset(1);
+            word.add_and_open(1);
+            let sketch = Arc::new(AtomicU32::new(UNTRACKED + 1));
+            let (w, s) = (Arc::clone(&word), Arc::clone(&sketch));
+            let releasing = thread::spawn(move || {
+                assert_eq!(w.give_back(1, 1), GivenBack::Done { left: 0 });
+                s.fetch_sub(1, Ordering::SeqCst);
+            });
+            let estimate = sketch.load(Ordering::SeqCst);
+            let tracked = word.units(1);
+            let base = estimate.saturating_sub(tracked);
+            assert!(base >= UNTRACKED, "base {base} under {UNTRACKED}");
+            releasing.join().unwrap();
+        });
+    }
+
+    /// A key is replaced in the place while two of its releases race the replacement: none
+    /// lands in the new generation, whose count stays 0.
+    #[test]
+    fn a_replacement_keeps_the_old_keys_units_out_of_the_new_generation() {
+        loom::model(|| {
+            let word = Arc::new(Lane::default());
+            word.reset(1);
+            word.add_and_open(2);
+            let (a, b) = (Arc::clone(&word), Arc::clone(&word));
+            let first = thread::spawn(move || a.give_back(1, 1));
+            let second = thread::spawn(move || b.give_back(1, 1));
+            word.reset(2);
+            word.add_and_open(1);
+            first.join().unwrap();
+            second.join().unwrap();
+            assert_eq!(word.units(2), 1, "the new generation's own unit");
+        });
+    }
+
+    /// A release races the watch being set (a key starting to learn, under the lock, which
+    /// then reads the count for its learner): either the release gave its unit back before the
+    /// watch and the count read after shows it gone, or it finds the watch and gives nothing
+    /// back (the lock's holder will be told of it). Never both, never neither.
+    #[test]
+    fn a_release_racing_a_watch_is_seen_by_exactly_one_side() {
+        loom::model(|| {
+            let word = Arc::new(Lane::default());
+            word.reset(1);
+            word.add_and_open(1);
+            let w = Arc::clone(&word);
+            let releasing = thread::spawn(move || w.give_back(1, 1));
+            word.watch(true);
+            let counted_at_watch = word.units(1);
+            let given = releasing.join().unwrap();
+            match given {
+                GivenBack::Done { left } => {
+                    assert_eq!((left, counted_at_watch), (0, 0));
+                }
+                GivenBack::Watched => {
+                    assert_eq!(counted_at_watch, 1);
+                    assert_eq!(word.give_back_locked(1, 1), Some(1));
+                }
+                GivenBack::Gone => panic!("the generation did not change"),
+            }
+            assert_eq!(word.units(1), 0);
+        });
+    }
+
+    /// An admission without the lock (its sketch unit counted first, as every request's is)
+    /// races a rebase under the lock: the rebase closes the place, then reads the sketch, then
+    /// the count. The base it finds is never under the untracked units: the admission either
+    /// swapped before the close (its sketch unit is in the estimate) or found the place closed
+    /// and was not counted. Without the close, loom finds the admission counted between the
+    /// two reads, and a base one under the truth.
+    #[test]
+    fn an_admission_racing_a_rebase_never_lowers_the_base_below_the_untracked_units() {
+        loom::model(|| {
+            const UNTRACKED: u32 = 2;
+            let lane = Arc::new(Lane::default());
+            lane.reset(1);
+            lane.set_base(UNTRACKED);
+            lane.admit_under(1);
+            let sketch = Arc::new(AtomicU32::new(UNTRACKED));
+            let (l, s) = (Arc::clone(&lane), Arc::clone(&sketch));
+            let admitting = thread::spawn(move || {
+                s.fetch_add(1, Ordering::SeqCst);
+                l.admit(1, 1, 1, 8)
+            });
+            lane.close();
+            let estimate = sketch.load(Ordering::SeqCst);
+            let tracked = lane.units(1);
+            let base = estimate.saturating_sub(tracked);
+            assert!(base >= UNTRACKED, "base {base} under {UNTRACKED}");
+            lane.open();
+            admitting.join().unwrap();
+        });
+    }
+
+    /// Two admissions without the lock race for the last unit: exactly one is counted.
+    #[test]
+    fn two_admissions_for_the_last_unit_count_one() {
+        loom::model(|| {
+            let lane = Arc::new(Lane::default());
+            lane.reset(1);
+            lane.set_base(0);
+            lane.admit_under(1);
+            let other = Arc::clone(&lane);
+            let racing = thread::spawn(move || other.admit(1, 1, 1, 1).is_some());
+            let mine = lane.admit(1, 1, 1, 1).is_some();
+            let theirs = racing.join().unwrap();
+            assert!(mine ^ theirs, "one of two: {mine} {theirs}");
+            assert_eq!(lane.units(1), 1);
+        });
+    }
+
+    /// An admission without the lock for the old key races its replacement: it is counted in
+    /// the old generation (which the reset then drops) or not at all, never in the new one.
+    #[test]
+    fn an_admission_racing_a_replacement_never_lands_in_the_new_generation() {
+        loom::model(|| {
+            let lane = Arc::new(Lane::default());
+            lane.reset(1);
+            lane.set_base(0);
+            lane.admit_under(1);
+            let other = Arc::clone(&lane);
+            let admitting = thread::spawn(move || other.admit(1, 1, 1, 4));
+            lane.reset(2);
+            admitting.join().unwrap();
+            assert_eq!(lane.units(2), 0);
+        });
+    }
+}
