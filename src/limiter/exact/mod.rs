@@ -22,13 +22,16 @@
 //!   so every operation looks at one set: O(`WAYS`), never a scan of the stage, and nothing
 //!   is allocated once a way has held a key (its key's buffer is reused through
 //!   `ToOwned::clone_into`).
-//! - Beside each set's lock, outside it, one word per way: the units its entry holds in
-//!   flight, with the entry's generation (`lane.rs`). Admissions add to it under the
-//!   lock; a permit gives its units back without the lock ([`ExactStage::give_back`]), and
-//!   takes it only when the count reaches 0 with the key's in-flight estimate below what its
-//!   tenant said ([`ExactStage::look_below`]: the key may have cooled down and leave), or
-//!   when the place is watched (its key is learning its in-flight limit, and its learner is
-//!   told of each completion).
+//! - Beside each set's lock, outside it, the hash of the key each way holds and one *lane*
+//!   per way (`lane.rs`): the units its entry holds in flight with the entry's generation in
+//!   one atomic word, and what lets its key's requests pass without the lock. An admission
+//!   whose limits the lane admits under is counted there by a compare-and-swap within the
+//!   limit ([`ExactStage::admit`]); any other decision takes the lock, and closes the lane
+//!   while it decides. A permit gives its units back without the lock
+//!   ([`ExactStage::give_back`]), and takes it only when the count reaches 0 with the key's
+//!   in-flight estimate below what its tenant said ([`ExactStage::look_below`]: the key may
+//!   have cooled down and leave), or when the place is watched (its key is learning its
+//!   in-flight limit, and its learner is told of each completion).
 //! - Both take their index from [`spread`], a mix of the key's hash that is independent of
 //!   the bits the sketches take for their columns.
 //! - The stage is storage: what it keeps of a key is its place (key, hash, generation, the
@@ -68,8 +71,12 @@
 //!
 //! A release takes no lock unless its key's count in flight reaches 0 with its in-flight
 //! estimate below its promotion threshold, or its place is watched: a key with requests in
-//! flight throughout (what makes an in-flight limit matter) gives them back lock-free. Its
-//! admission still takes the lock.
+//! flight throughout (what makes an in-flight limit matter) gives them back lock-free. An
+//! admission takes none when its key's lane admits under its limits (the limiter's tenant
+//! says which: an in-flight limit alone, in a limiter that counts no rate and learns no
+//! limits) and it fits. Everything else takes the lock: a key's entry and departure, a
+//! refusal (after which the key's bound is lowered, so that it is never refused on a stale
+//! one), a rate, the fleet, learning, and the reports.
 //!
 //! # The promotion handshake
 //!
