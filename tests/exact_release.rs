@@ -62,6 +62,43 @@ fn a_promoted_key_is_admitted_and_released_without_a_lock_while_it_fits() {
     assert_eq!(limiter.stats().promoted, 0, "cool: it left at its release");
 }
 
+/// A key promoted by a spike that then settles below its promotion threshold, with requests
+/// in flight throughout, cannot cool down (it holds units in flight) and is not hot: its
+/// admissions pass its lane without the lock too. Before, each took the lock.
+#[test]
+fn a_promoted_key_settled_below_its_threshold_is_admitted_without_a_lock() {
+    let clock = ManualClock::new();
+    let limiter: Limiter<String> = Limiter::builder()
+        .max_inflight(100)
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let spike: Vec<_> = (0..60)
+        .map(|_| limiter.try_acquire("origin").unwrap())
+        .collect();
+    assert_eq!(limiter.stats().promoted, 1, "promoted at 50");
+    let mut steady: Vec<_> = (0..30)
+        .map(|_| limiter.try_acquire("origin").unwrap())
+        .collect();
+    drop(spike);
+    // One decision under the lock lowers the key's bound now that the spike is back.
+    drop(steady.remove(0));
+    steady.push(limiter.try_acquire("origin").unwrap());
+    let locks = limiter.exact_locks_taken();
+    for _ in 0..1_000 {
+        drop(steady.remove(0));
+        steady.push(limiter.try_acquire("origin").unwrap());
+    }
+    assert_eq!(
+        limiter.exact_locks_taken(),
+        locks,
+        "30 in flight of 100 took the lock"
+    );
+    assert_eq!(limiter.stats().promoted, 1);
+    drop(steady);
+    assert_eq!(limiter.stats().promoted, 0, "cool once all are back");
+}
+
 /// A release that finds its key's place given to another key since (the key left, and the
 /// place was taken) gives back nothing to the newcomer: its units left with the entry that
 /// counted them.

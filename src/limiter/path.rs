@@ -6,14 +6,14 @@ use std::hash::Hash;
 
 use super::adaptive::Completion;
 use super::decision::{self, Refusal};
-use super::exact::{self, GivenBack, Locked, Place};
+use super::exact::{self, Ask, GivenBack, Locked, Place};
 use super::key_lines::{spread, KeyLine};
 use super::limits::{InflightThreshold, Thresholds};
 use super::overlimit::{cost_mix, OverLimit};
 use super::promoted::Promoted;
 use super::proof;
 use super::shared::Shared;
-use super::sketches::{Sketched, UNCOUNTED};
+use super::sketches::{less_own, Sketched, SATURATED, UNCOUNTED};
 use super::tally::{Tally, NEAR_LIMIT};
 use super::ticket::{shadow_admission, Held, Receipt, Ticket};
 use super::{Reason, Rejected};
@@ -379,10 +379,8 @@ where
     {
         // A promoted key whose lane admits under these limits, with room: counted there,
         // without the lock. Anything else (a refusal among it) is decided under the lock.
-        if hot {
-            if let Some(counted) = self.admit_in_lane(s, t) {
-                return Ok(Some(counted));
-            }
+        if let Some(counted) = self.admit_in_lane(s, t, hot) {
+            return Ok(Some(counted));
         }
         let at = s.window.map_or_else(|| self.time.coarse(), |w| w.at);
         let mut held = match self.exact.place(key, s.hash, at) {
@@ -701,12 +699,28 @@ impl<K> Shared<K> {
     }
 
     /// [`decide_hot`](Self::decide_hot) for a request of a promoted key whose lane admits
-    /// under its limits, if it fits there: counted without the lock.
+    /// under its limits, if it fits there: counted without the lock. A request below its
+    /// promotion threshold (`hot` false) is, only while the key has units in flight counted
+    /// there: with none, its key is judged for cooling down under the lock.
     #[inline]
-    fn admit_in_lane(&self, s: &Sketched, t: &Thresholds) -> Option<CountedExactly> {
+    fn admit_in_lane(&self, s: &Sketched, t: &Thresholds, hot: bool) -> Option<CountedExactly> {
         let (limits, limit) = lane_limits(s, t)?;
-        let cost = s.cost as u32;
-        let (way, generation, bound) = self.exact.admit(s.hash, limits, cost, limit)?;
+        // The others in flight by the sketch, for whether the key's base would be lowered
+        // (a saturated estimate lowers nothing, as under the lock).
+        let others = s
+            .inflight
+            .filter(|&estimate| estimate < SATURATED)
+            .map_or(u32::MAX, |estimate| {
+                u32::try_from(less_own(estimate, s.cost).max(0)).unwrap_or(u32::MAX)
+            });
+        let ask = Ask {
+            limits,
+            cost: s.cost as u32,
+            limit,
+            others,
+            while_tracked: !hot,
+        };
+        let (way, generation, bound) = self.exact.admit(s.hash, &ask)?;
         if Tally::ON {
             let bound = s.inflight.map_or(bound as isize, |e| e.min(bound as isize));
             if bound as f64 >= NEAR_LIMIT * limit as f64 {

@@ -40,7 +40,11 @@
 //! # The base
 //!
 //! An admission without the lock bounds the key's untracked units (admitted before its
-//! promotion) by `base`, which only an admission under the lock lowers ("rebase": the sketch's
+//! promotion) by `base`, which only a decision under the lock lowers. A request whose own
+//! estimate of the others in flight is below `base` and the count (some untracked units came
+//! back) goes to the lock, which lowers it: so the base is lowered where every decision under
+//! the lock would have lowered it, and a base left high refuses nothing. The lowering
+//! ("rebase": the sketch's
 //! estimate, then the word's count, read in that order, the difference). The rebase is right
 //! only if no unit is in the count and not in the estimate it read: a release gives back its
 //! word, then its sketch, so it cannot be; an admission counts itself in the sketch long
@@ -105,6 +109,39 @@ fn count_of(word: u64) -> u32 {
 
 fn with_count(word: u64, count: u32) -> u64 {
     (word & !COUNT_MASK) | u64::from(count)
+}
+
+/// A request asking a lane to admit it without the lock.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ask {
+    /// The fingerprint of the limits it is judged by (see "The limits it admits under").
+    pub(crate) limits: u64,
+    /// Its units.
+    pub(crate) cost: u32,
+    /// The in-flight limit of `limits`.
+    pub(crate) limit: u32,
+    /// The key's in-flight estimate less this request (`u32::MAX` for none), which says
+    /// whether the base would be lowered (see "The base").
+    pub(crate) others: u32,
+    /// Admitted only while the place counts units in flight: for a request that would have
+    /// the key judged for cooling down under the lock if it had none (one below its
+    /// promotion threshold).
+    pub(crate) while_tracked: bool,
+}
+
+#[cfg(test)]
+impl Ask {
+    /// What a request of `cost` units asks, under `limits` of in-flight limit `limit`, seeing
+    /// `others` in flight.
+    fn of(limits: u64, cost: u32, limit: u32, others: u32) -> Ask {
+        Ask {
+            limits,
+            cost,
+            limit,
+            others,
+            while_tracked: false,
+        }
+    }
 }
 
 /// What became of units a permit gave back without the lock.
@@ -177,12 +214,18 @@ impl Lane {
         }
     }
 
-    /// Admits `cost` units of generation `generation` without the lock, judged by limits of
-    /// fingerprint `limits` with an in-flight limit of `limit`, if the place admits under them
-    /// and they fit (see "The word"); returns the bound with them (`base + count + cost`).
-    /// `None`: go to the lock.
+    /// Admits `ask` for generation `generation` without the lock, if the place admits under its
+    /// limits and it fits (see "The word"); returns the bound with it (`base + count +
+    /// cost`). `None`: go to the lock.
     #[inline]
-    pub(crate) fn admit(&self, generation: u32, limits: u64, cost: u32, limit: u32) -> Option<u32> {
+    pub(crate) fn admit(&self, generation: u32, ask: &Ask) -> Option<u32> {
+        let Ask {
+            limits,
+            cost,
+            limit,
+            others,
+            while_tracked,
+        } = *ask;
         if limits == 0 || self.admits_under.load(Ordering::Relaxed) != limits {
             return None;
         }
@@ -194,7 +237,17 @@ impl Lane {
             // Read after the word: a base lowered under the lock before its reopening is seen.
             let base = self.base.load(Ordering::Relaxed);
             let count = count_of(word);
-            let with_it = u64::from(base) + u64::from(count) + u64::from(cost);
+            if while_tracked && count == 0 {
+                return None;
+            }
+            let tracked_and_base = u64::from(base) + u64::from(count);
+            // Fewer others than the bound counts: some untracked units came back, and the
+            // lock lowers the base (a decision under it would have), so that a base left high
+            // refuses no later request.
+            if u64::from(others) < tracked_and_base {
+                return None;
+            }
+            let with_it = tracked_and_base + u64::from(cost);
             if with_it > u64::from(limit) {
                 return None;
             }
@@ -376,35 +429,96 @@ mod tests {
     #[test]
     fn an_admission_without_the_lock_is_counted_only_where_it_fits() {
         let lane = open_lane(3);
-        assert_eq!(lane.admit(3, LIMITS, 2, LIMIT), Some(2));
-        assert_eq!(lane.admit(3, LIMITS, 2, LIMIT), Some(4));
-        assert_eq!(lane.admit(3, LIMITS, 1, LIMIT), None, "5 over 4");
+        assert_eq!(lane.admit(3, &Ask::of(LIMITS, 2, LIMIT, u32::MAX)), Some(2));
+        assert_eq!(lane.admit(3, &Ask::of(LIMITS, 2, LIMIT, u32::MAX)), Some(4));
+        assert_eq!(
+            lane.admit(3, &Ask::of(LIMITS, 1, LIMIT, u32::MAX)),
+            None,
+            "5 over 4"
+        );
         lane.give_back(3, 2);
         lane.set_base(1);
-        assert_eq!(lane.admit(3, LIMITS, 2, LIMIT), None, "1 + 2 + 2 over 4");
-        assert_eq!(lane.admit(3, LIMITS, 1, LIMIT), Some(4));
+        assert_eq!(
+            lane.admit(3, &Ask::of(LIMITS, 2, LIMIT, u32::MAX)),
+            None,
+            "1 + 2 + 2 over 4"
+        );
+        assert_eq!(lane.admit(3, &Ask::of(LIMITS, 1, LIMIT, u32::MAX)), Some(4));
         assert_eq!(lane.units(3), 3);
         lane.give_back(3, 3);
-        assert_eq!(lane.admit(2, LIMITS, 1, LIMIT), None, "another generation");
-        assert_eq!(lane.admit(3, LIMITS + 1, 1, LIMIT), None, "other limits");
-        assert_eq!(lane.admit(3, 0, 1, LIMIT), None, "no limits");
+        assert_eq!(
+            lane.admit(2, &Ask::of(LIMITS, 1, LIMIT, u32::MAX)),
+            None,
+            "another generation"
+        );
+        assert_eq!(
+            lane.admit(3, &Ask::of(LIMITS + 1, 1, LIMIT, u32::MAX)),
+            None,
+            "other limits"
+        );
+        assert_eq!(
+            lane.admit(3, &Ask::of(0, 1, LIMIT, u32::MAX)),
+            None,
+            "no limits"
+        );
         lane.close();
-        assert_eq!(lane.admit(3, LIMITS, 1, LIMIT), None, "closed");
+        assert_eq!(
+            lane.admit(3, &Ask::of(LIMITS, 1, LIMIT, u32::MAX)),
+            None,
+            "closed"
+        );
         lane.open();
         lane.watch(true);
-        assert_eq!(lane.admit(3, LIMITS, 1, LIMIT), None, "watched");
+        assert_eq!(
+            lane.admit(3, &Ask::of(LIMITS, 1, LIMIT, u32::MAX)),
+            None,
+            "watched"
+        );
         lane.watch(false);
         assert_eq!(
-            lane.admit(3, LIMITS, 1, LIMIT),
+            lane.admit(3, &Ask::of(LIMITS, 1, LIMIT, u32::MAX)),
             Some(2),
             "the base of 1 and itself"
         );
         lane.reset(4);
         assert_eq!(
-            lane.admit(4, LIMITS, 1, LIMIT),
+            lane.admit(4, &Ask::of(LIMITS, 1, LIMIT, u32::MAX)),
             None,
             "a new key says its limits first"
         );
+    }
+
+    /// A request that sees fewer others in flight than the base and the count say (untracked
+    /// units came back) goes to the lock, which lowers the base; one that sees as many or more
+    /// passes.
+    #[test]
+    fn a_request_that_would_lower_the_base_goes_to_the_lock() {
+        let lane = open_lane(5);
+        lane.set_base(2);
+        lane.add_and_open(1);
+        assert_eq!(
+            lane.admit(5, &Ask::of(LIMITS, 1, LIMIT, 2)),
+            None,
+            "2 others, 3 counted"
+        );
+        assert_eq!(lane.admit(5, &Ask::of(LIMITS, 1, LIMIT, 3)), Some(4));
+        assert_eq!(
+            lane.admit(5, &Ask::of(LIMITS, 0, LIMIT, 9)),
+            Some(4),
+            "more others: other keys'"
+        );
+        let below_threshold = Ask {
+            while_tracked: true,
+            ..Ask::of(LIMITS, 1, LIMIT, 9)
+        };
+        lane.give_back(5, 2);
+        assert_eq!(
+            lane.admit(5, &below_threshold),
+            None,
+            "none tracked: judged for cooling"
+        );
+        lane.add_and_open(1);
+        assert_eq!(lane.admit(5, &below_threshold), Some(4), "one tracked");
     }
 
     #[test]
@@ -413,7 +527,11 @@ mod tests {
         lane.close();
         lane.add_and_open(3);
         assert_eq!(lane.units(1), 3);
-        assert_eq!(lane.admit(1, LIMITS, 1, LIMIT), Some(4), "open again");
+        assert_eq!(
+            lane.admit(1, &Ask::of(LIMITS, 1, LIMIT, u32::MAX)),
+            Some(4),
+            "open again"
+        );
     }
 
     #[test]
@@ -474,10 +592,19 @@ mod tests {
         let lane = open_lane(GENERATION_MASK);
         let largest = (1 << 30) - 1;
         assert_eq!(
-            lane.admit(GENERATION_MASK, LIMITS, largest, largest),
+            lane.admit(
+                GENERATION_MASK,
+                &Ask::of(LIMITS, largest, largest, u32::MAX)
+            ),
             Some(largest)
         );
-        assert_eq!(lane.admit(GENERATION_MASK, LIMITS, u32::MAX, largest), None);
+        assert_eq!(
+            lane.admit(
+                GENERATION_MASK,
+                &Ask::of(LIMITS, u32::MAX, largest, u32::MAX)
+            ),
+            None
+        );
         assert_eq!(lane.units(GENERATION_MASK), largest);
         assert_eq!(lane.generation(), GENERATION_MASK);
     }
@@ -585,7 +712,7 @@ mod loom_models {
             let (l, s) = (Arc::clone(&lane), Arc::clone(&sketch));
             let admitting = thread::spawn(move || {
                 s.fetch_add(1, Ordering::SeqCst);
-                l.admit(1, 1, 1, 8)
+                l.admit(1, &Ask::of(1, 1, 8, u32::MAX))
             });
             lane.close();
             let estimate = sketch.load(Ordering::SeqCst);
@@ -606,8 +733,9 @@ mod loom_models {
             lane.set_base(0);
             lane.admit_under(1);
             let other = Arc::clone(&lane);
-            let racing = thread::spawn(move || other.admit(1, 1, 1, 1).is_some());
-            let mine = lane.admit(1, 1, 1, 1).is_some();
+            let racing =
+                thread::spawn(move || other.admit(1, &Ask::of(1, 1, 1, u32::MAX)).is_some());
+            let mine = lane.admit(1, &Ask::of(1, 1, 1, u32::MAX)).is_some();
             let theirs = racing.join().unwrap();
             assert!(mine ^ theirs, "one of two: {mine} {theirs}");
             assert_eq!(lane.units(1), 1);
@@ -624,7 +752,7 @@ mod loom_models {
             lane.set_base(0);
             lane.admit_under(1);
             let other = Arc::clone(&lane);
-            let admitting = thread::spawn(move || other.admit(1, 1, 1, 4));
+            let admitting = thread::spawn(move || other.admit(1, &Ask::of(1, 1, 4, u32::MAX)));
             lane.reset(2);
             admitting.join().unwrap();
             assert_eq!(lane.units(2), 0);

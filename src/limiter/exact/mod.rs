@@ -96,8 +96,8 @@ use crossbeam_utils::CachePadded;
 use crate::sync::{lock, AtomicU64, AtomicU8, Mutex, MutexGuard, Ordering};
 
 use super::key_lines::{spread, KeyLine, KeyLines};
-pub(crate) use lane::GivenBack;
 use lane::Lane;
+pub(crate) use lane::{Ask, GivenBack};
 use set::Set;
 pub(crate) use set::{Departed, Entry, Hits, WAYS};
 pub(crate) use tenant::Tenant;
@@ -231,23 +231,16 @@ impl<K, V: Tenant> ExactStage<K, V> {
         (lock(&locked.set), &locked.lanes.ways)
     }
 
-    /// Admits, without the lock, `cost` units in flight for the key of `hash` if it holds a
-    /// place whose lane admits under limits of fingerprint `limits`, with an in-flight limit of
-    /// `limit`, and they fit (see `lane.rs`); returns the place's way and generation, for the
-    /// permit to give them back, and the bound on the key's units in flight with them. `None`:
-    /// the request goes to the lock.
+    /// Admits, without the lock, a request of the key of `hash` that asks `ask`, if the key
+    /// holds a place whose lane admits under its limits and it fits (see `lane.rs`); returns
+    /// the place's way and generation, for the permit to give its units back, and the bound on
+    /// the key's units in flight with them. `None`: the request goes to the lock.
     ///
     /// A key is found by its hash alone: another key with the same 64-bit keyed hash (which
     /// its sketch counters cannot tell apart either) would be counted with it, an over-count
     /// of both.
     #[inline]
-    pub(crate) fn admit(
-        &self,
-        hash: u64,
-        limits: u64,
-        cost: u32,
-        limit: u32,
-    ) -> Option<(u8, u32, u32)> {
+    pub(crate) fn admit(&self, hash: u64, ask: &Ask) -> Option<(u8, u32, u32)> {
         let lanes = &self.locked_set(hash).lanes;
         let way = lanes
             .hashes
@@ -260,7 +253,7 @@ impl<K, V: Tenant> ExactStage<K, V> {
         if generation == 0 || lanes.hashes[way].load(Ordering::Relaxed) != hash {
             return None;
         }
-        let bound = lane.admit(generation, limits, cost, limit)?;
+        let bound = lane.admit(generation, ask)?;
         Some((way as u8, generation, bound))
     }
 

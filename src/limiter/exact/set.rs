@@ -37,7 +37,7 @@ impl<K, V> Entry<K, V> {
     /// took them), and the units it holds in flight.
     fn evidence(&self, epoch: u64, lane: &Lane) -> u64 {
         let in_flight = lane.units(self.generation);
-        let requests = self.hits.most(epoch).saturating_add(lane.requests());
+        let requests = self.hits.most(epoch, lane.requests());
         u64::from(requests).saturating_add(u64::from(in_flight))
     }
 }
@@ -71,10 +71,13 @@ impl Hits {
         }
     }
 
-    /// The more of the requests in `epoch` and in the one before.
-    fn most(mut self, epoch: u64) -> u32 {
+    /// The more of the requests in `epoch` (with `uncounted` more of it, which its lane
+    /// admitted without the lock and the clock's sweep has not taken yet) and in the one
+    /// before.
+    fn most(mut self, epoch: u64, uncounted: u32) -> u32 {
         self.0.roll_to(epoch);
-        self.0.current.max(self.0.previous)
+        let current = self.0.current.saturating_add(uncounted);
+        current.max(self.0.previous)
     }
 }
 
