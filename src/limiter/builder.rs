@@ -176,6 +176,13 @@ impl<K> LimiterBuilder<K> {
 
     /// At most `limit` requests in flight per key.
     ///
+    /// A key near its limit (at its promotion threshold) is counted exactly, and under an
+    /// in-flight limit alone its requests are admitted and given back without a lock while
+    /// they fit; a refusal, and every decision of a limiter that also counts a rate
+    /// ([`max_rate`](Self::max_rate)) or learns its in-flight limits
+    /// ([`adaptive_inflight`](Self::adaptive_inflight)), takes a short lock shared by the 16
+    /// keys of its set (their releases still take none). See docs/architecture.md.
+    ///
     /// # Examples
     ///
     /// ```

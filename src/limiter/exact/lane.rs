@@ -25,7 +25,10 @@
 //!   in, and gives back only to a word of that generation ([`Lane::give_back`]): a place given
 //!   to another key, or to a later promotion of the same key, has a new generation, and the
 //!   permit's units left with the entry that counted them (their sketch units are given back as
-//!   any un-promoted key's). A generation is reused only after 2^30 promotions in the same set.
+//!   any un-promoted key's). A generation is reused only after 2^30 promotions in the same set:
+//!   a permit held across that many (a billion keys entering one set of 16 places while it is
+//!   out), whose place then holds the reused generation, would give its units back to that
+//!   entry, an under-count of its cost until that entry leaves.
 //! - **No unit lost to a replacement.** An admission or a release that read the old
 //!   generation and swaps after the reset fails (the word changed) and finds the new one; a
 //!   reset by a plain store could let such a release land in the new generation (the loom
@@ -66,8 +69,8 @@
 //!
 //! The place keeps a number its tenant sets under the lock (`look_below`): a release that
 //! leaves the place nothing in flight takes the lock, to see whether the key has cooled down
-//! and leaves, only if the key's in-flight estimate is below it (the key's promotion threshold
-//! for in flight: above it the key is not cool, whatever else says). A stale read of it, or of
+//! and leaves, only if the key's in-flight estimate, doubled, is below it (the limiter sets
+//! the key's promotion threshold for in flight, and a key is cool only below half of it). A stale read of it, or of
 //! the estimate, costs a lock taken needlessly, or a key left in the stage until its next
 //! request or the clock's sweep finds it cool: nothing is counted differently.
 //!

@@ -29,8 +29,8 @@
 //!   limit ([`ExactStage::admit`]); any other decision takes the lock, and closes the lane
 //!   while it decides. A permit gives its units back without the lock
 //!   ([`ExactStage::give_back`]), and takes it only when the count reaches 0 with the key's
-//!   in-flight estimate below what its tenant said ([`ExactStage::look_below`]: the key may
-//!   have cooled down and leave), or when the place is watched (its key is learning its
+//!   in-flight estimate, doubled, below what its tenant said ([`ExactStage::look_below`]:
+//!   the key may have cooled down and leave), or when the place is watched (its key is learning its
 //!   in-flight limit, and its learner is told of each completion).
 //! - Both take their index from [`spread`], a mix of the key's hash that is independent of
 //!   the bits the sketches take for their columns.
@@ -70,7 +70,7 @@
 //! # Without the lock
 //!
 //! A release takes no lock unless its key's count in flight reaches 0 with its in-flight
-//! estimate below its promotion threshold, or its place is watched: a key with requests in
+//! estimate below half its promotion threshold, or its place is watched: a key with requests in
 //! flight throughout (what makes an in-flight limit matter) gives them back lock-free. An
 //! admission takes none when its key's lane admits under its limits (the limiter's tenant
 //! says which: an in-flight limit alone, in a limiter that counts no rate and learns no
