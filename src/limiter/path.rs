@@ -435,15 +435,19 @@ where
         // What the sweep judges the key cool by, and a release without the lock looks at it
         // by (`may_be_cool`: twice the estimate against this).
         entry.thresholds = *t;
-        let cool_at = t.inflight.map_or(isize::MAX, |i| i.promote_at);
-        units.look_below(u32::try_from(cool_at).unwrap_or(u32::MAX));
+        if self.sketches.inflight.is_some() {
+            let cool_at = t.inflight.map_or(isize::MAX, |i| i.promote_at);
+            units.look_below(u32::try_from(cool_at).unwrap_or(u32::MAX));
+        }
         // A run of refusals the cache answered since the key's last admission is counted
         // before a deadline of this decision replaces the one they were refused on.
         entry.settle(line);
-        // Closed to admissions without the lock while its base is lowered and the request
-        // decided; then the sketches read again, then the key's units in flight: in that
-        // order, no unit is in the count and not in the estimate (see `InflightCount::rebase`).
-        let closed = units.close();
+        // Closed to admissions without the lock (in a limiter whose lanes admit) while its base
+        // is lowered and the request decided; then the sketches read again, then the key's
+        // units in flight: in that order, no unit is in the count and not in the estimate
+        // (see `InflightCount::rebase`).
+        let lanes = self.lanes_admit();
+        let closed = lanes.then(|| units.close());
         let now = self.sketches.recount(s);
         // A key learning its in-flight limit is judged by the learnt one too, and its
         // admissions timed.
@@ -462,18 +466,18 @@ where
         let near = Tally::ON.then_some(NEAR_LIMIT);
         let decided = decision::exact(&mut entry.counts, tracked, s, &now, judged, near);
         // What the key's next admissions without the lock judge by: the base just lowered,
-        // and the limits they may pass under (none under adaptive in-flight limits: a key hot
-        // for its in flight learns its limit, or starts to, under the lock).
-        units.set_base(entry.counts.inflight.base);
-        let lane = lane_limits(s, t).filter(|_| self.adaptive.is_none());
-        units.admit_under(lane.map_or(0, |(limits, _)| limits));
+        // and the limits they may pass under.
+        if lanes {
+            units.set_base(entry.counts.inflight.base);
+            units.admit_under(lane_limits(t).map_or(0, |(limits, _)| limits));
+        }
         match decided {
             Ok(admitted) => {
                 if admitted.tracked {
-                    closed.add(s.cost as u32);
-                } else {
-                    drop(closed);
+                    // Opens the lane too, in the same swap.
+                    units.add(s.cost as u32);
                 }
+                drop(closed);
                 if admitted.near {
                     self.tally.near();
                 }
@@ -520,12 +524,11 @@ where
     }
 }
 
-/// The limits a promoted key's lane may admit `s` under without the lock, as the fingerprint
-/// the lane keeps and the in-flight limit: an in-flight limit alone, in a limiter that counts
-/// no rate (a rate's windows, the fleet and the over-limit cache are judged under the lock).
-/// Under adaptive in-flight limits a lane admits nothing: the caller says so.
-fn lane_limits(s: &Sketched, t: &Thresholds) -> Option<(u64, u32)> {
-    if s.window.is_some() || t.rate.is_some() {
+/// The limits `t` as a promoted key's lane admits under them without the lock (in a limiter
+/// whose lanes admit: see `Shared::lanes_admit`): the fingerprint the lane keeps and the
+/// in-flight limit, for an in-flight limit alone.
+fn lane_limits(t: &Thresholds) -> Option<(u64, u32)> {
+    if t.rate.is_some() {
         return None;
     }
     let inflight = t.inflight?;
@@ -704,7 +707,10 @@ impl<K> Shared<K> {
     /// there: with none, its key is judged for cooling down under the lock.
     #[inline]
     fn admit_in_lane(&self, s: &Sketched, t: &Thresholds, hot: bool) -> Option<CountedExactly> {
-        let (limits, limit) = lane_limits(s, t)?;
+        if !self.lanes_admit() {
+            return None;
+        }
+        let (limits, limit) = lane_limits(t)?;
         // The others in flight by the sketch, for whether the key's base would be lowered
         // (a saturated estimate lowers nothing, as under the lock).
         let others = s
@@ -733,6 +739,15 @@ impl<K> Shared<K> {
             window: None,
             admitted_at: 0,
         })
+    }
+
+    /// Whether the lanes of this limiter's promoted keys admit without the lock: it counts
+    /// requests in flight, and no rate (whose windows, the fleet and the over-limit cache are
+    /// judged under the lock), and learns no in-flight limits (a key hot for its in flight
+    /// learns its limit, or starts to, under the lock).
+    #[inline]
+    fn lanes_admit(&self) -> bool {
+        self.sketches.inflight.is_some() && self.sketches.rate.is_none() && self.adaptive.is_none()
     }
 
     /// The units in flight of a promoted key `entry` for its learner, before a request of

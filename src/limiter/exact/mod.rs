@@ -543,12 +543,18 @@ impl<'a> Units<'a> {
         self.word.units(self.generation)
     }
 
-    /// Closes the lane to admissions without the lock until the guard is dropped, or counts
-    /// an admission decided under the lock: for a decision that lowers the entry's base (see
-    /// "The base" in `lane.rs`).
+    /// Closes the lane to admissions without the lock until the guard is dropped or
+    /// [`add`](Self::add) opens it: for a decision that lowers the entry's base (see "The
+    /// base" in `lane.rs`).
     pub(crate) fn close(self) -> Closed<'a> {
         self.word.close();
         Closed(self.word)
+    }
+
+    /// Counts `cost` units more in flight, for an admission decided under the lock, and opens
+    /// the lane if it was closed.
+    pub(crate) fn add(self, cost: u32) {
+        self.word.add_and_open(cost);
     }
 
     /// Sets the untracked bound admissions without the lock count: the entry's, while the
@@ -587,14 +593,6 @@ impl<'a> Units<'a> {
 /// A lane closed to admissions without the lock (see [`Units::close`]); opened again when
 /// dropped.
 pub(crate) struct Closed<'a>(&'a Lane);
-
-impl Closed<'_> {
-    /// Counts `cost` units more in flight, for an admission decided under the lock, and opens
-    /// the lane.
-    pub(crate) fn add(self, cost: u32) {
-        self.0.add_and_open(cost);
-    }
-}
 
 impl Drop for Closed<'_> {
     fn drop(&mut self) {
