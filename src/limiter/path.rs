@@ -390,9 +390,9 @@ where
                 // from it: demote the key. Cool by the sketches now, this request included:
                 // its own count may be from before the key was hot (its thread held up
                 // between counting and this lock), and would demote a key still hot.
-                let tracked = held.in_flight() as isize;
                 let cool = !hot
                     && held.entry().is_some_and(|e| {
+                        let tracked = held.in_flight() as isize;
                         let now = self.sketches.reread_in(s);
                         decision::is_cool(&e.state.counts, tracked, &now, s.cost, t)
                             && self.may_leave(&e.state)
@@ -462,7 +462,11 @@ where
             })
             .map(|limit| Thresholds::with_inflight_limit(t, limit));
         let judged = learnt.as_ref().unwrap_or(t);
-        let tracked = units.in_flight() as isize;
+        // (Nothing to read in a limiter that counts no requests in flight.)
+        let tracked = match self.sketches.inflight {
+            Some(_) => units.in_flight() as isize,
+            None => 0,
+        };
         let near = Tally::ON.then_some(NEAR_LIMIT);
         let decided = decision::exact(&mut entry.counts, tracked, s, &now, judged, near);
         // What the key's next admissions without the lock judge by: the base just lowered,
