@@ -383,9 +383,15 @@ where
             return Ok(Some(counted));
         }
         let at = s.window.map_or_else(|| self.time.coarse(), |w| w.at);
-        let mut held = match self.exact.place(key, s.hash, at) {
-            Place::Twin => return decision::alone(s, t).map(|()| None),
+        // In a limiter whose lanes admit, a promoted key's lane is closed while it is judged
+        // here (see "The base" in the exact stage's `lane.rs`), and while it is judged cool
+        // and leaves: an admission in its lane meanwhile would not see this request, which
+        // the sketch then admits alone.
+        let lanes = self.lanes_admit();
+        let (mut held, closed) = match self.exact.place(key, s.hash, at) {
+            Place::Twin => return self.alone_now(s, t),
             Place::Held(held) => {
+                let closed = held.units().filter(|_| lanes).map(exact::Units::close);
                 // A request the sketch admits alone, for a key that has cooled down apart
                 // from it: demote the key. Cool by the sketches now, this request included:
                 // its own count may be from before the key was hot (its thread held up
@@ -398,13 +404,17 @@ where
                             && self.may_leave(&e.state)
                     });
                 if cool {
+                    if let Some(closed) = closed {
+                        closed.until_it_leaves();
+                    }
                     held.demote();
                     return Ok(None);
                 }
-                held
+                (held, closed)
             }
-            // Flagged by another key in the same filter cell, and not hot: the sketch admits.
-            Place::Free(_) if !hot => return Ok(None),
+            // Flagged by another key in the same filter cell, or promoted and gone since it
+            // counted itself, and not hot: the sketch admits, on its counts now.
+            Place::Free(_) if !hot => return self.alone_now(s, t),
             Place::Free(free) => {
                 // What the threshold proves holds only if the key was not admitted otherwise
                 // since the window before this one began.
@@ -421,8 +431,8 @@ where
                     Promoted::new(decision::promoted(s, &now, proven), *t)
                 });
                 match promoted {
-                    Some(held) => held,
-                    None => return decision::alone(s, t).map(|()| None),
+                    Some(held) => (held, None),
+                    None => return self.alone_now(s, t),
                 }
             }
         };
@@ -446,8 +456,7 @@ where
         // is lowered and the request decided; then the sketches read again, then the key's
         // units in flight: in that order, no unit is in the count and not in the estimate
         // (see `InflightCount::rebase`).
-        let lanes = self.lanes_admit();
-        let closed = lanes.then(|| units.close());
+        let closed = closed.or_else(|| lanes.then(|| units.close()));
         let now = self.sketches.recount(s);
         // A key learning its in-flight limit is judged by the learnt one too, and its
         // admissions timed.
@@ -667,11 +676,46 @@ impl<K> Shared<K> {
             generation,
             |locked| {
                 locked.is_some_and(|Locked { entry, units }| {
-                    self.is_cool(entry.hash, &entry.state, units.in_flight())
+                    self.closed_while_cool(units, || {
+                        self.is_cool(entry.hash, &entry.state, units.in_flight())
+                    })
                 })
             },
             || self.now(),
         );
+    }
+
+    /// Whether `cool` says a promoted key has cooled down, its lane (`units`) closed meanwhile in
+    /// a limiter whose lanes admit, and kept closed if it has, until the key leaves: an
+    /// admission in its lane between the judgement and the leaving would go uncounted by the
+    /// key's next requests, which the sketch decides alone.
+    pub(super) fn closed_while_cool(
+        &self,
+        units: exact::Units<'_>,
+        cool: impl FnOnce() -> bool,
+    ) -> bool {
+        let closed = self.lanes_admit().then(|| units.close());
+        let cool = cool();
+        if cool {
+            if let Some(closed) = closed {
+                closed.until_it_leaves();
+            }
+        }
+        cool
+    }
+
+    /// The answer of the sketches alone, on their counts now (`s` read again, in its windows),
+    /// for a request of a key that the exact stage does not hold now: it may have held it when
+    /// the request counted itself, and admitted others since that the request's own counts do
+    /// not show.
+    fn alone_now(&self, s: &Sketched, t: &Thresholds) -> Result<Option<CountedExactly>, Refusal> {
+        let now = self.sketches.reread_in(s);
+        let s = Sketched {
+            inflight: now.inflight,
+            window: now.window,
+            ..*s
+        };
+        decision::alone(&s, t).map(|()| None)
     }
 
     /// The release of a permit whose key's place is watched (it is learning its in-flight

@@ -49,7 +49,9 @@ impl<K> Shared<K> {
         self.exact.sweep(
             |Locked { entry, units }: Locked<'_, K, Promoted>, line| {
                 entry.state.settle(line);
-                self.is_cool(entry.hash, &entry.state, units.in_flight())
+                self.closed_while_cool(units, || {
+                    self.is_cool(entry.hash, &entry.state, units.in_flight())
+                })
             },
             || self.now(),
         );

@@ -594,6 +594,14 @@ impl<'a> Units<'a> {
 /// dropped.
 pub(crate) struct Closed<'a>(&'a Lane);
 
+impl Closed<'_> {
+    /// Keeps the lane closed for an entry that leaves the stage under this lock: its lane is
+    /// emptied as it leaves, and no admission passes it in between.
+    pub(crate) fn until_it_leaves(self) {
+        std::mem::forget(self);
+    }
+}
+
 impl Drop for Closed<'_> {
     fn drop(&mut self) {
         self.0.open();
@@ -610,13 +618,19 @@ pub(crate) struct Held<'a, K, V> {
     at: u64,
 }
 
-impl<K, V: Tenant> Held<'_, K, V> {
+impl<'a, K, V: Tenant> Held<'a, K, V> {
     /// The entry (always there: `None` is for the type alone).
     pub(crate) fn entry(&self) -> Option<&Entry<K, V>> {
         self.set.get(self.way)
     }
 
-    /// The entry's units in flight now: see [`Locked::in_flight`].
+    /// The entry's lane, while its set is locked.
+    pub(crate) fn units(&self) -> Option<Units<'a>> {
+        let entry = self.entry()?;
+        Some(Units::of(&self.units[self.way], entry))
+    }
+
+    /// The entry's units in flight now: see [`Units::in_flight`].
     pub(crate) fn in_flight(&self) -> u32 {
         self.entry()
             .map_or(0, |e| self.units[self.way].units(e.generation))
