@@ -58,6 +58,17 @@
 //! estimate) or finds the place closed and goes to the lock. A `base` read without the lock
 //! that is stale is higher than the entry's: it only over-counts.
 //!
+//! # Leaving
+//!
+//! A key leaves the stage when it has cooled down (nothing counted in flight, its estimates
+//! low), and a request of it that counted itself while it was promoted may then be admitted
+//! by the sketch alone. The lock's holder closes the lane before it judges the key cool, and
+//! keeps it closed until the key has left (its reset opens it, empty): an admission in the
+//! lane between the judgement and the leaving would count neither that request nor be
+//! counted by it. And a request that finds its key gone is judged by the sketch on its counts
+//! read then, which hold every unit admitted in the lane before (each counted itself in the
+//! sketch first), not on the counts it read when it counted itself.
+//!
 //! # The limits it admits under
 //!
 //! The tenant says, under the lock, which requests may be admitted without it: a fingerprint
