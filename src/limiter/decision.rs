@@ -1,7 +1,7 @@
 //! The limiter's decision, whole: every judgement of a request against its limits, as
 //! arithmetic on values (what the sketches said, a promoted key's exact counts, the
 //! thresholds). Nothing here touches an atomic or takes a lock: the request path
-//! (`path.rs`) reads the storage (the sketches, the exact stage, the over-limit cache), asks
+//! (`path/`) reads the storage (the sketches, the exact stage, the over-limit cache), asks
 //! these functions, and writes back what they say.
 //!
 //! - [`is_hot`]: whether a request's estimates reached a promotion threshold;

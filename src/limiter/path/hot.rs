@@ -1,0 +1,347 @@
+//! A request of a key that is hot or flagged: counted in its promoted key's lane without
+//! the lock when it fits there, else decided by the exact stage under its set's lock, or by
+//! the sketches alone on their counts now when the stage holds no place for it.
+
+use std::borrow::Borrow;
+use std::hash::Hash;
+
+use super::CountedExactly;
+use crate::limiter::decision::{self, Refusal};
+use crate::limiter::exact::{self, Ask, Locked, Place};
+use crate::limiter::key_lines::{spread, KeyLine};
+use crate::limiter::limits::{InflightThreshold, Thresholds};
+use crate::limiter::promoted::Promoted;
+use crate::limiter::proof;
+use crate::limiter::shared::Shared;
+use crate::limiter::sketches::{less_own, Sketched, SATURATED};
+use crate::limiter::tally::{Tally, NEAR_LIMIT};
+use crate::limiter::Reason;
+
+impl<K> Shared<K>
+where
+    K: Hash + Eq,
+{
+    /// Decides a request that the sketches could not decide alone: its key is hot, or
+    /// flagged. `Ok(Some(_))` when the exact stage counted it (its in-flight units, if the
+    /// limiter counts them, and its rate units): by the entry of which generation, in which
+    /// rate window.
+    ///
+    /// Never inlined: inlined into `try_acquire`, this path for the few hot keys made every
+    /// request's path larger and measurably slower (3-6% on the simulated groups).
+    #[inline(never)]
+    pub(super) fn decide_hot<Q>(
+        &self,
+        key: &Q,
+        line: KeyLine<'_>,
+        s: &Sketched,
+        t: &Thresholds,
+        hot: bool,
+        plan_shadow: bool,
+    ) -> Result<Option<CountedExactly>, Refusal>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        // A promoted key whose lane admits under these limits, with room: counted there,
+        // without the lock. Anything else (a refusal among it) is decided under the lock.
+        if let Some(counted) = self.admit_in_lane(s, t, hot) {
+            return Ok(Some(counted));
+        }
+        let at = s.window.map_or_else(|| self.time.coarse(), |w| w.at);
+        // In a limiter whose lanes admit, a promoted key's lane is closed while it is judged
+        // here (see "The base" in the exact stage's `lane.rs`), and while it is judged cool
+        // and leaves: an admission in its lane meanwhile would not see this request, which
+        // the sketch then admits alone.
+        let lanes = self.lanes_admit();
+        let (mut held, closed) = match self.exact.place(key, s.hash, at) {
+            Place::Twin => return self.alone_now(s, t),
+            Place::Held(held) => {
+                let closed = held.units().filter(|_| lanes).map(exact::Units::close);
+                // A request the sketch admits alone, for a key that has cooled down apart
+                // from it: demote the key. Cool by the sketches now, this request included:
+                // its own count may be from before the key was hot (its thread held up
+                // between counting and this lock), and would demote a key still hot.
+                let cool = !hot
+                    && held.entry().is_some_and(|e| {
+                        let tracked = held.in_flight() as isize;
+                        let now = self.sketches.reread_in(s);
+                        decision::is_cool(&e.state.counts, tracked, &now, s.cost, t)
+                            && self.may_leave(&e.state)
+                    });
+                if cool {
+                    if let Some(closed) = closed {
+                        closed.until_it_leaves();
+                    }
+                    held.demote();
+                    return Ok(None);
+                }
+                (held, closed)
+            }
+            // Flagged by another key in the same filter cell, or promoted and gone since it
+            // counted itself, and not hot: the sketch admits, on its counts now.
+            Place::Free(_) if !hot => return self.alone_now(s, t),
+            Place::Free(free) => {
+                // What the threshold proves holds only if the key was not admitted otherwise
+                // since the window before this one began.
+                let kept_since = proof::kept_since(s.window.as_ref());
+                // The promotion's half of the handshake: flagged, then the sketches read.
+                let promoted = free.promote(key, s.hash, kept_since, |kept| {
+                    let now = self.sketches.recount(s);
+                    // After the reads: the thresholds of every admission they include are
+                    // known.
+                    let proven = self
+                        .highest_rate_promotion
+                        .proven(self.fleet.is_joined())
+                        .filter(|_| kept);
+                    Promoted::new(decision::promoted(s, &now, proven), *t)
+                });
+                match promoted {
+                    Some(held) => (held, None),
+                    None => return self.alone_now(s, t),
+                }
+            }
+        };
+        let way = held.way();
+        let Some(Locked { entry, units }) = held.decided() else {
+            return decision::alone(s, t).map(|()| None); // unreachable: a held place has its entry
+        };
+        let generation = entry.generation;
+        let entry = &mut entry.state;
+        // What the sweep judges the key cool by, and a release without the lock looks at it
+        // by (`may_be_cool`: twice the estimate against this).
+        entry.thresholds = *t;
+        if self.sketches.inflight.is_some() {
+            let cool_at = t.inflight.map_or(isize::MAX, |i| i.promote_at);
+            units.look_below(u32::try_from(cool_at).unwrap_or(u32::MAX));
+        }
+        // A run of refusals the cache answered since the key's last admission is counted
+        // before a deadline of this decision replaces the one they were refused on.
+        entry.settle(line);
+        // Closed to admissions without the lock (in a limiter whose lanes admit) while its base
+        // is lowered and the request decided; then the sketches read again, then the key's
+        // units in flight: in that order, no unit is in the count and not in the estimate
+        // (see `InflightCount::rebase`).
+        let closed = closed.or_else(|| lanes.then(|| units.close()));
+        let now = self.sketches.recount(s);
+        // A key learning its in-flight limit is judged by the learnt one too, and its
+        // admissions timed.
+        let learnt = self
+            .adaptive
+            .as_ref()
+            .zip(t.inflight)
+            .and_then(|(config, ceiling)| {
+                let tracked = Self::watched_in_flight(entry, units, s.cost, &ceiling);
+                let learning = &mut entry.learning;
+                learning.judge(config, &ceiling, &entry.counts, tracked, s.cost, &self.time)
+            })
+            .map(|limit| Thresholds::with_inflight_limit(t, limit));
+        let judged = learnt.as_ref().unwrap_or(t);
+        // (Nothing to read in a limiter that counts no requests in flight.)
+        let tracked = match self.sketches.inflight {
+            Some(_) => units.in_flight() as isize,
+            None => 0,
+        };
+        let near = Tally::ON.then_some(NEAR_LIMIT);
+        let decided = decision::exact(&mut entry.counts, tracked, s, &now, judged, near);
+        // What the key's next admissions without the lock judge by: the base just lowered,
+        // and the limits they may pass under.
+        if lanes {
+            units.set_base(entry.counts.inflight.base);
+            units.admit_under(lane_limits(t).map_or(0, |(limits, _)| limits));
+        }
+        match decided {
+            Ok(admitted) => {
+                if admitted.tracked {
+                    // Opens the lane too, in the same swap.
+                    units.add(s.cost as u32);
+                }
+                drop(closed);
+                if admitted.near {
+                    self.tally.near();
+                }
+                // A learning key's request carries its admission time, for its latency.
+                let admitted_at =
+                    entry
+                        .learning
+                        .admitted(learnt.is_some(), tracked, s.cost as u32, &self.time);
+                if let Some(deadline) = admitted.over_until {
+                    // Full for this cost: its next requests are refused by the cache (over
+                    // whatever the key's slot held), and their run counted once settled.
+                    entry.over_until = deadline;
+                    entry.held = self.hold_over_limit(line, s, t, plan_shadow, deadline);
+                } else if entry.over_until != 0 {
+                    // A request of another cost fitted while the cache may hold a deadline for
+                    // the key's refusals of one cost: that deadline assumed nothing more would
+                    // be admitted, and is now early. The slot goes (another key's, sharing it,
+                    // is then decided the usual way); the next refusal sets a new one.
+                    entry.over_until = 0;
+                    entry.held = 0;
+                    self.over_limit().forget(spread(s.hash));
+                }
+                Ok(Some(CountedExactly {
+                    generation,
+                    way,
+                    window: admitted.window,
+                    admitted_at,
+                }))
+            }
+            Err(refusal) => {
+                if refusal.rejected.reason == Reason::Inflight {
+                    entry.learning.refused();
+                }
+                // Counted here, with the run its deadline holds.
+                entry.rejected += 1;
+                entry.over_until = refusal.over_until.unwrap_or(0);
+                entry.held = 0;
+                if let Some(deadline) = refusal.over_until {
+                    self.hold_over_limit(line, s, t, plan_shadow, deadline);
+                }
+                Err(refusal)
+            }
+        }
+    }
+
+    /// [`decide_hot`](Self::decide_hot) for a request of a promoted key whose lane admits
+    /// under its limits, if it fits there: counted without the lock. A request below its
+    /// promotion threshold (`hot` false) is, only while the key has units in flight counted
+    /// there: with none, its key is judged for cooling down under the lock.
+    #[inline]
+    fn admit_in_lane(&self, s: &Sketched, t: &Thresholds, hot: bool) -> Option<CountedExactly> {
+        if !self.lanes_admit() {
+            return None;
+        }
+        let (limits, limit) = lane_limits(t)?;
+        // The others in flight by the sketch, for whether the key's base would be lowered
+        // (a saturated estimate lowers nothing, as under the lock).
+        let others = s
+            .inflight
+            .filter(|&estimate| estimate < SATURATED)
+            .map_or(u32::MAX, |estimate| {
+                u32::try_from(less_own(estimate, s.cost).max(0)).unwrap_or(u32::MAX)
+            });
+        let ask = Ask {
+            limits,
+            cost: s.cost as u32,
+            limit,
+            others,
+            while_tracked: !hot,
+        };
+        let (way, generation, bound) = self.exact.admit(s.hash, &ask)?;
+        if Tally::ON {
+            let bound = s.inflight.map_or(bound as isize, |e| e.min(bound as isize));
+            if bound as f64 >= NEAR_LIMIT * limit as f64 {
+                self.tally.near();
+            }
+        }
+        Some(CountedExactly {
+            generation,
+            way,
+            window: None,
+            admitted_at: 0,
+        })
+    }
+
+    /// The units in flight of a promoted key `entry` for its learner, before a request of
+    /// `cost` units judged under `ceiling`: a key that learns, or starts to with this request,
+    /// is watched first, so that each release after is made under the lock and told to its
+    /// learner, and the units read after the watch are exact for it (see the exact stage's
+    /// `lane.rs`).
+    fn watched_in_flight(
+        entry: &Promoted,
+        units: exact::Units<'_>,
+        cost: isize,
+        ceiling: &InflightThreshold,
+    ) -> isize {
+        let tracked = units.in_flight() as isize;
+        if !entry.learning.takes(tracked, cost, ceiling) {
+            return tracked;
+        }
+        units.watch(true);
+        units.in_flight() as isize
+    }
+
+    /// The answer of the sketches alone, on their counts now (`s` read again, in its windows),
+    /// for a request of a key that the exact stage does not hold now: it may have held it when
+    /// the request counted itself, and admitted others since that the request's own counts do
+    /// not show.
+    fn alone_now(&self, s: &Sketched, t: &Thresholds) -> Result<Option<CountedExactly>, Refusal> {
+        let now = self.sketches.reread_in(s);
+        let s = Sketched {
+            inflight: now.inflight,
+            window: now.window,
+            ..*s
+        };
+        decision::alone(&s, t).map(|()| None)
+    }
+}
+
+/// Unbounded: the release asks it too.
+impl<K> Shared<K> {
+    /// Whether the lanes of this limiter's promoted keys admit without the lock: it counts
+    /// requests in flight, and no rate (whose windows, the fleet and the over-limit cache are
+    /// judged under the lock), and learns no in-flight limits (a key hot for its in flight
+    /// learns its limit, or starts to, under the lock).
+    #[inline]
+    pub(super) fn lanes_admit(&self) -> bool {
+        self.sketches.inflight.is_some() && self.sketches.rate.is_none() && self.adaptive.is_none()
+    }
+}
+
+/// The limits `t` as a promoted key's lane admits under them without the lock (in a limiter
+/// whose lanes admit: see `Shared::lanes_admit`): the fingerprint the lane keeps and the
+/// in-flight limit, for an in-flight limit alone.
+fn lane_limits(t: &Thresholds) -> Option<(u64, u32)> {
+    if t.rate.is_some() {
+        return None;
+    }
+    let inflight = t.inflight?;
+    let limit = u32::try_from(inflight.limit).ok()?;
+    let promote_at = u32::try_from(inflight.promote_at).ok()?;
+    // Both under 2^31, the limit at least 1: never 0.
+    Some(((u64::from(limit) << 32) | u64::from(promote_at), limit))
+}
+
+#[cfg(all(test, not(floodgate_loom)))]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::Limiter;
+
+    /// A request counted in the sketch early, then held up before the exact stage's lock
+    /// (its thread preempted) while the key's other requests promoted it, reaches the lock
+    /// with a count from before the key was hot. The key is still hot: that old count must
+    /// not demote it, or its exact counts are lost and it is judged by the sketch again,
+    /// which keeps every request refused further in (several keys) as offered load.
+    #[test]
+    fn a_request_that_counted_its_key_before_it_was_hot_does_not_demote_it() {
+        let clock = ManualClock::new();
+        let limiter: Limiter<String> = Limiter::builder()
+            .max_rate(100, Duration::from_secs(1))
+            .clock(&clock)
+            .build()
+            .unwrap();
+        let shared = &*limiter.shared;
+        let hash = shared.sketches.hash("host");
+        for _ in 0..16 {
+            drop(limiter.try_acquire("host").unwrap());
+        }
+        // The 17th request counts itself, then waits.
+        let early = shared.sketches.observe(hash, 1);
+        for _ in 0..60 {
+            drop(limiter.try_acquire("host").unwrap());
+        }
+        assert_eq!(limiter.stats().promoted, 1, "promoted at 50");
+        let t = shared.defaults.load();
+        let hot = decision::is_hot(&early, t.promotion());
+        assert!(!hot, "its own count was from before the key was hot");
+        let line = shared.exact.lines().key_line(spread(hash));
+        let decided = shared.decide_hot("host", line, &early, &t, hot, false);
+        assert!(
+            matches!(decided, Ok(Some(_))),
+            "decided and counted by the exact stage"
+        );
+        assert_eq!(limiter.stats().promoted, 1, "demoted by a stale count");
+    }
+}
