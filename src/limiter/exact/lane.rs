@@ -144,6 +144,19 @@ pub(crate) struct Ask {
 }
 
 #[cfg(test)]
+impl Lane {
+    /// A lane of generation `generation` (on an empty place), admitting under `limits` with
+    /// `base` untracked: for the tests and the models.
+    fn opened(generation: u32, base: u32, limits: u64) -> Lane {
+        let lane = Lane::default();
+        lane.reset(generation);
+        lane.set_base(base);
+        lane.admit_under(limits);
+        lane
+    }
+}
+
+#[cfg(test)]
 impl Ask {
     /// What a request of `cost` units asks, under `limits` of in-flight limit `limit`, seeing
     /// `others` in flight.
@@ -412,11 +425,7 @@ mod tests {
 
     /// A lane of generation `generation`, admitting under `LIMITS` with nothing untracked.
     fn open_lane(generation: u32) -> Lane {
-        let lane = Lane::default();
-        lane.reset(generation);
-        lane.set_base(0);
-        lane.admit_under(LIMITS);
-        lane
+        Lane::opened(generation, 0, LIMITS)
     }
 
     #[test]
@@ -718,10 +727,7 @@ mod loom_models {
     fn an_admission_racing_a_rebase_never_lowers_the_base_below_the_untracked_units() {
         loom::model(|| {
             const UNTRACKED: u32 = 2;
-            let lane = Arc::new(Lane::default());
-            lane.reset(1);
-            lane.set_base(UNTRACKED);
-            lane.admit_under(1);
+            let lane = Arc::new(Lane::opened(1, UNTRACKED, 1));
             let sketch = Arc::new(AtomicU32::new(UNTRACKED));
             let (l, s) = (Arc::clone(&lane), Arc::clone(&sketch));
             let admitting = thread::spawn(move || {
@@ -742,10 +748,7 @@ mod loom_models {
     #[test]
     fn two_admissions_for_the_last_unit_count_one() {
         loom::model(|| {
-            let lane = Arc::new(Lane::default());
-            lane.reset(1);
-            lane.set_base(0);
-            lane.admit_under(1);
+            let lane = Arc::new(Lane::opened(1, 0, 1));
             let other = Arc::clone(&lane);
             let racing =
                 thread::spawn(move || other.admit(1, &Ask::of(1, 1, 1, u32::MAX)).is_some());
@@ -761,10 +764,7 @@ mod loom_models {
     #[test]
     fn an_admission_racing_a_replacement_never_lands_in_the_new_generation() {
         loom::model(|| {
-            let lane = Arc::new(Lane::default());
-            lane.reset(1);
-            lane.set_base(0);
-            lane.admit_under(1);
+            let lane = Arc::new(Lane::opened(1, 0, 1));
             let other = Arc::clone(&lane);
             let admitting = thread::spawn(move || other.admit(1, &Ask::of(1, 1, 4, u32::MAX)));
             lane.reset(2);

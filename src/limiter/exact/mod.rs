@@ -632,8 +632,7 @@ impl<'a, K, V: Tenant> Held<'a, K, V> {
 
     /// The entry's units in flight now: see [`Units::in_flight`].
     pub(crate) fn in_flight(&self) -> u32 {
-        self.entry()
-            .map_or(0, |e| self.units[self.way].units(e.generation))
+        self.units().map_or(0, Units::in_flight)
     }
 
     /// Its way in the set, which a permit it counts keeps, to give its units back.
