@@ -209,6 +209,10 @@ pub(crate) fn exact(
             admitted.over_until = inflight_room
                 .then(|| full_until(&view, &rate, t, cost))
                 .flatten();
+            // Room for more in the request's own window, on this node's counts alone.
+            if !rate.fleet.judges_view() && counts.rate.windows.at == view.bucket {
+                admitted.room = view.room(rate.limit);
+            }
         }
         // The window it is counted in: the latest the counts reached, which another thread's
         // later request may have moved past the request's own.
@@ -219,14 +223,18 @@ pub(crate) fn exact(
 
 /// A request the exact stage admits: whether its in-flight units are tracked (the limiter
 /// counts requests in flight), whether its key is near a limit (see [`exact`]), the rate
-/// window its units were counted in (what a refund takes them back from), and until when the
-/// key is now over its rate limit for another request of the same cost (see [`full_until`]).
+/// window its units were counted in (what a refund takes them back from), until when the
+/// key is now over its rate limit for another request of the same cost (see [`full_until`]),
+/// and how many more units its rate limit has room for in that window from the request's
+/// time on (0 without a rate limit, in a fleet, or for a request whose window the key's
+/// counts have passed).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Admitted {
     pub(crate) tracked: bool,
     pub(crate) near: bool,
     pub(crate) window: Option<u64>,
     pub(crate) over_until: Option<u64>,
+    pub(crate) room: u64,
 }
 
 /// Until when (nanoseconds on the limiter's clock) a key whose admission `view` counted (this

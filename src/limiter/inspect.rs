@@ -104,7 +104,8 @@ where
         let s = &*self.shared;
         let hash = s.sketches.hash(key);
         s.exact.with_entry(key, hash, |entry| {
-            let counts = entry.map(|(e, tracked)| (&e.state.counts, tracked as isize));
+            let counts = entry.map(|(e, units)| s.counts_now(&e.state, units));
+            let counts = counts.as_ref().map(|(c, tracked)| (c, *tracked));
             decision::estimate(&s.sketches.reread(hash), counts)
         })
     }
@@ -180,11 +181,11 @@ where
         let s = &*self.shared;
         let mut hitters = Vec::new();
         let mut held = std::collections::HashSet::new();
-        s.exact.for_each(|entry, tracked, line| {
+        s.exact.for_each(|entry, units, line| {
             let now = s.sketches.reread(entry.hash);
             let state = &entry.state;
-            let counts = (&state.counts, tracked as isize);
-            let (inflight, rate) = decision::figures(&now, Some(counts));
+            let (counts, tracked) = s.counts_now(state, units);
+            let (inflight, rate) = decision::figures(&now, Some((&counts, tracked)));
             held.insert(entry.hash);
             let ceiling = state.thresholds.inflight.map(|t| reported(t.limit));
             let inflight_limit = match (s.learnt_limit(state), ceiling) {

@@ -49,8 +49,9 @@ impl<K> Shared<K> {
         self.exact.sweep(
             |Locked { entry, units }: Locked<'_, K, Promoted>, line| {
                 entry.state.settle(line);
-                self.closed_while_cool(units, || {
-                    self.is_cool(entry.hash, &entry.state, units.in_flight())
+                let hash = entry.hash;
+                self.closed_while_cool(&mut entry.state, units, |state| {
+                    self.is_cool(hash, state, units.in_flight())
                 })
             },
             || self.now(),

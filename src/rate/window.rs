@@ -37,6 +37,19 @@ impl WindowView {
         (self.prev.max(0) as i128) * (i - x) + (self.curr as i128) * i <= (limit as i128) * i
     }
 
+    /// How many more units fit under `limit` now: the most `u` with `prev·(1−f) + curr + u ≤
+    /// limit`, exactly, in integer nanoseconds (0 when none do). Later in the same window it
+    /// is at least as many: the count only falls as `f` grows.
+    pub(crate) fn room(&self, limit: isize) -> u64 {
+        let (i, x) = (i128::from(self.len), i128::from(self.into.min(self.len)));
+        let left = (limit as i128) * i - (self.prev.max(0) as i128) * (i - x);
+        if left < 0 || i == 0 {
+            return 0;
+        }
+        let room = left / i - (self.curr as i128);
+        u64::try_from(room.max(0)).unwrap_or(u64::MAX)
+    }
+
     /// Whether the sliding-window count reaches `threshold`: `prev·(len − into) + curr·len ≥
     /// threshold·len`, without a division. In `f64`, whose rounding is monotone, so a count
     /// `curr` at or over the threshold always reaches it (the exact stage's proof of what a
@@ -327,6 +340,33 @@ mod tests {
                 assert!(later(wait).fits(limit), "{case}");
                 if wait > 0 {
                     assert!(!later(wait - 1).fits(limit), "{case}: not tight");
+                }
+            }
+        }
+    }
+
+    /// The room is the most units that still fit: that many more fit, one more does not,
+    /// over counts, fractions and limits up to their largest.
+    #[test]
+    fn the_room_is_the_most_units_that_still_fit() {
+        let limits = [0, 1, 2, 7, 10, 1_000, 1 << 30, isize::MAX >> 1];
+        let counts = [0, 1, 3, 10, 999, 1 << 29, 1 << 31];
+        for limit in limits {
+            for prev in counts {
+                for curr in counts {
+                    for fraction in [0.0, 0.001, 0.25, 0.5, 0.999_999, 1.0] {
+                        let v = view(prev, curr, fraction);
+                        let room = v.room(limit);
+                        let with = |u: u64| WindowView {
+                            curr: curr.saturating_add(u as isize),
+                            ..v
+                        };
+                        let case = format!("{prev} {curr} {fraction} under {limit}: {room}");
+                        if room > 0 {
+                            assert!(with(room).fits(limit), "{case}");
+                        }
+                        assert!(!with(room + 1).fits(limit), "{case}: one more fits");
+                    }
                 }
             }
         }

@@ -5,9 +5,10 @@
 //!
 //! # The word
 //!
-//! From the high bits: the place's *generation* (30 bits: which promotion of which key the
-//! place holds, never 0 while it holds one), a *watched* bit, a *closed* bit, and the units in
-//! flight the place counts for that generation (32 bits). A key enters a place under the
+//! From the high bits: the place's *generation* (29 bits: which promotion of which key the
+//! place holds, never 0 while it holds one), a *leased* bit (the low bits are a lease: see "A
+//! lease"), a *watched* bit, a *closed* bit, and the units in flight the place counts for that
+//! generation (32 bits). A key enters a place under the
 //! set's lock, which swaps in a fresh generation with a count of 0 ([`Lane::reset`]). Every
 //! change after is a read-modify-write of the whole word:
 //!
@@ -25,7 +26,7 @@
 //!   in, and gives back only to a word of that generation ([`Lane::give_back`]): a place given
 //!   to another key, or to a later promotion of the same key, has a new generation, and the
 //!   permit's units left with the entry that counted them (their sketch units are given back as
-//!   any un-promoted key's). A generation is reused only after 2^30 promotions in the same set:
+//!   any un-promoted key's). A generation is reused only after 2^29 promotions in the same set:
 //!   a permit held across that many (a billion keys entering one set of 16 places while it is
 //!   out), whose place then holds the reused generation, would give its units back to that
 //!   entry, an under-count of its cost until that entry leaves.
@@ -85,6 +86,30 @@
 //! the estimate, costs a lock taken needlessly, or a key left in the stage until its next
 //! request or the clock's sweep finds it cool: nothing is counted differently.
 //!
+//! # A lease (a limiter whose lanes admit under a rate)
+//!
+//! In a limiter that counts a rate and nothing in flight, the low 32 bits of the word are a
+//! *lease* instead of a count, from its first grant on (the *leased* bit says so, and nothing
+//! reads them as units in flight): the number of its grant (12 bits) and the units left in it
+//! (20 bits). The lock's holder, having decided a request of the key and found room under its
+//! rate limit for more in the window of that decision, counts that room in the key's window
+//! as if it were admitted, and grants it ([`Lane::grant_and_open`]), with the window and the
+//! time of the decision. Requests of the same window, at that time or later (the room of a
+//! sliding window only grows within one), take their cost out of it by a compare-and-swap
+//! ([`Lane::take_lease`]): a unit of a lease is counted before it is given, so the key's
+//! counts are never short of what it admitted, and a lease can only run out, never be
+//! overdrawn. Anything else goes to the lock, which first takes back what is left of the
+//! lease ([`Lane::close_and_reclaim`], closing the lane in the same swap) and uncounts it.
+//!
+//! The window and the time of a grant are read after the word; a take whose word changed
+//! since fails its swap. The grant's number makes that hold across a reclaim and a new grant
+//! that leave the same units: a take that read the older grant's window and time, and swaps a
+//! word of a newer grant, would give a request of an older time room measured at a later one.
+//! The number repeats after 4,096 grants: a take held up between its load and its swap across
+//! that many grants of one key, whose lease then holds the same units, is judged by the older
+//! grant's window and time (at worst a request of an earlier time given room measured later;
+//! never a unit not counted).
+//!
 //! # The count's range
 //!
 //! Units counted here are counted in the in-flight sketch too, whose counters read at most
@@ -108,10 +133,16 @@ const COUNT_BITS: u32 = 32;
 const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
 const CLOSED: u64 = 1 << COUNT_BITS;
 const WATCHED: u64 = 1 << (COUNT_BITS + 1);
-const GENERATION_SHIFT: u32 = COUNT_BITS + 2;
+const LEASED: u64 = 1 << (COUNT_BITS + 2);
+const GENERATION_SHIFT: u32 = COUNT_BITS + 3;
+/// A lease's units are the low 20 bits of the count; its grant's number the 12 above them.
+const LEASE_BITS: u32 = 20;
+const GRANT_MASK: u32 = (1 << (COUNT_BITS - LEASE_BITS)) - 1;
+/// The most units one grant leases: a larger room is leased in several grants.
+pub(crate) const MAX_LEASE: u32 = (1 << LEASE_BITS) - 1;
 
-/// Generations are 30 bits: the next after the largest is 1 (0 is an empty place's).
-pub(crate) const GENERATION_MASK: u32 = (1 << 30) - 1;
+/// Generations are 29 bits: the next after the largest is 1 (0 is an empty place's).
+pub(crate) const GENERATION_MASK: u32 = (1 << 29) - 1;
 
 fn generation_of(word: u64) -> u32 {
     (word >> GENERATION_SHIFT) as u32
@@ -123,6 +154,26 @@ fn count_of(word: u64) -> u32 {
 
 fn with_count(word: u64, count: u32) -> u64 {
     (word & !COUNT_MASK) | u64::from(count)
+}
+
+fn lease_of(word: u64) -> u32 {
+    count_of(word) & MAX_LEASE
+}
+
+fn grant_of(word: u64) -> u32 {
+    count_of(word) >> LEASE_BITS
+}
+
+/// A request asking a lane's lease for its units without the lock (see "A lease").
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LeaseAsk {
+    /// The fingerprint of the limits it is judged by (see "The limits it admits under").
+    pub(crate) limits: u64,
+    /// Its units.
+    pub(crate) cost: u32,
+    /// The window it is in, and its time (nanoseconds on the limiter's clock).
+    pub(crate) window: u64,
+    pub(crate) at: u64,
 }
 
 /// A request asking a lane to admit it without the lock.
@@ -192,6 +243,12 @@ pub(crate) struct Lane {
     look_below: AtomicU32,
     /// The fingerprint of the limits an admission may pass without the lock under (0: none).
     admits_under: AtomicU64,
+    /// The window of the lease the word holds, and the time of its grant (see "A lease").
+    lease_window: AtomicU64,
+    lease_from: AtomicU64,
+    /// What the tenant said its count is once the whole lease is taken (a hint, for its
+    /// reports: see [`Lane::take_lease`]).
+    lease_top: AtomicU32,
     /// Requests admitted without the lock since the clock's sweep last took them into the
     /// entry's evidence. A load and a store, not an atomic add: a count lost to a race is
     /// evidence missed, never a unit.
@@ -206,6 +263,9 @@ impl Default for Lane {
             base: AtomicU32::new(u32::MAX),
             look_below: AtomicU32::new(u32::MAX),
             admits_under: AtomicU64::new(0),
+            lease_window: AtomicU64::new(u64::MAX),
+            lease_from: AtomicU64::new(u64::MAX),
+            lease_top: AtomicU32::new(0),
             requests: AtomicU32::new(0),
         }
     }
@@ -221,6 +281,8 @@ impl Lane {
         self.base.store(u32::MAX, Ordering::Relaxed);
         self.look_below.store(u32::MAX, Ordering::Relaxed);
         self.requests.store(0, Ordering::Relaxed);
+        self.lease_window.store(u64::MAX, Ordering::Relaxed);
+        self.lease_from.store(u64::MAX, Ordering::Relaxed);
         // A swap, not a store: see "No unit lost to a replacement".
         let word = u64::from(generation & GENERATION_MASK) << GENERATION_SHIFT;
         self.word.swap(word, Ordering::SeqCst);
@@ -234,7 +296,7 @@ impl Lane {
     /// The units in flight counted for generation `generation`, 0 if the place holds another.
     pub(crate) fn units(&self, generation: u32) -> u32 {
         let word = self.word.load(Ordering::SeqCst);
-        if generation_of(word) == generation {
+        if generation_of(word) == generation && word & LEASED == 0 {
             count_of(word)
         } else {
             0
@@ -294,6 +356,95 @@ impl Lane {
                 Err(now) => word = now,
             }
         }
+    }
+
+    /// Takes `ask`'s units out of the lease of generation `generation` without the lock, if
+    /// the place admits under its limits and the lease is of the request's window, granted at
+    /// its time or before, with the units (see "A lease"); returns the tenant's count with
+    /// them: the count it said the whole lease takes it to, less the units left. `None`: go
+    /// to the lock.
+    #[inline]
+    pub(crate) fn take_lease(&self, generation: u32, ask: &LeaseAsk) -> Option<u32> {
+        let LeaseAsk {
+            limits,
+            cost,
+            window,
+            at,
+        } = *ask;
+        if limits == 0 || self.admits_under.load(Ordering::Relaxed) != limits {
+            return None;
+        }
+        let mut word = self.word.load(Ordering::SeqCst);
+        loop {
+            if generation_of(word) != generation || word & (CLOSED | WATCHED | LEASED) != LEASED {
+                return None;
+            }
+            let left = lease_of(word);
+            if left < cost {
+                return None;
+            }
+            // Read after the word, which the grant opened after writing them (see "A lease").
+            if self.lease_window.load(Ordering::Relaxed) != window
+                || self.lease_from.load(Ordering::Relaxed) > at
+            {
+                return None;
+            }
+            // Within the lease's bits: no borrow from the grant's number.
+            let next = word - u64::from(cost);
+            match self
+                .word
+                .compare_exchange_weak(word, next, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                Ok(_) => {
+                    let requests = self.requests.load(Ordering::Relaxed);
+                    self.requests
+                        .store(requests.saturating_add(1), Ordering::Relaxed);
+                    let top = self.lease_top.load(Ordering::Relaxed);
+                    return Some(top.saturating_sub(left - cost));
+                }
+                Err(now) => word = now,
+            }
+        }
+    }
+
+    /// Closes the place and takes back what is left of its lease, in one swap: under the
+    /// lock, before a decision there (see "A lease"). Returns the lease's window and the
+    /// units left in it, `None` if none are.
+    pub(crate) fn close_and_reclaim(&self) -> Option<(u64, u32)> {
+        let before = self.update(|word| {
+            let taken = match word & LEASED {
+                0 => word,
+                _ => with_count(word, grant_of(word) << LEASE_BITS),
+            };
+            Some(taken | CLOSED)
+        })?;
+        let left = lease_of(before);
+        (before & LEASED != 0 && left > 0)
+            .then(|| (self.lease_window.load(Ordering::Relaxed), left))
+    }
+
+    /// Grants a lease of `units` (at most [`MAX_LEASE`]) for window `window` from time
+    /// `from`, counted already in the key's window, which the whole lease takes to `top`,
+    /// and opens the place: under the lock, after
+    /// [`close_and_reclaim`](Self::close_and_reclaim).
+    pub(crate) fn grant_and_open(&self, window: u64, from: u64, units: u32, top: u32) {
+        debug_assert!(units <= MAX_LEASE);
+        self.lease_window.store(window, Ordering::Relaxed);
+        self.lease_from.store(from, Ordering::Relaxed);
+        self.lease_top.store(top, Ordering::Relaxed);
+        self.update(|word| {
+            let grant = (grant_of(word) + 1) & GRANT_MASK;
+            let lease = (grant << LEASE_BITS) | units.min(MAX_LEASE);
+            Some((with_count(word, lease) | LEASED) & !CLOSED)
+        });
+    }
+
+    /// The lease the word holds: its window and the units left (see "A lease").
+    pub(crate) fn lease(&self, generation: u32) -> Option<(u64, u32)> {
+        let word = self.word.load(Ordering::SeqCst);
+        let left = lease_of(word);
+        (generation_of(word) == generation && word & LEASED != 0 && left > 0)
+            .then(|| (self.lease_window.load(Ordering::Relaxed), left))
     }
 
     /// Closes the place to admissions without the lock, under the lock, before a rebase and a
@@ -631,6 +782,107 @@ mod tests {
         assert_eq!(lane.units(GENERATION_MASK), largest);
         assert_eq!(lane.generation(), GENERATION_MASK);
     }
+
+    /// The lease's fingerprint in the tests.
+    const RATE: u64 = 1 << 63 | 10;
+
+    fn lease_ask(cost: u32, window: u64, at: u64) -> LeaseAsk {
+        LeaseAsk {
+            limits: RATE,
+            cost,
+            window,
+            at,
+        }
+    }
+
+    /// A lease is taken only for its window, from its time on, under its limits, while its
+    /// units last; what is left goes back in one swap that closes the place, and a new grant
+    /// opens it.
+    #[test]
+    fn a_lease_is_taken_only_in_its_window_from_its_time_while_it_lasts() {
+        let lane = Lane::opened(2, 0, RATE);
+        assert_eq!(
+            lane.take_lease(2, &lease_ask(1, 7, 100)),
+            None,
+            "no grant yet"
+        );
+        lane.close_and_reclaim();
+        // 5 units, which take the key's count to 9.
+        lane.grant_and_open(7, 100, 5, 9);
+        assert_eq!(lane.units(2), 0, "a lease is no units in flight");
+        assert_eq!(
+            lane.take_lease(2, &lease_ask(2, 7, 100)),
+            Some(6),
+            "9 less 3 left"
+        );
+        assert_eq!(
+            lane.take_lease(2, &lease_ask(1, 7, 99)),
+            None,
+            "before its time"
+        );
+        assert_eq!(
+            lane.take_lease(2, &lease_ask(1, 8, 200)),
+            None,
+            "another window"
+        );
+        assert_eq!(
+            lane.take_lease(1, &lease_ask(1, 7, 100)),
+            None,
+            "another generation"
+        );
+        let other_limits = LeaseAsk {
+            limits: RATE + 1,
+            ..lease_ask(1, 7, 100)
+        };
+        assert_eq!(lane.take_lease(2, &other_limits), None, "other limits");
+        assert_eq!(lane.take_lease(2, &lease_ask(4, 7, 150)), None, "4 over 3");
+        assert_eq!(lane.take_lease(2, &lease_ask(3, 7, 150)), Some(9));
+        assert_eq!(lane.take_lease(2, &lease_ask(1, 7, 150)), None, "spent");
+        lane.grant_and_open(7, 160, 4, 10);
+        assert_eq!(lane.lease(2), Some((7, 4)));
+        assert_eq!(lane.close_and_reclaim(), Some((7, 4)));
+        assert_eq!(
+            lane.take_lease(2, &lease_ask(1, 7, 170)),
+            None,
+            "closed, nothing left"
+        );
+        assert_eq!(lane.lease(2), None);
+        assert_eq!(lane.close_and_reclaim(), None, "taken back once");
+        lane.grant_and_open(8, 0, MAX_LEASE, u32::MAX);
+        assert_eq!(
+            lane.take_lease(2, &lease_ask(MAX_LEASE, 8, 1)),
+            Some(u32::MAX),
+            "the largest"
+        );
+        lane.reset(3);
+        assert_eq!(lane.lease(3), None, "a new generation holds none");
+        assert_eq!(lane.units(3), 0);
+    }
+
+    /// The grant's number changes with every grant and wraps within its bits: a word of a
+    /// later grant with the same units left differs from the earlier one's, and no grant
+    /// carries into the bits above the count.
+    #[test]
+    fn every_grant_changes_the_word_even_with_the_same_units() {
+        let lane = Lane::opened(GENERATION_MASK, 0, RATE);
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..=GRANT_MASK {
+            lane.close_and_reclaim();
+            lane.grant_and_open(1, 0, 3, 10);
+            assert!(
+                seen.insert(lane.word.load(Ordering::SeqCst)),
+                "a word repeated"
+            );
+        }
+        lane.close_and_reclaim();
+        lane.grant_and_open(1, 0, 3, 10);
+        assert!(
+            !seen.insert(lane.word.load(Ordering::SeqCst)),
+            "wraps after 4,096"
+        );
+        assert_eq!(lane.generation(), GENERATION_MASK);
+        assert_eq!(lane.lease(GENERATION_MASK), Some((1, 3)));
+    }
 }
 
 #[cfg(all(test, floodgate_loom))]
@@ -770,6 +1022,107 @@ mod loom_models {
             lane.reset(2);
             admitting.join().unwrap();
             assert_eq!(lane.units(2), 0);
+        });
+    }
+
+    /// Two requests race for a lease's last unit: exactly one takes it.
+    #[test]
+    fn two_takes_for_a_leases_last_unit_take_one() {
+        loom::model(|| {
+            let lane = Arc::new(Lane::opened(1, 0, 1 << 63));
+            lane.close_and_reclaim();
+            lane.grant_and_open(5, 0, 1, 10);
+            let ask = LeaseAsk {
+                limits: 1 << 63,
+                cost: 1,
+                window: 5,
+                at: 0,
+            };
+            let other = Arc::clone(&lane);
+            let racing = thread::spawn(move || other.take_lease(1, &ask).is_some());
+            let mine = lane.take_lease(1, &ask).is_some();
+            let theirs = racing.join().unwrap();
+            assert!(mine ^ theirs, "one of two: {mine} {theirs}");
+            assert_eq!(lane.lease(1), None);
+        });
+    }
+
+    /// A take races the lock taking the lease back: every unit granted is either taken or
+    /// given back, never both, never neither.
+    #[test]
+    fn a_take_racing_a_reclaim_loses_no_unit_and_counts_none_twice() {
+        loom::model(|| {
+            let lane = Arc::new(Lane::opened(1, 0, 1 << 63));
+            lane.close_and_reclaim();
+            lane.grant_and_open(5, 0, 2, 10);
+            let other = Arc::clone(&lane);
+            let taking = thread::spawn(move || {
+                let ask = LeaseAsk {
+                    limits: 1 << 63,
+                    cost: 1,
+                    window: 5,
+                    at: 0,
+                };
+                other.take_lease(1, &ask).is_some()
+            });
+            let back = lane.close_and_reclaim().map_or(0, |(_, left)| left);
+            let taken = u32::from(taking.join().unwrap());
+            assert_eq!(taken + back, 2, "taken {taken}, given back {back}");
+        });
+    }
+
+    /// A take that read a lease of an earlier time races the lock taking it back and granting
+    /// one of the same units from a later time: the take is judged by the grant whose word it
+    /// swaps. A request of a time before the new grant never takes it (without the grant's
+    /// number in the word, loom finds it taken).
+    #[test]
+    fn a_take_never_takes_a_later_grant_judged_by_an_earlier_ones_time() {
+        loom::model(|| {
+            let lane = Arc::new(Lane::opened(1, 0, 1 << 63));
+            lane.close_and_reclaim();
+            lane.grant_and_open(5, 10, 1, 10);
+            let other = Arc::clone(&lane);
+            let taking = thread::spawn(move || {
+                let ask = LeaseAsk {
+                    limits: 1 << 63,
+                    cost: 1,
+                    window: 5,
+                    at: 10,
+                };
+                other.take_lease(1, &ask).is_some()
+            });
+            let back = lane.close_and_reclaim().map_or(0, |(_, left)| left);
+            lane.grant_and_open(5, 20, 1, 10);
+            let taken = taking.join().unwrap();
+            // The later grant's unit is left whole: the request at 10 is before its time.
+            assert_eq!(lane.lease(1), Some((5, 1)));
+            assert_eq!(u32::from(taken) + back, 1);
+        });
+    }
+
+    /// A take races its key's replacement: its unit comes out of the old generation's lease
+    /// or of none, never out of the new key's place.
+    #[test]
+    fn a_take_racing_a_replacement_takes_nothing_of_the_new_generation() {
+        loom::model(|| {
+            let lane = Arc::new(Lane::opened(1, 0, 1 << 63));
+            lane.close_and_reclaim();
+            lane.grant_and_open(5, 0, 1, 10);
+            let other = Arc::clone(&lane);
+            let taking = thread::spawn(move || {
+                let ask = LeaseAsk {
+                    limits: 1 << 63,
+                    cost: 1,
+                    window: 5,
+                    at: 0,
+                };
+                other.take_lease(1, &ask)
+            });
+            lane.reset(2);
+            lane.admit_under(1 << 63);
+            lane.grant_and_open(5, 0, 1, 10);
+            taking.join().unwrap();
+            assert_eq!(lane.lease(2), Some((5, 1)));
         });
     }
 }

@@ -31,7 +31,11 @@
 //!   ([`ExactStage::give_back`]), and takes it only when the count reaches 0 with the key's
 //!   in-flight estimate, doubled, below what its tenant said ([`ExactStage::look_below`]:
 //!   the key may have cooled down and leave), or when the place is watched (its key is learning its
-//!   in-flight limit, and its learner is told of each completion).
+//!   in-flight limit, and its learner is told of each completion). In a limiter that counts a
+//!   rate and nothing in flight, the word holds a *lease* instead: room under the key's rate
+//!   limit that a decision under the lock counted in the key's window ahead of the requests
+//!   that take it without the lock ([`ExactStage::take_lease`]), taken back by the next
+//!   decision there.
 //! - Both take their index from [`spread`], a mix of the key's hash that is independent of
 //!   the bits the sketches take for their columns.
 //! - The stage is storage: what it keeps of a key is its place (key, hash, generation, the
@@ -97,7 +101,7 @@ use crate::sync::{lock, AtomicU64, AtomicU8, Mutex, MutexGuard, Ordering};
 
 use super::key_lines::{spread, KeyLine, KeyLines};
 use lane::Lane;
-pub(crate) use lane::{Ask, GivenBack};
+pub(crate) use lane::{Ask, GivenBack, LeaseAsk, MAX_LEASE};
 use set::Set;
 pub(crate) use set::{Departed, Entry, Hits, WAYS};
 pub(crate) use tenant::Tenant;
@@ -241,6 +245,27 @@ impl<K, V: Tenant> ExactStage<K, V> {
     /// of both.
     #[inline]
     pub(crate) fn admit(&self, hash: u64, ask: &Ask) -> Option<(u8, u32, u32)> {
+        let (way, lane, generation) = self.lane_of(hash)?;
+        let bound = lane.admit(generation, ask)?;
+        Some((way, generation, bound))
+    }
+
+    /// Takes, without the lock, the units of a request of the key of `hash` that asks `ask`
+    /// out of its place's lease, if the key holds a place whose lease covers it (see "A lease"
+    /// in `lane.rs`); returns the place's way and generation, and the key's count with them as
+    /// its tenant said (see [`Lane::take_lease`]). `None`: the request goes to the lock. Found
+    /// by the hash alone, as [`admit`](Self::admit).
+    #[inline]
+    pub(crate) fn take_lease(&self, hash: u64, ask: &LeaseAsk) -> Option<(u8, u32, u32)> {
+        let (way, lane, generation) = self.lane_of(hash)?;
+        let count = lane.take_lease(generation, ask)?;
+        Some((way, generation, count))
+    }
+
+    /// The place of the key of `hash` for a request without the lock: its way, its lane and
+    /// the generation it holds.
+    #[inline]
+    fn lane_of(&self, hash: u64) -> Option<(u8, &Lane, u32)> {
         let lanes = &self.locked_set(hash).lanes;
         let way = lanes
             .hashes
@@ -253,8 +278,7 @@ impl<K, V: Tenant> ExactStage<K, V> {
         if generation == 0 || lanes.hashes[way].load(Ordering::Relaxed) != hash {
             return None;
         }
-        let bound = lane.admit(generation, ask)?;
-        Some((way as u8, generation, bound))
+        Some((way as u8, lane, generation))
     }
 
     /// The in-flight estimate below which the release of the entry in way `way` of the set of
@@ -408,12 +432,12 @@ impl<K, V: Tenant> ExactStage<K, V> {
         }
     }
 
-    /// Calls `f` with the key's entry and its units in flight, if it is promoted.
+    /// Calls `f` with the key's entry and its lane, if it is promoted.
     pub(crate) fn with_entry<Q, R>(
         &self,
         key: &Q,
         hash: u64,
-        f: impl FnOnce(Option<(&Entry<K, V>, u32)>) -> R,
+        f: impl FnOnce(Option<(&Entry<K, V>, Units<'_>)>) -> R,
     ) -> R
     where
         K: Borrow<Q>,
@@ -422,10 +446,10 @@ impl<K, V: Tenant> ExactStage<K, V> {
         if !flagged(self.lines.key_line(spread(hash))) {
             return f(None);
         }
-        let (set, units) = self.set(hash);
+        let (set, lanes) = self.set(hash);
         let entry = set.find(hash).and_then(|way| {
             let entry = set.get(way).filter(|e| e.key.borrow() == key)?;
-            Some((entry, units[way].units(entry.generation)))
+            Some((entry, Units::of(&lanes[way], entry)))
         });
         f(entry)
     }
@@ -438,15 +462,15 @@ impl<K, V: Tenant> ExactStage<K, V> {
         }
     }
 
-    /// Calls `f` on every entry with its units in flight and its key's line, one set locked at
-    /// a time, for reports.
-    pub(crate) fn for_each(&self, mut f: impl FnMut(&Entry<K, V>, u32, KeyLine<'_>)) {
+    /// Calls `f` on every entry with its lane and its key's line, one set locked at a time,
+    /// for reports.
+    pub(crate) fn for_each(&self, mut f: impl FnMut(&Entry<K, V>, Units<'_>, KeyLine<'_>)) {
         for locked in self.sets.iter() {
             let set = lock(&locked.set);
             for way in 0..WAYS {
                 let Some(entry) = set.get(way) else { continue };
-                let in_flight = locked.lanes.ways[way].units(entry.generation);
-                f(entry, in_flight, self.lines.key_line(spread(entry.hash)));
+                let units = Units::of(&locked.lanes.ways[way], entry);
+                f(entry, units, self.lines.key_line(spread(entry.hash)));
             }
         }
     }
@@ -538,9 +562,29 @@ impl<'a> Units<'a> {
         }
     }
 
-    /// The units in flight now (a release may lower them meanwhile, without the lock).
+    /// The units in flight now (a release may lower them meanwhile, without the lock), in a
+    /// limiter that counts them (in one whose lanes lease rate units, the word holds a lease).
     pub(crate) fn in_flight(self) -> u32 {
         self.word.units(self.generation)
+    }
+
+    /// Closes the lane and takes back what is left of its lease (see "A lease" in `lane.rs`):
+    /// the guard, and the lease's window and units left, which the caller uncounts.
+    pub(crate) fn reclaim(self) -> (Closed<'a>, Option<(u64, u32)>) {
+        let left = self.word.close_and_reclaim();
+        (Closed(self.word), left)
+    }
+
+    /// Grants a lease of `units` (at most [`MAX_LEASE`], counted already) in window `window`,
+    /// from time `from`, which all taken takes the key's count to `top`, and opens the lane.
+    pub(crate) fn grant(self, window: u64, from: u64, units: u32, top: u32) {
+        self.word.grant_and_open(window, from, units, top);
+    }
+
+    /// The lease the lane holds now: its window and units left (a take without the lock may
+    /// lower them meanwhile).
+    pub(crate) fn lease(self) -> Option<(u64, u32)> {
+        self.word.lease(self.generation)
     }
 
     /// Closes the lane to admissions without the lock until the guard is dropped or
@@ -628,6 +672,11 @@ impl<'a, K, V: Tenant> Held<'a, K, V> {
     pub(crate) fn units(&self) -> Option<Units<'a>> {
         let entry = self.entry()?;
         Some(Units::of(&self.units[self.way], entry))
+    }
+
+    /// The entry, to change it without counting a request decided on it.
+    pub(crate) fn entry_mut(&mut self) -> Option<&mut Entry<K, V>> {
+        self.set.get_mut(self.way)
     }
 
     /// The entry's units in flight now: see [`Units::in_flight`].

@@ -7,13 +7,13 @@ use std::hash::Hash;
 
 use super::CountedExactly;
 use crate::limiter::decision::{self, Refusal};
-use crate::limiter::exact::{self, Ask, Locked, Place};
+use crate::limiter::exact::{self, Locked, Place};
 use crate::limiter::key_lines::{spread, KeyLine};
 use crate::limiter::limits::{InflightThreshold, Thresholds};
 use crate::limiter::promoted::Promoted;
 use crate::limiter::proof;
 use crate::limiter::shared::Shared;
-use crate::limiter::sketches::{less_own, Sketched, SATURATED};
+use crate::limiter::sketches::Sketched;
 use crate::limiter::tally::{Tally, NEAR_LIMIT};
 use crate::limiter::Reason;
 
@@ -49,14 +49,16 @@ where
         }
         let at = s.window.map_or_else(|| self.time.coarse(), |w| w.at);
         // In a limiter whose lanes admit, a promoted key's lane is closed while it is judged
-        // here (see "The base" in the exact stage's `lane.rs`), and while it is judged cool
-        // and leaves: an admission in its lane meanwhile would not see this request, which
-        // the sketch then admits alone.
-        let lanes = self.lanes_admit();
+        // here (see "The base" and "A lease" in the exact stage's `lane.rs`), and while it is
+        // judged cool and leaves: an admission in its lane meanwhile would not see this
+        // request, which the sketch then admits alone.
         let (mut held, closed) = match self.exact.place(key, s.hash, at) {
             Place::Twin => return self.alone_now(s, t),
-            Place::Held(held) => {
-                let closed = held.units().filter(|_| lanes).map(exact::Units::close);
+            Place::Held(mut held) => {
+                let units = held.units();
+                let closed = units
+                    .zip(held.entry_mut())
+                    .and_then(|(units, entry)| self.close_lane(&mut entry.state, units));
                 // A request the sketch admits alone, for a key that has cooled down apart
                 // from it: demote the key. Cool by the sketches now, this request included:
                 // its own count may be from before the key was hot (its thread held up
@@ -121,7 +123,7 @@ where
         // is lowered and the request decided; then the sketches read again, then the key's
         // units in flight: in that order, no unit is in the count and not in the estimate
         // (see `InflightCount::rebase`).
-        let closed = closed.or_else(|| lanes.then(|| units.close()));
+        let closed = closed.or_else(|| self.close_lane(entry, units));
         let now = self.sketches.recount(s);
         // A key learning its in-flight limit is judged by the learnt one too, and its
         // admissions timed.
@@ -143,12 +145,8 @@ where
         };
         let near = Tally::ON.then_some(NEAR_LIMIT);
         let decided = decision::exact(&mut entry.counts, tracked, s, &now, judged, near);
-        // What the key's next admissions without the lock judge by: the base just lowered,
-        // and the limits they may pass under.
-        if lanes {
-            units.set_base(entry.counts.inflight.base);
-            units.admit_under(lane_limits(t).map_or(0, |(limits, _)| limits));
-        }
+        // What the key's next admissions without the lock judge by.
+        self.open_lane(entry, units, s, t, decided.as_ref().ok());
         match decided {
             Ok(admitted) => {
                 if admitted.tracked {
@@ -201,46 +199,6 @@ where
         }
     }
 
-    /// [`decide_hot`](Self::decide_hot) for a request of a promoted key whose lane admits
-    /// under its limits, if it fits there: counted without the lock. A request below its
-    /// promotion threshold (`hot` false) is, only while the key has units in flight counted
-    /// there: with none, its key is judged for cooling down under the lock.
-    #[inline]
-    fn admit_in_lane(&self, s: &Sketched, t: &Thresholds, hot: bool) -> Option<CountedExactly> {
-        if !self.lanes_admit() {
-            return None;
-        }
-        let (limits, limit) = lane_limits(t)?;
-        // The others in flight by the sketch, for whether the key's base would be lowered
-        // (a saturated estimate lowers nothing, as under the lock).
-        let others = s
-            .inflight
-            .filter(|&estimate| estimate < SATURATED)
-            .map_or(u32::MAX, |estimate| {
-                u32::try_from(less_own(estimate, s.cost).max(0)).unwrap_or(u32::MAX)
-            });
-        let ask = Ask {
-            limits,
-            cost: s.cost as u32,
-            limit,
-            others,
-            while_tracked: !hot,
-        };
-        let (way, generation, bound) = self.exact.admit(s.hash, &ask)?;
-        if Tally::ON {
-            let bound = s.inflight.map_or(bound as isize, |e| e.min(bound as isize));
-            if bound as f64 >= NEAR_LIMIT * limit as f64 {
-                self.tally.near();
-            }
-        }
-        Some(CountedExactly {
-            generation,
-            way,
-            window: None,
-            admitted_at: 0,
-        })
-    }
-
     /// The units in flight of a promoted key `entry` for its learner, before a request of
     /// `cost` units judged under `ceiling`: a key that learns, or starts to with this request,
     /// is watched first, so that each release after is made under the lock and told to its
@@ -273,32 +231,6 @@ where
         };
         decision::alone(&s, t).map(|()| None)
     }
-}
-
-/// Unbounded: the release asks it too.
-impl<K> Shared<K> {
-    /// Whether the lanes of this limiter's promoted keys admit without the lock: it counts
-    /// requests in flight, and no rate (whose windows, the fleet and the over-limit cache are
-    /// judged under the lock), and learns no in-flight limits (a key hot for its in flight
-    /// learns its limit, or starts to, under the lock).
-    #[inline]
-    pub(super) fn lanes_admit(&self) -> bool {
-        self.sketches.inflight.is_some() && self.sketches.rate.is_none() && self.adaptive.is_none()
-    }
-}
-
-/// The limits `t` as a promoted key's lane admits under them without the lock (in a limiter
-/// whose lanes admit: see `Shared::lanes_admit`): the fingerprint the lane keeps and the
-/// in-flight limit, for an in-flight limit alone.
-fn lane_limits(t: &Thresholds) -> Option<(u64, u32)> {
-    if t.rate.is_some() {
-        return None;
-    }
-    let inflight = t.inflight?;
-    let limit = u32::try_from(inflight.limit).ok()?;
-    let promote_at = u32::try_from(inflight.promote_at).ok()?;
-    // Both under 2^31, the limit at least 1: never 0.
-    Some(((u64::from(limit) << 32) | u64::from(promote_at), limit))
 }
 
 #[cfg(all(test, not(floodgate_loom)))]

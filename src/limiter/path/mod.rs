@@ -4,10 +4,12 @@
 //! Here, every kind of request up to the exact stage: refused before anything is counted,
 //! refused from the over-limit cache, decided by the sketches alone, and the answer.
 //! `hot.rs` is a request of a key that is hot or flagged (its lane, or the exact stage
-//! under its set's lock); `release.rs` is what comes back: a permit's release, a refund, and
+//! under its set's lock); `lanes.rs` what a promoted key's requests do without the lock, and
+//! a lane closed and opened around a decision under it; `release.rs` is what comes back: a permit's release, a refund, and
 //! whether a promoted key has cooled down and leaves.
 
 mod hot;
+mod lanes;
 mod release;
 
 use std::borrow::Borrow;

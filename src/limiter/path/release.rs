@@ -92,8 +92,9 @@ impl<K> Shared<K> {
             generation,
             |locked| {
                 locked.is_some_and(|Locked { entry, units }| {
-                    self.closed_while_cool(units, || {
-                        self.is_cool(entry.hash, &entry.state, units.in_flight())
+                    let hash = entry.hash;
+                    self.closed_while_cool(&mut entry.state, units, |state| {
+                        self.is_cool(hash, state, units.in_flight())
                     })
                 })
             },
@@ -101,17 +102,19 @@ impl<K> Shared<K> {
         );
     }
 
-    /// Whether `cool` says a promoted key has cooled down, its lane (`units`) closed meanwhile in
-    /// a limiter whose lanes admit, and kept closed if it has, until the key leaves: an
-    /// admission in its lane between the judgement and the leaving would go uncounted by the
-    /// key's next requests, which the sketch decides alone.
+    /// Whether `cool` says a promoted key (`entry`) has cooled down, its lane (`units`)
+    /// closed meanwhile in a limiter whose lanes admit (its lease taken back, in one whose
+    /// lanes lease), and kept closed if it has, until the key leaves: an admission in its lane
+    /// between the judgement and the leaving would go uncounted by the key's next requests,
+    /// which the sketch decides alone.
     pub(in crate::limiter) fn closed_while_cool(
         &self,
+        entry: &mut Promoted,
         units: exact::Units<'_>,
-        cool: impl FnOnce() -> bool,
+        cool: impl FnOnce(&Promoted) -> bool,
     ) -> bool {
-        let closed = self.lanes_admit().then(|| units.close());
-        let cool = cool();
+        let closed = self.close_lane(entry, units);
+        let cool = cool(entry);
         if cool {
             if let Some(closed) = closed {
                 closed.until_it_leaves();
