@@ -78,9 +78,11 @@
 //! flight throughout (what makes an in-flight limit matter) gives them back lock-free. An
 //! admission takes none when its key's lane admits under its limits (the limiter's tenant
 //! says which: an in-flight limit alone, in a limiter that counts no rate and learns no
-//! limits) and it fits. Everything else takes the lock: a key's entry and departure, a
-//! refusal (after which the key's bound is lowered, so that it is never refused on a stale
-//! one), a rate, the fleet, learning, and the reports.
+//! limits) and it fits, or when its key's lease has room for it (a rate limit alone, in a
+//! limiter that counts nothing in flight and holds no fleet). Everything else takes the lock:
+//! a key's entry and departure, a refusal (after which the key's bound is lowered, so that it
+//! is never refused on a stale one), a lease spent or of another window, a rate with requests
+//! in flight counted too, the fleet, learning, and the reports.
 //!
 //! # The promotion handshake
 //!
@@ -141,7 +143,7 @@ struct LockedSet<K, V> {
 }
 
 /// A set's lanes, and the hash of the key each way holds (0: none), which an admission without
-/// the lock finds its way by: 16 hashes on two lines, then one lane (32 bytes).
+/// the lock finds its way by: 16 hashes on two lines, then one lane (48 bytes).
 #[derive(Default)]
 struct Lanes {
     hashes: [AtomicU64; WAYS],
