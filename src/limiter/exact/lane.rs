@@ -123,11 +123,11 @@
 //! load of it could be ordered before a release's store that came first on the sketch). The
 //! reset is a swap after the place's key hash is written: an admission that loads a
 //! generation, then the hash, finds the hash of that generation or of a later one, and a later
-//! one fails its swap. `base`, `look_below`, the limits, the lease's window, time and top, and the requests count
-//! are `Relaxed`:
-//! `base` is written under the lock before the word's reopening, which an admission's load of
-//! the word acquires, and so are a lease's window and time (a take that read them stale
-//! fails its swap: see "A lease"); the others are hints (see their sections) or evidence.
+//! one fails its swap. `base`, `look_below`, the limits, a lease's window, time and top, and
+//! the requests count are `Relaxed`: `base` is written under the lock before the word's
+//! reopening, which an admission's load of the word acquires, and so are a lease's window and
+//! time (a take that read them stale fails its swap: see "A lease"); the others are hints
+//! (see their sections) or evidence.
 
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
