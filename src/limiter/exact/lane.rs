@@ -105,10 +105,11 @@
 //! since fails its swap. The grant's number makes that hold across a reclaim and a new grant
 //! that leave the same units: a take that read the older grant's window and time, and swaps a
 //! word of a newer grant, would give a request of an older time room measured at a later one.
-//! The number repeats after 4,096 grants: a take held up between its load and its swap across
-//! that many grants of one key, whose lease then holds the same units, is judged by the older
-//! grant's window and time (at worst a request of an earlier time given room measured later;
-//! never a unit not counted).
+//! The number repeats after 4,096 grants: only a take held up between its load and its swap
+//! across that many grants of one key (each a decision under the lock), whose lease then holds
+//! the same units, is judged by the older grant's window and time. Its units are counted all
+//! the same (taken from a lease counted ahead); what it could miss is that the room it takes
+//! was measured after its own time, when the sliding count had fallen further.
 //!
 //! # The count's range
 //!
