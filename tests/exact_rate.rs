@@ -14,6 +14,15 @@ use rand::{Rng, SeedableRng};
 
 const INTERVAL: Duration = Duration::from_secs(1);
 
+/// A limiter of `limit` requests a second (windows of a second), on `clock`.
+fn limiter(clock: &ManualClock, limit: u32) -> Limiter<String> {
+    Limiter::builder()
+        .max_rate(limit, INTERVAL)
+        .clock(clock)
+        .build()
+        .unwrap()
+}
+
 /// A key driven at 60% of its rate limit, evenly over many windows, is admitted with a few
 /// locks a window (its lease runs out and is granted again as the previous window slides
 /// out), not one a request; a request it cannot take is decided under the lock. Before,
@@ -21,11 +30,7 @@ const INTERVAL: Duration = Duration::from_secs(1);
 #[test]
 fn a_promoted_key_under_a_rate_limit_takes_a_few_locks_a_window_not_one_a_request() {
     let clock = ManualClock::new();
-    let limiter: Limiter<String> = Limiter::builder()
-        .max_rate(1_000, INTERVAL)
-        .clock(&clock)
-        .build()
-        .unwrap();
+    let limiter = limiter(&clock, 1_000);
     let per_window = 600;
     let step = INTERVAL / per_window;
     // Two windows to promote the key and settle it.
@@ -58,11 +63,7 @@ fn a_promoted_key_under_a_rate_limit_takes_a_few_locks_a_window_not_one_a_reques
 #[test]
 fn a_lease_runs_out_one_request_before_the_limit_and_the_lock_fills_it() {
     let clock = ManualClock::new();
-    let limiter: Limiter<String> = Limiter::builder()
-        .max_rate(100, INTERVAL)
-        .clock(&clock)
-        .build()
-        .unwrap();
+    let limiter = limiter(&clock, 100);
     for _ in 0..51 {
         drop(limiter.try_acquire("origin").unwrap());
     }
@@ -95,11 +96,7 @@ fn a_lease_runs_out_one_request_before_the_limit_and_the_lock_fills_it() {
 #[test]
 fn a_report_counts_what_was_admitted_not_what_was_leased() {
     let clock = ManualClock::new();
-    let limiter: Limiter<String> = Limiter::builder()
-        .max_rate(100, INTERVAL)
-        .clock(&clock)
-        .build()
-        .unwrap();
+    let limiter = limiter(&clock, 100);
     // Promoted at 50 in window 0; its counts are exact from window 1 on.
     for _ in 0..60 {
         drop(limiter.try_acquire("origin").unwrap());
@@ -129,16 +126,8 @@ fn a_report_counts_what_was_admitted_not_what_was_leased() {
 #[test]
 fn a_refund_gives_back_units_taken_from_a_lease() {
     let clock = ManualClock::new();
-    let origins: Limiter<String> = Limiter::builder()
-        .max_rate(100, INTERVAL)
-        .clock(&clock)
-        .build()
-        .unwrap();
-    let clients: Limiter<String> = Limiter::builder()
-        .max_rate(100, INTERVAL)
-        .clock(&clock)
-        .build()
-        .unwrap();
+    let origins = limiter(&clock, 100);
+    let clients = limiter(&clock, 100);
     for _ in 0..60 {
         drop(origins.try_acquire("origin").unwrap());
     }

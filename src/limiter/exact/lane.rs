@@ -1028,19 +1028,33 @@ mod loom_models {
         });
     }
 
+    /// The fingerprint of the limits the lease models take under.
+    const RATE: u64 = 1 << 63;
+
+    /// A lane of generation 1 leasing `units` of window 5 from time `from`.
+    fn leased(from: u64, units: u32) -> Lane {
+        let lane = Lane::opened(1, 0, RATE);
+        lane.close_and_reclaim();
+        lane.grant_and_open(5, from, units, 10);
+        lane
+    }
+
+    /// A request of one unit of window 5 at time `at`.
+    fn take_at(at: u64) -> LeaseAsk {
+        LeaseAsk {
+            limits: RATE,
+            cost: 1,
+            window: 5,
+            at,
+        }
+    }
+
     /// Two requests race for a lease's last unit: exactly one takes it.
     #[test]
     fn two_takes_for_a_leases_last_unit_take_one() {
         loom::model(|| {
-            let lane = Arc::new(Lane::opened(1, 0, 1 << 63));
-            lane.close_and_reclaim();
-            lane.grant_and_open(5, 0, 1, 10);
-            let ask = LeaseAsk {
-                limits: 1 << 63,
-                cost: 1,
-                window: 5,
-                at: 0,
-            };
+            let lane = Arc::new(leased(0, 1));
+            let ask = take_at(0);
             let other = Arc::clone(&lane);
             let racing = thread::spawn(move || other.take_lease(1, &ask).is_some());
             let mine = lane.take_lease(1, &ask).is_some();
@@ -1055,17 +1069,10 @@ mod loom_models {
     #[test]
     fn a_take_racing_a_reclaim_loses_no_unit_and_counts_none_twice() {
         loom::model(|| {
-            let lane = Arc::new(Lane::opened(1, 0, 1 << 63));
-            lane.close_and_reclaim();
-            lane.grant_and_open(5, 0, 2, 10);
+            let lane = Arc::new(leased(0, 2));
             let other = Arc::clone(&lane);
             let taking = thread::spawn(move || {
-                let ask = LeaseAsk {
-                    limits: 1 << 63,
-                    cost: 1,
-                    window: 5,
-                    at: 0,
-                };
+                let ask = take_at(0);
                 other.take_lease(1, &ask).is_some()
             });
             let back = lane.close_and_reclaim().map_or(0, |(_, left)| left);
@@ -1081,17 +1088,10 @@ mod loom_models {
     #[test]
     fn a_take_never_takes_a_later_grant_judged_by_an_earlier_ones_time() {
         loom::model(|| {
-            let lane = Arc::new(Lane::opened(1, 0, 1 << 63));
-            lane.close_and_reclaim();
-            lane.grant_and_open(5, 10, 1, 10);
+            let lane = Arc::new(leased(10, 1));
             let other = Arc::clone(&lane);
             let taking = thread::spawn(move || {
-                let ask = LeaseAsk {
-                    limits: 1 << 63,
-                    cost: 1,
-                    window: 5,
-                    at: 10,
-                };
+                let ask = take_at(10);
                 other.take_lease(1, &ask).is_some()
             });
             let back = lane.close_and_reclaim().map_or(0, |(_, left)| left);
@@ -1108,21 +1108,14 @@ mod loom_models {
     #[test]
     fn a_take_racing_a_replacement_takes_nothing_of_the_new_generation() {
         loom::model(|| {
-            let lane = Arc::new(Lane::opened(1, 0, 1 << 63));
-            lane.close_and_reclaim();
-            lane.grant_and_open(5, 0, 1, 10);
+            let lane = Arc::new(leased(0, 1));
             let other = Arc::clone(&lane);
             let taking = thread::spawn(move || {
-                let ask = LeaseAsk {
-                    limits: 1 << 63,
-                    cost: 1,
-                    window: 5,
-                    at: 0,
-                };
+                let ask = take_at(0);
                 other.take_lease(1, &ask)
             });
             lane.reset(2);
-            lane.admit_under(1 << 63);
+            lane.admit_under(RATE);
             lane.grant_and_open(5, 0, 1, 10);
             taking.join().unwrap();
             assert_eq!(lane.lease(2), Some((5, 1)));
