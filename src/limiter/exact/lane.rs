@@ -318,7 +318,7 @@ impl Lane {
             others,
             while_tracked,
         } = *ask;
-        if limits == 0 || self.admits_under.load(Ordering::Relaxed) != limits {
+        if !self.passes_under(limits) {
             return None;
         }
         let mut word = self.word.load(Ordering::SeqCst);
@@ -350,9 +350,7 @@ impl Lane {
                 .compare_exchange_weak(word, next, Ordering::SeqCst, Ordering::SeqCst)
             {
                 Ok(_) => {
-                    let requests = self.requests.load(Ordering::Relaxed);
-                    self.requests
-                        .store(requests.saturating_add(1), Ordering::Relaxed);
+                    self.count_request();
                     // At most the limit.
                     return Some(with_it as u32);
                 }
@@ -374,7 +372,7 @@ impl Lane {
             window,
             at,
         } = *ask;
-        if limits == 0 || self.admits_under.load(Ordering::Relaxed) != limits {
+        if !self.passes_under(limits) {
             return None;
         }
         let mut word = self.word.load(Ordering::SeqCst);
@@ -399,15 +397,29 @@ impl Lane {
                 .compare_exchange_weak(word, next, Ordering::SeqCst, Ordering::SeqCst)
             {
                 Ok(_) => {
-                    let requests = self.requests.load(Ordering::Relaxed);
-                    self.requests
-                        .store(requests.saturating_add(1), Ordering::Relaxed);
+                    self.count_request();
                     let top = self.lease_top.load(Ordering::Relaxed);
                     return Some(top.saturating_sub(left - cost));
                 }
                 Err(now) => word = now,
             }
         }
+    }
+
+    /// Whether the place admits requests judged by the limits of fingerprint `limits`
+    /// without the lock (0 never is: see "The limits it admits under").
+    #[inline]
+    fn passes_under(&self, limits: u64) -> bool {
+        limits != 0 && self.admits_under.load(Ordering::Relaxed) == limits
+    }
+
+    /// Counts one request admitted without the lock, as evidence: a load and a store, not an
+    /// atomic add (see the field).
+    #[inline]
+    fn count_request(&self) {
+        let requests = self.requests.load(Ordering::Relaxed);
+        self.requests
+            .store(requests.saturating_add(1), Ordering::Relaxed);
     }
 
     /// Closes the place and takes back what is left of its lease, in one swap: under the

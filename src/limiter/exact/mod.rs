@@ -564,8 +564,8 @@ impl<'a> Units<'a> {
         }
     }
 
-    /// The units in flight now (a release may lower them meanwhile, without the lock), in a
-    /// limiter that counts them (in one whose lanes lease rate units, the word holds a lease).
+    /// The units in flight now (a release may lower them meanwhile, without the lock): 0 in a
+    /// limiter whose lanes lease rate units (the word holds a lease; see [`lease`](Self::lease)).
     pub(crate) fn in_flight(self) -> u32 {
         self.word.units(self.generation)
     }
