@@ -127,14 +127,29 @@ pub(crate) fn in_fleet(t: &Thresholds, fleet: &FleetState) -> Thresholds {
 /// this rate window and the one before that the promotion threshold proves, when it holds
 /// (see the `proof` module), asked for after the reads; the counts are lowered to it. A
 /// saturated estimate less the request is no bound on the rest: it starts saturated.
-pub(crate) fn promoted(s: &Sketched, now: &Recount, proven: Option<isize>) -> Counts {
+pub(crate) fn promoted(
+    s: &Sketched,
+    now: &Recount,
+    past: Option<WindowView>,
+    proven: Option<isize>,
+) -> Counts {
     let inflight = InflightCount {
         base: now
             .inflight
             .map_or(0, |estimate| less_own(estimate, s.cost).max(0)),
     };
-    let rate = match (now.window, s.window) {
-        (Some((prev, curr)), Some(w)) => {
+    let rate = match (now.window, s.window, past) {
+        // The clock has passed the request's window: the counts start in the window it is in
+        // now, whose admissions by the sketch alone (requests that read the newer time) the
+        // request's own windows do not hold, and would be taken for none. The request is in
+        // neither count of it, and is counted in that window (the latest) if admitted.
+        (Some(_), Some(_), Some(later)) => {
+            let current = proven.map_or(later.curr, |p| later.curr.min(p));
+            let mut exact = ExactWindows::new(later.bucket, current);
+            exact.before = proven.map(|p| later.prev.min(p));
+            exact
+        }
+        (Some((prev, curr)), Some(w), None) => {
             let current = less_own(curr, s.cost);
             let previous = w.bucket.checked_sub(1).map(|_| prev);
             let mut exact = ExactWindows::new(w.bucket, proven.map_or(current, |p| current.min(p)));
@@ -519,7 +534,7 @@ mod tests {
 
     #[test]
     fn a_promoted_key_starts_from_the_estimates_less_its_own_request_or_what_is_proven() {
-        let counts = promoted(&sketched(3, 9, 12), &recount(3, 9, 12), None);
+        let counts = promoted(&sketched(3, 9, 12), &recount(3, 9, 12), None, None);
         assert_eq!(counts.inflight.base, 2);
         assert_eq!(
             counts.rate.bound(7),
@@ -531,7 +546,7 @@ mod tests {
             None,
             "the sketch alone bounds the window before"
         );
-        let counts = promoted(&sketched(3, 9, 12), &recount(3, 9, 12), Some(4));
+        let counts = promoted(&sketched(3, 9, 12), &recount(3, 9, 12), None, Some(4));
         assert_eq!(counts.rate.bound(7), Some(4));
         assert_eq!(counts.rate.bound(6), Some(4));
     }
@@ -541,7 +556,7 @@ mod tests {
         let t = thresholds();
         // The sketch says 45 and more in this window, most of it other keys' (their counters
         // are shared); the key itself was promoted with 4 before its 5th request.
-        let mut counts = promoted(&sketched(1, 0, 5), &recount(1, 0, 5), None);
+        let mut counts = promoted(&sketched(1, 0, 5), &recount(1, 0, 5), None, None);
         for n in 5..=10 {
             let s = sketched(1, 0, 40 + n);
             let admitted = exact(&mut counts, 0, &s, &recount(1, 0, 40 + n), &t, None);
@@ -558,7 +573,7 @@ mod tests {
     #[test]
     fn a_key_is_cool_only_with_nothing_in_flight_below_half_its_threshold_and_no_refusal() {
         let t = thresholds();
-        let mut counts = promoted(&sketched(1, 0, 1), &recount(1, 0, 1), None);
+        let mut counts = promoted(&sketched(1, 0, 1), &recount(1, 0, 1), None, None);
         counts.rate.count(1);
         assert!(is_cool(&counts, 0, &reread(0, 0, 1), 0, &t));
         assert!(
@@ -584,7 +599,7 @@ mod tests {
     #[test]
     fn a_refusal_is_held_for_its_retry_after_from_the_request() {
         let t = thresholds();
-        let mut counts = promoted(&sketched(1, 0, 1), &recount(1, 0, 1), Some(0));
+        let mut counts = promoted(&sketched(1, 0, 1), &recount(1, 0, 1), None, Some(0));
         counts.rate.count(10);
         let s = sketched(1, 0, 11);
         let refusal = exact(&mut counts, 0, &s, &recount(1, 0, 11), &t, None).unwrap_err();
@@ -604,7 +619,7 @@ mod tests {
     #[test]
     fn the_admission_that_fills_the_rate_holds_the_next_requests_deadline() {
         let t = thresholds();
-        let mut counts = promoted(&sketched(1, 0, 1), &recount(1, 0, 1), Some(0));
+        let mut counts = promoted(&sketched(1, 0, 1), &recount(1, 0, 1), None, Some(0));
         counts.rate.count(8);
         let ninth = exact(
             &mut counts,
@@ -636,7 +651,7 @@ mod tests {
         assert_eq!(held, refusal.unwrap_err().over_until);
         assert!(held.is_some());
 
-        let mut counts = promoted(&sketched(1, 0, 1), &recount(1, 0, 1), Some(0));
+        let mut counts = promoted(&sketched(1, 0, 1), &recount(1, 0, 1), None, Some(0));
         counts.rate.count(9);
         let full = exact(
             &mut counts,
@@ -659,7 +674,7 @@ mod tests {
             cost,
             ..sketched(inflight, 0, curr)
         };
-        let mut counts = promoted(&sketched(1, 0, 1), &recount(1, 0, 1), Some(0));
+        let mut counts = promoted(&sketched(1, 0, 1), &recount(1, 0, 1), None, Some(0));
         let admitted = exact(
             &mut counts,
             0,
@@ -722,7 +737,7 @@ mod tests {
             sync_nanos: 100,
         };
         let t = in_fleet(&t, &away);
-        let mut counts = promoted(&sketched(0, 0, 0), &recount(0, 0, 0), Some(0));
+        let mut counts = promoted(&sketched(0, 0, 0), &recount(0, 0, 0), None, Some(0));
         let s = Sketched {
             cost: 4,
             ..sketched(4, 0, 4)
@@ -740,7 +755,7 @@ mod tests {
     #[test]
     fn an_admission_says_the_window_it_was_counted_in() {
         let t = thresholds();
-        let mut counts = promoted(&sketched(1, 0, 1), &recount(1, 0, 1), Some(0));
+        let mut counts = promoted(&sketched(1, 0, 1), &recount(1, 0, 1), None, Some(0));
         counts.rate.roll_to(8);
         let admitted = exact(
             &mut counts,
@@ -766,7 +781,7 @@ mod tests {
             cost: 3,
             ..sketched(5, 0, 9)
         };
-        let counts = promoted(&s, &recount(5, 0, 9), None);
+        let counts = promoted(&s, &recount(5, 0, 9), None, None);
         assert_eq!((counts.inflight.base, counts.rate.bound(7)), (2, Some(6)));
     }
 }

@@ -129,6 +129,42 @@ impl Sketches {
         }
     }
 
+    /// The key's rate window now, with its counts, if the clock has passed the window of the
+    /// request `s`: what a promotion by a request that read the time before a window's end,
+    /// and reached the lock after it, counts from (see `decision::promoted`). Read after the
+    /// key is flagged, it is no earlier than the window of any request that counted itself
+    /// before the flag (each read the time before it counted).
+    pub(crate) fn window_past(&self, s: &Sketched) -> Option<WindowView> {
+        let (rate, own) = self.rate.as_ref().zip(s.window)?;
+        let now = rate.view(s.hash);
+        (now.bucket > own.bucket).then_some(now)
+    }
+
+    /// The request `s` again, in the rate window of the time now, if the key's exact counts
+    /// have reached a window later than the request's own (`reached`): its rate units counted
+    /// again in the window now (those in its own window stay, an over-count), its in-flight
+    /// units as they were. `None` otherwise.
+    ///
+    /// Decided in its own window, such a request would pass a judgement the requests of the
+    /// later window, decided before it, made without it: their sliding counts weigh its
+    /// window, and it would take the key past its limit at their time. Decided now, it is
+    /// judged with them; counted in the sketch's window now too, it is in both counts a
+    /// later request takes the smaller of in that window (its units in the exact count
+    /// alone were lost to the sketch's smaller count, and the key admitted past its limit
+    /// by them). The time now is no earlier than `reached`: a request of that window read
+    /// its time before it took the lock this request holds.
+    pub(crate) fn again_after(&self, s: &Sketched, reached: u64) -> Option<Sketched> {
+        let (rate, own) = self.rate.as_ref().zip(s.window)?;
+        if own.bucket >= reached {
+            return None;
+        }
+        let cost = u32::try_from(s.cost).unwrap_or(u32::MAX);
+        Some(Sketched {
+            window: Some(rate.observe_hashed(s.hash, cost)),
+            ..*s
+        })
+    }
+
     /// The request's key's estimates now, in the request's windows, as views: what a
     /// coolness judged under the exact stage's lock reads. Not the request's own counts:
     /// its thread may have been held up between counting and the lock while the key's other

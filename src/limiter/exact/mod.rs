@@ -301,8 +301,8 @@ impl<K, V: Tenant> ExactStage<K, V> {
     }
 
     /// The stage's place for `key` (of hash `hash`), its set locked until the place is
-    /// dropped. `at`: the request's time on the limiter's clock, recorded when a key of the
-    /// set is lost (see [`Set::lost`]).
+    /// dropped. `at`: the request's time on the limiter's clock, recorded as a loss of the key
+    /// (see [`Set::lost`]) when a twin holds its place and the sketch admits it alone.
     #[inline]
     pub(crate) fn place<'a, Q>(&'a self, key: &Q, hash: u64, at: u64) -> Place<'a, K, V>
     where
@@ -318,7 +318,6 @@ impl<K, V: Tenant> ExactStage<K, V> {
                 units,
                 way,
                 epoch,
-                at,
             }),
             // Another key with the same 64-bit hash is promoted: only the sketch can judge.
             Some(_) => {
@@ -330,7 +329,6 @@ impl<K, V: Tenant> ExactStage<K, V> {
                 set,
                 units,
                 epoch,
-                at,
             }),
         }
     }
@@ -344,13 +342,13 @@ impl<K, V: Tenant> ExactStage<K, V> {
         units: &[Lane; WAYS],
         hash: u64,
         epoch: u64,
-        now: u64,
+        now: impl Fn() -> u64,
     ) -> Option<(usize, u32)> {
         if let Some(way) = set.free_way() {
             return Some((way, 0));
         }
         let knocks = set.knock(spread(hash), epoch);
-        let (way, evidence) = set.weakest(epoch, now, units)?;
+        let (way, evidence) = set.weakest(epoch, now(), units)?;
         if u64::from(knocks) <= evidence {
             return None;
         }
@@ -369,7 +367,7 @@ impl<K, V: Tenant> ExactStage<K, V> {
         way: u8,
         generation: u32,
         f: impl FnOnce(Option<Locked<'_, K, V>>) -> bool,
-        now: impl FnOnce() -> u64,
+        now: impl Fn() -> u64,
     ) {
         let (mut set, units) = self.set(hash);
         let way = usize::from(way);
@@ -384,24 +382,33 @@ impl<K, V: Tenant> ExactStage<K, V> {
                 entry,
             });
         if f(locked) && found {
-            self.leave(&mut set, units, way, now());
+            self.leave(&mut set, units, way, now);
         }
     }
 
-    /// Takes the entry of `way` out of the stage at `at`, its tenant told first; records the
-    /// loss, empties its word (the permits it counted give back nothing to it now), and clears
-    /// its filter cell.
-    fn leave(&self, set: &mut Set<K, V>, units: &[Lane; WAYS], way: usize, at: u64) {
-        if let Some(entry) = set.get_mut(way) {
-            let line = self.lines.key_line(spread(entry.hash));
-            entry.state.leaving(line);
-        }
-        if let Some(hash) = set.vacate(way, at) {
-            units[way].reset(0);
-            self.locked_set(hash).lanes.hashes[way].store(0, Ordering::Relaxed);
-            set.lost(hash, at);
-            self.unflag(hash);
-        }
+    /// Takes the entry of `way` out of the stage, its tenant told first: empties its word (the
+    /// permits it counted give back nothing to it now), then records the loss at `now()`, and
+    /// clears its filter cell.
+    ///
+    /// The time of the loss is read here, under the lock and after the word is emptied, not
+    /// taken from the request that made the key leave: that request may have read its time
+    /// long before (its thread held up), while the entry admitted requests of later windows.
+    /// Every admission the entry made read its time before its lock or its swap on the word,
+    /// both before this read (the swap that empties the word reads every swap before it): a
+    /// loss recorded no earlier than each of them keeps a later promotion from bounding the
+    /// key's windows by its threshold (see `Set::lost`).
+    fn leave(&self, set: &mut Set<K, V>, units: &[Lane; WAYS], way: usize, now: impl Fn() -> u64) {
+        let Some(entry) = set.get_mut(way) else {
+            return;
+        };
+        let hash = entry.hash;
+        entry.state.leaving(self.lines.key_line(spread(hash)));
+        units[way].reset(0);
+        self.locked_set(hash).lanes.hashes[way].store(0, Ordering::Relaxed);
+        let at = now();
+        set.vacate(way, at);
+        set.lost(hash, at);
+        self.unflag(hash);
     }
 
     /// The clock's periodic work, off the request path: starts the next epoch, and runs
@@ -428,7 +435,7 @@ impl<K, V: Tenant> ExactStage<K, V> {
                     entry,
                 };
                 if visit(entry, line) {
-                    self.leave(&mut set, units, way, now());
+                    self.leave(&mut set, units, way, &now);
                 }
             }
         }
@@ -661,7 +668,6 @@ pub(crate) struct Held<'a, K, V> {
     units: &'a [Lane; WAYS],
     way: usize,
     epoch: u64,
-    at: u64,
 }
 
 impl<'a, K, V: Tenant> Held<'a, K, V> {
@@ -704,10 +710,10 @@ impl<'a, K, V: Tenant> Held<'a, K, V> {
         })
     }
 
-    /// Takes the key out of the stage (it has cooled down).
-    pub(crate) fn demote(mut self) {
-        self.stage
-            .leave(&mut self.set, self.units, self.way, self.at);
+    /// Takes the key out of the stage (it has cooled down), its loss at `now()` (the
+    /// limiter's clock, read after the key's lane is emptied: see `ExactStage::leave`).
+    pub(crate) fn demote(mut self, now: impl Fn() -> u64) {
+        self.stage.leave(&mut self.set, self.units, self.way, now);
     }
 }
 
@@ -717,7 +723,6 @@ pub(crate) struct Free<'a, K, V> {
     set: MutexGuard<'a, Set<K, V>>,
     units: &'a [Lane; WAYS],
     epoch: u64,
-    at: u64,
 }
 
 impl<'a, K, V: Tenant> Free<'a, K, V> {
@@ -725,12 +730,15 @@ impl<'a, K, V: Tenant> Free<'a, K, V> {
     /// docs): flags it, then asks `tenant` for what the limiter keeps of it, which reads the
     /// sketches (the promotion's half of the handshake) and is told whether the key was not
     /// lost since `kept_since` (nanoseconds on the limiter's clock). `None`, with the loss
-    /// recorded, when the key must wait: the sketch decides alone.
+    /// recorded, when the key must wait: the sketch decides alone. `now`: the limiter's
+    /// clock, for the time of a loss (this key's, or one it replaces: see
+    /// `ExactStage::leave`).
     pub(crate) fn promote<Q>(
         mut self,
         key: &Q,
         hash: u64,
         kept_since: u64,
+        now: impl Fn() -> u64,
         tenant: impl FnOnce(bool) -> V,
     ) -> Option<Held<'a, K, V>>
     where
@@ -738,10 +746,10 @@ impl<'a, K, V: Tenant> Free<'a, K, V> {
         Q: ToOwned<Owned = K> + ?Sized,
     {
         let stage = self.stage;
-        let placed = stage.place_for(&mut self.set, self.units, hash, self.epoch, self.at);
+        let placed = stage.place_for(&mut self.set, self.units, hash, self.epoch, &now);
         let Some((way, knocks)) = placed else {
             stage.counters.decided_alone.fetch_add(1, Ordering::Relaxed);
-            self.set.lost(hash, self.at);
+            self.set.lost(hash, now());
             return None;
         };
         stage.flag(hash);
@@ -759,7 +767,6 @@ impl<'a, K, V: Tenant> Free<'a, K, V> {
             units: self.units,
             way,
             epoch: self.epoch,
-            at: self.at,
         })
     }
 }

@@ -74,7 +74,7 @@ where
                     if let Some(closed) = closed {
                         closed.until_it_leaves();
                     }
-                    held.demote();
+                    held.demote(|| self.now());
                     return Ok(None);
                 }
                 (held, closed)
@@ -87,16 +87,23 @@ where
                 // since the window before this one began.
                 let kept_since = proof::kept_since(s.window.as_ref());
                 // The promotion's half of the handshake: flagged, then the sketches read.
-                let promoted = free.promote(key, s.hash, kept_since, |kept| {
-                    let now = self.sketches.recount(s);
-                    // After the reads: the thresholds of every admission they include are
-                    // known.
-                    let proven = self
-                        .highest_rate_promotion
-                        .proven(self.fleet.is_joined())
-                        .filter(|_| kept);
-                    Promoted::new(decision::promoted(s, &now, proven), *t)
-                });
+                let promoted = free.promote(
+                    key,
+                    s.hash,
+                    kept_since,
+                    || self.now(),
+                    |kept| {
+                        let now = self.sketches.recount(s);
+                        let past = self.sketches.window_past(s);
+                        // After the reads: the thresholds of every admission they include are
+                        // known.
+                        let proven = self
+                            .highest_rate_promotion
+                            .proven(self.fleet.is_joined())
+                            .filter(|_| kept);
+                        Promoted::new(decision::promoted(s, &now, past, proven), *t)
+                    },
+                );
                 match promoted {
                     Some(held) => (held, None),
                     None => return self.alone_now(s, t),
@@ -124,6 +131,11 @@ where
         // units in flight: in that order, no unit is in the count and not in the estimate
         // (see `InflightCount::rebase`).
         let closed = closed.or_else(|| self.close_lane(entry, units));
+        // A request whose window the key's counts have passed (it read its time before a
+        // window's end, and a request of the next was decided first) is decided in the window
+        // of the time now, counted again there (see `Sketches::again_after`).
+        let again = self.sketches.again_after(s, entry.counts.rate.windows.at);
+        let s = again.as_ref().unwrap_or(s);
         let now = self.sketches.recount(s);
         // A key learning its in-flight limit is judged by the learnt one too, and its
         // admissions timed.
@@ -275,5 +287,91 @@ mod tests {
             "decided and counted by the exact stage"
         );
         assert_eq!(limiter.stats().promoted, 1, "demoted by a stale count");
+    }
+
+    /// A request that read its time in one window is decided after a request of the next
+    /// window moved the key's counts on. Judged in its own window, it passed, though the
+    /// requests of the next window, decided before it and without it, had filled the key's
+    /// sliding count with its window weighing whole. And counted in the latest exact window
+    /// while its units were in its own window of the sketch, it was in neither of the smaller
+    /// counts a request of the next window is judged by (the older window's exact count, the
+    /// newer window's sketch count): the key was admitted past its limit by its cost.
+    #[test]
+    fn a_request_decided_after_its_window_ended_is_judged_in_the_window_now() {
+        let clock = ManualClock::new();
+        let limiter: Limiter<String> = Limiter::builder()
+            .max_rate(100, Duration::from_secs(1))
+            .clock(&clock)
+            .build()
+            .unwrap();
+        let shared = &*limiter.shared;
+        let hash = shared.sketches.hash("host");
+        // Window 0: 60 admitted (promoted at 50), then 30 units count themselves and wait.
+        for _ in 0..60 {
+            drop(limiter.try_acquire("host").unwrap());
+        }
+        let late = shared.sketches.observe(hash, 30);
+        // Window 1, at its start: window 0 weighs whole.
+        clock.advance(Duration::from_secs(1));
+        drop(limiter.try_acquire("host").unwrap());
+        let t = shared.defaults.load();
+        let line = shared.exact.lines().key_line(spread(hash));
+        let decided = shared.decide_hot("host", line, &late, &t, true, false);
+        assert!(matches!(decided, Ok(Some(_))), "the 30 units fit");
+        let mut admitted_in_window_1 = 1;
+        while limiter.try_acquire("host").is_ok() {
+            admitted_in_window_1 += 1;
+        }
+        assert!(
+            90 + admitted_in_window_1 <= 100,
+            "90 in window 0, {admitted_in_window_1} in window 1 at its start"
+        );
+    }
+
+    /// A request that read the time just before a window ended reaches the lock, and
+    /// promotes its key, after the clock moved into the next window, where requests that read
+    /// the new time were admitted by the sketch alone (they counted before the key was
+    /// flagged). The promotion's counts must hold them: counted from the request's own,
+    /// older window, the exact stage took the new one for empty and admitted past the limit
+    /// (a review found up to 199 units in a window of limit 100, racing `ManualClock`).
+    #[test]
+    fn a_promotion_by_a_request_of_an_older_window_counts_the_newer_ones_admissions() {
+        let clock = ManualClock::new();
+        let limiter: Limiter<String> = Limiter::builder()
+            .max_rate(100, Duration::from_secs(1))
+            .clock(&clock)
+            .build()
+            .unwrap();
+        let shared = &*limiter.shared;
+        let hash = shared.sketches.hash("host");
+        // Window 0: 49 admissions by the sketch alone, then the 50th counts itself (it is
+        // hot: the promotion threshold is 50) and waits.
+        for _ in 0..49 {
+            drop(limiter.try_acquire("host").unwrap());
+        }
+        let early = shared.sketches.observe(hash, 1);
+        let t = shared.defaults.load();
+        assert!(decision::is_hot(&early, t.promotion()));
+        // Window 1, 99% in: the 50 of window 0 weigh 0.5, and 49 more are admitted by the
+        // sketch alone, each below the threshold.
+        clock.advance(Duration::from_millis(1990));
+        for _ in 0..49 {
+            drop(limiter.try_acquire("host").unwrap());
+        }
+        assert_eq!(limiter.stats().promoted, 0, "not hot in window 1 yet");
+        let line = shared.exact.lines().key_line(spread(hash));
+        let decided = shared.decide_hot("host", line, &early, &t, true, false);
+        assert!(matches!(decided, Ok(Some(_))), "promoted, and admitted");
+        assert_eq!(limiter.stats().promoted, 1);
+        let mut admitted_in_window_1 = 49;
+        while limiter.try_acquire("host").is_ok() {
+            admitted_in_window_1 += 1;
+        }
+        // The sliding count now: window 0's 50 at a weight of 1%, and window 1's.
+        let sliding = 50.0 * 0.01 + admitted_in_window_1 as f64;
+        assert!(
+            sliding <= 100.0,
+            "{admitted_in_window_1} admitted in window 1: {sliding}"
+        );
     }
 }
