@@ -330,6 +330,52 @@ fn a_cost_its_counters_cannot_hold_is_refused_and_counted_nowhere() {
     drop(ten);
 }
 
+/// A key's rate counters saturate at 2^31 units in a window: requests under a plan with no
+/// rate limit, of the largest cost, take them there. A saturated count is a bound from below,
+/// not the count: it weighs whole for as long as its window weighs at all. Read as the count,
+/// it slid under the limit a few nanoseconds before the next window ended, where the true
+/// count (three times `MAX_LIMIT`) was still past it, and a request was admitted there.
+#[test]
+fn a_saturated_rate_count_weighs_whole_until_its_window_slides_out() {
+    let clock = ManualClock::new();
+    let len = Duration::from_millis(100);
+    let limiter: Limiter<String> = Limiter::builder()
+        .max_rate(271, len)
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let free = limiter
+        .with_limits(Limits::new().no_rate())
+        .cost(Limits::MAX_LIMIT);
+    for _ in 0..3 {
+        drop(free.try_acquire("origin").unwrap());
+    }
+    let in_window_0 = 3 * u128::from(Limits::MAX_LIMIT);
+    let len = len.as_nanos();
+    let mut refused = 0;
+    loop {
+        let now = clock.now().as_nanos();
+        let (window, into) = (now / len, now % len);
+        match limiter.try_acquire("origin") {
+            Ok(_) => {
+                // prev·(1 − f) + curr ≤ limit, in integer nanoseconds (the refused requests
+                // of window 0 were never admitted; window 1 admitted nothing).
+                let prev = if window == 1 { in_window_0 } else { 0 };
+                assert!(
+                    window >= 1 && prev * (len - into) + len <= 271 * len,
+                    "admitted {into} ns into window {window} after {refused} refusals"
+                );
+                break;
+            }
+            Err(rejected) => {
+                refused += 1;
+                assert!(refused < 100, "never admitted again");
+                clock.advance(rejected.retry_after.unwrap_or(Duration::from_millis(1)));
+            }
+        }
+    }
+}
+
 /// A waiting request of 7 units with 6 of 10 held: woken by a permit of 3 coming back, it fits.
 #[test]
 fn a_waiting_request_with_a_cost_is_admitted_when_its_units_fit() {

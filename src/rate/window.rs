@@ -12,6 +12,12 @@ pub(crate) fn sliding_count(prev: f64, curr: f64, fraction: f64) -> f64 {
     prev * (1.0 - fraction) + curr
 }
 
+/// A window's count from this up reads saturated: the counters stop at 2^31
+/// (`estimator::CEILING`), so such a count bounds the window's true count from below only,
+/// and it weighs whole for as long as its window weighs at all (to the last nanosecond of the
+/// next). Read as the count, it slides under a limit before the true count does.
+const SATURATED: isize = crate::estimator::CEILING as isize;
+
 /// One observation as the limiter sees it: the bucket it landed in and the key's counts.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct WindowView {
@@ -31,16 +37,29 @@ pub(crate) struct WindowView {
 }
 
 impl WindowView {
-    /// Whether `prev·(1−f) + curr ≤ limit`, exactly, in integer nanoseconds.
+    /// Whether `prev·(1−f) + curr ≤ limit`, exactly, in integer nanoseconds. Never while a
+    /// saturated count weighs (a current one is over every limit in any case).
     pub(crate) fn fits(&self, limit: isize) -> bool {
+        if self.prev_saturated() {
+            return false;
+        }
         let (i, x) = (i128::from(self.len), i128::from(self.into.min(self.len)));
         (self.prev.max(0) as i128) * (i - x) + (self.curr as i128) * i <= (limit as i128) * i
+    }
+
+    /// Whether the previous window's count is saturated and still weighs (see [`SATURATED`]).
+    #[inline]
+    fn prev_saturated(&self) -> bool {
+        self.prev >= SATURATED && self.into < self.len
     }
 
     /// How many more units fit under `limit` now: the most `u` with `prev·(1−f) + curr + u ≤
     /// limit`, exactly, in integer nanoseconds (0 when none do). Later in the same window it
     /// is at least as many: the count only falls as `f` grows.
     pub(crate) fn room(&self, limit: isize) -> u64 {
+        if self.prev_saturated() {
+            return 0;
+        }
         let (i, x) = (i128::from(self.len), i128::from(self.into.min(self.len)));
         let left = (limit as i128) * i - (self.prev.max(0) as i128) * (i - x);
         if left < 0 || i == 0 {
@@ -60,6 +79,9 @@ impl WindowView {
         // requests stop here, with no multiplication).
         if (self.prev.max(0).saturating_add(self.curr) as f64) < threshold {
             return false;
+        }
+        if self.prev_saturated() {
+            return true;
         }
         let (len, into) = (self.len as f64, self.into.min(self.len) as f64);
         self.prev.max(0) as f64 * (len - into) + self.curr as f64 * len >= threshold * len
@@ -100,7 +122,13 @@ impl WindowView {
             return None;
         }
         let (i, x) = (i128::from(self.len), i128::from(self.into.min(self.len)));
-        let wait = if c <= r {
+        let wait = if c >= SATURATED as i128 {
+            // Saturated, it weighs whole to the end of the next window.
+            (i - x) + i
+        } else if self.prev_saturated() && c <= r {
+            // Saturated, it weighs whole to the end of this window, and no longer after.
+            i - x
+        } else if c <= r {
             if p == 0 {
                 return Some(Duration::ZERO);
             }
@@ -279,6 +307,26 @@ mod tests {
             len: 1_000_000_000,
             at: 0,
         }
+    }
+
+    /// A saturated count is a bound from below: while it weighs, nothing fits, there is no
+    /// room, the threshold is reached, and a retry waits for its window to slide out whole.
+    #[test]
+    fn a_saturated_count_weighs_whole_while_its_window_weighs() {
+        let last = WindowView {
+            into: 999_999_999,
+            ..view(SATURATED, 0, 0.0)
+        };
+        assert!(!last.fits(1 << 30), "a nanosecond before the window ends");
+        assert_eq!(last.room(1 << 30), 0);
+        assert!(last.reaches(1.0));
+        assert_eq!(last.retry_after(271, 0, 1), Some(Duration::from_nanos(1)));
+        let full = view(0, SATURATED, 0.25);
+        assert_eq!(
+            full.retry_after(271, SATURATED, 1),
+            Some(Duration::from_millis(1750)),
+            "to the end of the next window"
+        );
     }
 
     #[test]
