@@ -92,6 +92,10 @@ impl ManualClock {
     /// of 10 ms windows is millions of runs (seconds), and `Duration::MAX` does not end.
     /// Advance by what the test needs; a clock with nothing on it costs next to nothing.
     ///
+    /// Requests on other threads may run while it advances: they read the time at each
+    /// boundary where work falls due, on the way to the end, as they would a real clock's
+    /// (one advance is not one jump). Two threads advancing one clock take turns.
+    ///
     /// # Examples
     ///
     /// ```
