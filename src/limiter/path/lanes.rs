@@ -7,7 +7,7 @@ use super::CountedExactly;
 use crate::limiter::counts::Counts;
 use crate::limiter::decision::Admitted;
 use crate::limiter::exact::{Ask, Closed, LeaseAsk, Units, MAX_LEASE};
-use crate::limiter::limits::{RateThreshold, Thresholds};
+use crate::limiter::limits::{Promotion, Thresholds};
 use crate::limiter::promoted::Promoted;
 use crate::limiter::shared::Shared;
 use crate::limiter::sketches::{less_own, Sketched, SATURATED};
@@ -90,7 +90,7 @@ impl<K> Shared<K> {
                 units.admit_under(inflight_limits(t).map_or(0, |(limits, _)| limits));
             }
             Lanes::Rate => {
-                let limits = t.rate.as_ref().and_then(lease_limits);
+                let limits = t.rate.and_then(|rate| lease_limits(rate.limit));
                 units.admit_under(limits.unwrap_or(0));
                 let (Some(admitted), Some(w), Some(_)) = (admitted, s.window.as_ref(), limits)
                 else {
@@ -200,12 +200,45 @@ impl<K> Shared<K> {
     #[inline]
     fn take_lease(&self, s: &Sketched, t: &Thresholds, hot: bool) -> Option<CountedExactly> {
         let rate = t.rate.as_ref()?;
+        self.take_lease_under(s, rate.limit, rate.promote_at, hot)
+    }
+
+    /// A request of one unit under the default limits (`s`; `limit` their rate limit, as
+    /// the over-limit cache's tag word holds it, `promotion` their promotion word) taken out
+    /// of its key's lease, in a limiter whose lanes lease rate units: the request path of a
+    /// promoted key's usual request, which reads neither the thresholds whole (a copy of 56
+    /// bytes behind a sequence lock) nor anything else of the exact stage than its lane.
+    /// `None`: decided the usual way.
+    #[inline]
+    pub(super) fn take_default_lease(
+        &self,
+        s: &Sketched,
+        limit: isize,
+        promotion: Promotion,
+        hot: bool,
+    ) -> Option<CountedExactly> {
+        if self.lanes() != Lanes::Rate {
+            return None;
+        }
+        self.take_lease_under(s, limit, promotion.rate(), hot)
+    }
+
+    /// A request's cost taken out of its key's lease granted under the rate limit `limit`
+    /// (`promote_at`: its promotion threshold; `hot`: whether the request's counts reach it).
+    #[inline]
+    fn take_lease_under(
+        &self,
+        s: &Sketched,
+        limit: isize,
+        promote_at: f64,
+        hot: bool,
+    ) -> Option<CountedExactly> {
         let w = s.window.as_ref()?;
-        if !hot && (w.sliding() - s.cost as f64) * 2.0 < rate.promote_at {
+        if !hot && (w.sliding() - s.cost as f64) * 2.0 < promote_at {
             return None;
         }
         let ask = LeaseAsk {
-            limits: lease_limits(rate)?,
+            limits: lease_limits(limit)?,
             cost: u32::try_from(s.cost).ok()?,
             window: w.bucket,
             at: w.at,
@@ -213,7 +246,7 @@ impl<K> Shared<K> {
         let (way, generation, count) = self.exact.take_lease(s.hash, &ask)?;
         // Near by the count the lease's grant found, with what it gave since: at the grant's
         // time (later, the sliding count is lower, and this an upper bound).
-        if Tally::ON && f64::from(count) >= NEAR_LIMIT * rate.limit as f64 {
+        if Tally::ON && f64::from(count) >= NEAR_LIMIT * limit as f64 {
             self.tally.near();
         }
         Some(CountedExactly {
@@ -244,10 +277,10 @@ fn rate_limit(t: &Thresholds) -> u64 {
         .map_or(0, |rate| u64::try_from(rate.limit).unwrap_or(0))
 }
 
-/// The fingerprint of a rate limit `rate` as a promoted key's lease is taken under it: a
+/// The fingerprint of a rate limit `limit` as a promoted key's lease is taken under it: a
 /// lease was counted as room under one limit, and is no room under a lower one. The high bit
 /// set: never 0, and never an in-flight fingerprint (whose limit is under 2^31).
-fn lease_limits(rate: &RateThreshold) -> Option<u64> {
-    let limit = u32::try_from(rate.limit).ok()?;
+fn lease_limits(limit: isize) -> Option<u64> {
+    let limit = u32::try_from(limit).ok()?;
     Some((1 << 63) | u64::from(limit))
 }

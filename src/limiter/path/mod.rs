@@ -18,7 +18,7 @@ use std::hash::Hash;
 use super::decision::{self, Refusal};
 use super::exact;
 use super::key_lines::{spread, KeyLine};
-use super::limits::Thresholds;
+use super::limits::{Promotion, Thresholds};
 use super::overlimit::{cost_mix, OverLimit};
 use super::shared::Shared;
 use super::sketches::{Sketched, UNCOUNTED};
@@ -139,10 +139,8 @@ where
     {
         let hash = self.sketches.hash(key);
         let line = self.exact.lines().key_line(spread(hash));
-        let refused = self
-            .defaults
-            .tag()
-            .and_then(|(mix, limit)| self.over_limit_now(line, mix, limit, 1));
+        let tag = self.defaults.tag();
+        let refused = tag.and_then(|(mix, limit)| self.over_limit_now(line, mix, limit, 1));
         if let Some(rejected) = refused {
             self.tally.refused(&rejected, false);
             return Err(rejected);
@@ -157,14 +155,19 @@ where
         let promotion = self.defaults.promotion();
         let sketched = self.sketches.observe(hash, 1);
         // The request's half of the promotion handshake: after the sketch increments.
-        if !decision::is_hot(&sketched, promotion) && !exact::flagged(line) {
+        let hot = decision::is_hot(&sketched, promotion);
+        if !hot && !exact::flagged(line) {
             return Ok(self.admitted(&sketched, 1, None, true, permit));
         }
-        self.acquire_one_hot(key, line, sketched, permit)
+        let lease = tag.map(|(_, limit)| (limit, promotion, hot));
+        self.acquire_one_hot(key, line, sketched, lease, permit)
     }
 
     /// [`acquire_one`](Self::acquire_one) for a key the promotion word found hot, or that is
-    /// flagged: judged whole, on the thresholds read now (`set_limits` may have run since).
+    /// flagged: out of its lease, in a limiter whose promoted keys take leases, on the default
+    /// rate limit and promotion word the request read (`lease`: the limit, the word, and
+    /// whether the request's counts reach it); else judged whole, on the thresholds read now
+    /// (`set_limits` may have run since).
     ///
     /// Out of line, with `sketched` passed by value: then the request path keeps what the
     /// sketches said in registers, where a reference to it had every request write it all to
@@ -175,12 +178,19 @@ where
         key: &Q,
         line: KeyLine<'_>,
         sketched: Sketched,
+        lease: Option<(isize, Promotion, bool)>,
         permit: impl FnOnce(Ticket, Receipt) -> P,
     ) -> Result<P, Rejected>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        let leased = lease.and_then(|(limit, promotion, hot)| {
+            self.take_default_lease(&sketched, limit, promotion, hot)
+        });
+        if let Some(counted) = leased {
+            return Ok(self.admitted(&sketched, 1, Some(counted), true, permit));
+        }
         let t = self.defaults.load();
         let hot = decision::is_hot(&sketched, t.promotion());
         let request = Request::one(key, sketched.hash);
