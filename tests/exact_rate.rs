@@ -380,3 +380,51 @@ fn racing_the_clock(seed: u64) {
         );
     }
 }
+
+/// Requests of one key under two plans race: one plan with the largest rate limit, the
+/// defaults' limit of 50 for the others (of costs 1 and 2, which take turns replacing each
+/// other's over-limit deadline, so that both keep reaching the key's lane). A decision under
+/// the lock for the first plan grants a lease sized by its limit; a request of the defaults
+/// never takes it. The clock stays in one window: a request of the defaults is admitted only
+/// while the units admitted before its call began, its own added, are within 50. Before, a
+/// request that had checked the lane's limits before reading its word took the other plan's
+/// lease: a review found one admitted as the 59,092nd unit of the window.
+#[test]
+fn a_request_never_takes_a_lease_granted_under_another_plans_limit() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    for round in 0..100u64 {
+        let clock = ManualClock::new();
+        let limiter = limiter(&clock, 50);
+        let admitted = AtomicU64::new(0);
+        let over: Mutex<Option<String>> = Mutex::new(None);
+        std::thread::scope(|scope| {
+            let (limiter, admitted) = (&limiter, &admitted);
+            scope.spawn(move || {
+                let largest = limiter.with_limits(Limits::new().max_rate(Limits::MAX_LIMIT));
+                for _ in 0..6_000 {
+                    if largest.try_acquire("origin").is_ok() {
+                        admitted.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            });
+            for thread in 0..2u64 {
+                let over = &over;
+                scope.spawn(move || {
+                    for n in 0..6_000u64 {
+                        let cost = 1 + (n + thread) % 2;
+                        let before = admitted.load(Ordering::SeqCst);
+                        if limiter.with_cost(cost as u32).try_acquire("origin").is_ok() {
+                            admitted.fetch_add(cost, Ordering::SeqCst);
+                            if before + cost > 50 {
+                                over.lock().unwrap().get_or_insert(format!(
+                                    "round {round}: {cost} admitted under 50 after {before}"
+                                ));
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(over.into_inner().unwrap(), None);
+    }
+}

@@ -75,7 +75,12 @@
 //! The tenant says, under the lock, which requests may be admitted without it: a fingerprint
 //! of the limits they are judged by (0: none). A request judged by other limits, or by a kind
 //! the lane does not count (a rate), goes to the lock, where what the entry keeps is judged
-//! whole.
+//! whole. The fingerprint is written under the lock before the word reopens the lane, and a
+//! request reads it after the word, in the loop whose swap fails if the word changed: the
+//! limits it compares with are those of the opening (or grant) it swaps. Read once before
+//! the word, a request under one limit could pass them, then take a lease that a decision
+//! for a request of another plan granted meanwhile, sized by that plan's limit (the loom
+//! model `a_take_never_takes_a_lease_granted_under_other_limits`).
 //!
 //! # When a release looks at the key
 //!
@@ -318,15 +323,16 @@ impl Lane {
             others,
             while_tracked,
         } = *ask;
-        if !self.passes_under(limits) {
-            return None;
-        }
         let mut word = self.word.load(Ordering::SeqCst);
         loop {
             if generation_of(word) != generation || word & (CLOSED | WATCHED) != 0 {
                 return None;
             }
-            // Read after the word: a base lowered under the lock before its reopening is seen.
+            // Read after the word, and the swap fails if it changed since: a base lowered, and
+            // the limits set, under the lock before its reopening are seen.
+            if !self.passes_under(limits) {
+                return None;
+            }
             let base = self.base.load(Ordering::Relaxed);
             let count = count_of(word);
             if while_tracked && count == 0 {
@@ -372,9 +378,6 @@ impl Lane {
             window,
             at,
         } = *ask;
-        if !self.passes_under(limits) {
-            return None;
-        }
         let mut word = self.word.load(Ordering::SeqCst);
         loop {
             if generation_of(word) != generation || word & (CLOSED | WATCHED | LEASED) != LEASED {
@@ -384,8 +387,11 @@ impl Lane {
             if left < cost {
                 return None;
             }
-            // Read after the word, which the grant opened after writing them (see "A lease").
-            if self.lease_window.load(Ordering::Relaxed) != window
+            // Read after the word, which the grant opened after writing them (see "A lease"),
+            // and the swap fails if it changed since: the limits, the window and the time are
+            // those of the grant it takes from.
+            if !self.passes_under(limits)
+                || self.lease_window.load(Ordering::Relaxed) != window
                 || self.lease_from.load(Ordering::Relaxed) > at
             {
                 return None;
@@ -1111,6 +1117,34 @@ mod loom_models {
             let taken = taking.join().unwrap();
             // The later grant's unit is left whole: the request at 10 is before its time.
             assert_eq!(lane.lease(1), Some((5, 1)));
+            assert_eq!(u32::from(taken) + back, 1);
+        });
+    }
+
+    /// A take judged under one rate limit races the lock taking the lease back and granting
+    /// one under another limit (a request of another plan decided there): the take is judged
+    /// by the limits of the grant whose word it swaps, and never takes a lease granted under
+    /// limits it was not judged by. Read once before the word, the limits let it take the
+    /// new grant's room (a review found a request under a limit of 50 admitted as the
+    /// 59,092nd unit of its window).
+    #[test]
+    fn a_take_never_takes_a_lease_granted_under_other_limits() {
+        loom::model(|| {
+            let lane = Arc::new(leased(0, 1));
+            let other = Arc::clone(&lane);
+            let taking = thread::spawn(move || {
+                let ask = take_at(0);
+                other.take_lease(1, &ask).is_some()
+            });
+            let back = lane.close_and_reclaim().map_or(0, |(_, left)| left);
+            lane.admit_under(RATE | 7);
+            lane.grant_and_open(5, 0, 1, 10);
+            let taken = taking.join().unwrap();
+            assert_eq!(
+                lane.lease(1),
+                Some((5, 1)),
+                "the other limit's unit is whole"
+            );
             assert_eq!(u32::from(taken) + back, 1);
         });
     }
