@@ -77,10 +77,12 @@ pub struct Rejected {
     /// Never early for a key judged under the same limits from one request to the next; exact
     /// for windows up to 4.5 minutes, and less than 2^-39 of two windows late for longer ones
     /// (16 ns for an hour's: the over-limit cache's unit). A key
-    /// whose limits change (a new plan, [`set_limits`](super::Limiter::set_limits)) may be
-    /// answered from a deadline computed under its earlier limit, before what it was admitted
-    /// under the other one: that `retry_after` may be early, and the reason `Rate` where the
-    /// in-flight limit is now exceeded too. It never admits more.
+    /// whose limits change (a new plan, [`set_limits`](super::Limiter::set_limits)), or that
+    /// is also requested under other limits (another plan's, or none: `Limits::no_rate`,
+    /// whose admissions count in the key's rate all the same), may be answered from a
+    /// deadline computed under one limit, before what it was admitted under the other: that
+    /// `retry_after` may be early, its estimate low, and the reason `Rate` where the in-flight
+    /// limit is now exceeded too. It never admits more.
     pub retry_after: Option<Duration>,
 }
 
