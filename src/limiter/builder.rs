@@ -240,7 +240,14 @@ impl<K> LimiterBuilder<K> {
         self
     }
 
-    /// At most `limit` requests per `interval` per key, as a sliding window.
+    /// At most `limit` requests per `interval` per key, as a sliding window: a request is
+    /// admitted while `prev·(1−f) + curr`, this request included, is at most `limit`, where
+    /// `curr` and `prev` are what the key was admitted in this window and the one before, and
+    /// `f` how far into this window the time is. So a key sending steadily is held to `limit`
+    /// a window, but one that filled the previous window weighs on this one: at a limit of 1,
+    /// a steady sender is admitted about once every other window, not once a window (51 a
+    /// second at 1 per 10 ms, not 100). For a rate with room for bursts, give a limit of
+    /// several per interval over a longer interval (100 per second rather than 1 per 10 ms).
     ///
     /// # Examples
     ///
