@@ -253,6 +253,15 @@ mod tests {
     use crate::clock::ManualClock;
     use crate::Limiter;
 
+    /// A limiter of 100 requests a second (promoted at 50), on `clock`.
+    fn hundred_a_second(clock: &ManualClock) -> Limiter<String> {
+        Limiter::builder()
+            .max_rate(100, Duration::from_secs(1))
+            .clock(clock)
+            .build()
+            .unwrap()
+    }
+
     /// A request counted in the sketch early, then held up before the exact stage's lock
     /// (its thread preempted) while the key's other requests promoted it, reaches the lock
     /// with a count from before the key was hot. The key is still hot: that old count must
@@ -261,11 +270,7 @@ mod tests {
     #[test]
     fn a_request_that_counted_its_key_before_it_was_hot_does_not_demote_it() {
         let clock = ManualClock::new();
-        let limiter: Limiter<String> = Limiter::builder()
-            .max_rate(100, Duration::from_secs(1))
-            .clock(&clock)
-            .build()
-            .unwrap();
+        let limiter = hundred_a_second(&clock);
         let shared = &*limiter.shared;
         let hash = shared.sketches.hash("host");
         for _ in 0..16 {
@@ -299,11 +304,7 @@ mod tests {
     #[test]
     fn a_request_decided_after_its_window_ended_is_judged_in_the_window_now() {
         let clock = ManualClock::new();
-        let limiter: Limiter<String> = Limiter::builder()
-            .max_rate(100, Duration::from_secs(1))
-            .clock(&clock)
-            .build()
-            .unwrap();
+        let limiter = hundred_a_second(&clock);
         let shared = &*limiter.shared;
         let hash = shared.sketches.hash("host");
         // Window 0: 60 admitted (promoted at 50), then 30 units count themselves and wait.
@@ -337,11 +338,7 @@ mod tests {
     #[test]
     fn a_promotion_by_a_request_of_an_older_window_counts_the_newer_ones_admissions() {
         let clock = ManualClock::new();
-        let limiter: Limiter<String> = Limiter::builder()
-            .max_rate(100, Duration::from_secs(1))
-            .clock(&clock)
-            .build()
-            .unwrap();
+        let limiter = hundred_a_second(&clock);
         let shared = &*limiter.shared;
         let hash = shared.sketches.hash("host");
         // Window 0: 49 admissions by the sketch alone, then the 50th counts itself (it is
