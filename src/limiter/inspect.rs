@@ -103,10 +103,12 @@ where
     {
         let s = &*self.shared;
         let hash = s.sketches.hash(key);
-        s.exact.with_entry(key, hash, |entry| {
-            let counts = entry.map(|(e, units)| s.counts_now(&e.state, units));
-            let counts = counts.as_ref().map(|(c, tracked)| (c, *tracked));
-            decision::estimate(&s.sketches.reread(hash), counts)
+        s.exact.with_entry(key, hash, |entry| match entry {
+            Some((e, units)) => {
+                let (now, counts, tracked) = s.reported(hash, &e.state, units);
+                decision::estimate(&now, Some((&counts, tracked)))
+            }
+            None => decision::estimate(&s.sketches.reread(hash), None),
         })
     }
 
@@ -182,9 +184,8 @@ where
         let mut hitters = Vec::new();
         let mut held = std::collections::HashSet::new();
         s.exact.for_each(|entry, units, line| {
-            let now = s.sketches.reread(entry.hash);
             let state = &entry.state;
-            let (counts, tracked) = s.counts_now(state, units);
+            let (now, counts, tracked) = s.reported(entry.hash, state, units);
             let (inflight, rate) = decision::figures(&now, Some((&counts, tracked)));
             held.insert(entry.hash);
             let ceiling = state.thresholds.inflight.map(|t| reported(t.limit));

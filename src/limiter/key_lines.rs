@@ -2,7 +2,9 @@
 //! its over-limit slot (the flood path, `overlimit.rs`) and its exact stage's filter cell
 //! (the promotion handshake, `exact/mod.rs`).
 //!
-//! Every request reads both, the slot before its sketches and the cell after. In tables of
+//! Every request reads both, the slot and the cell before its sketches and the cell again
+//! after (a cell counts the promoted keys that hash to it and, in its high bits, the keys
+//! that left it: see "Leaving between two reads" in `exact/mod.rs`). In tables of
 //! their own they were two more lines a request, each a random one of tables that outgrow a
 //! core's caches at the rates the limiter is sized for (640 KiB at a million requests a
 //! second); in one line they are one. Callgrind (a 32 KiB L1) counted 3.2 L1 misses per

@@ -28,6 +28,9 @@ pub(crate) struct Promoted {
     /// The in-flight limit the key is learning from its latency, once its in flight reached
     /// its promotion threshold under a limiter with adaptive in-flight limits.
     pub(crate) learning: Learning,
+    /// The units of the lease its lane was last granted, until it is taken back (0: none),
+    /// in a limiter whose lanes lease rate units: see `Shared::lease_returned`.
+    pub(crate) lease: u32,
 }
 
 impl Promoted {
@@ -40,6 +43,7 @@ impl Promoted {
             over_until: 0,
             held: 0,
             learning: Learning::default(),
+            lease: 0,
         }
     }
 
@@ -65,9 +69,15 @@ impl Tenant for Promoted {
     fn refused(&self) -> u64 {
         self.rejected
     }
-
-    /// The refusals the cache answered for it are counted in what the reports keep of it.
-    fn leaving(&mut self, line: KeyLine<'_>) {
-        self.settle(line);
-    }
+}
+#[cfg(test)]
+#[test]
+fn tmp_size() {
+    eprintln!(
+        "SIZE Promoted {} Counts {} Thresholds {} Learning {}",
+        std::mem::size_of::<Promoted>(),
+        std::mem::size_of::<Counts>(),
+        std::mem::size_of::<Thresholds>(),
+        std::mem::size_of::<Learning>()
+    );
 }

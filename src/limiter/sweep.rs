@@ -50,11 +50,11 @@ impl<K> Shared<K> {
             |Locked { entry, units }: Locked<'_, K, Promoted>, line| {
                 entry.state.settle(line);
                 let hash = entry.hash;
-                self.closed_while_cool(&mut entry.state, units, |state| {
+                self.closed_while_cool(hash, &mut entry.state, units, |state| {
                     self.is_cool(hash, state, units.in_flight())
                 })
             },
-            || self.now(),
+            self,
         );
     }
 }

@@ -395,6 +395,26 @@ impl Rate {
         core.window_view(now, prev, curr)
     }
 
+    /// Counts `units` more events for an already-hashed key in the window of bucket `bucket`,
+    /// after the fact: what a promoted key's lane took out of a lease of that window without
+    /// counting it here, told when the lease is taken back (the limiter's `close_lane`). Never
+    /// taken out again: adding to a slot is always safe. A window whose slot the ring has
+    /// cleared for a later one counts them in that later window, an over-count; it no longer
+    /// weighed (a slot is cleared two windows after its own ended).
+    pub(crate) fn add_at(&self, hash: u64, bucket: u64, units: u32) {
+        let core = &*self.core;
+        let counts = &core.slot_to_count_in(core.slot_index(bucket)).counts;
+        counts.incr_in(counts.block_of(hash), hash, units as isize);
+    }
+
+    /// The current window as a request would see it, without reading or counting the key:
+    /// its bucket, its slot and the time (the counts 0). For a promoted key's request taken
+    /// out of its lease, which counts nothing here until the lease is taken back.
+    #[inline]
+    pub(crate) fn window_now(&self) -> WindowView {
+        self.core.window_view(self.core.now_indexed(), 0, 0)
+    }
+
     /// The key's counts in `view`'s windows now: (previous, current).
     pub(crate) fn counts_in(&self, hash: u64, view: &WindowView) -> (isize, isize) {
         let core = &*self.core;

@@ -67,8 +67,10 @@
 //! keeps it closed until the key has left (its reset opens it, empty): an admission in the
 //! lane between the judgement and the leaving would count neither that request nor be
 //! counted by it. And a request that finds its key gone is judged by the sketch on its counts
-//! read then, which hold every unit admitted in the lane before (each counted itself in the
-//! sketch first), not on the counts it read when it counted itself.
+//! read then, which hold every unit admitted in the lane before, not on the counts it read
+//! when it counted itself: an admission of units in flight counted itself in the sketch
+//! first, and the units taken out of a lease are counted there by the stage's keeper as the
+//! key leaves, before its lane is emptied (see "A lease").
 //!
 //! # The limits it admits under
 //!
@@ -105,6 +107,14 @@
 //! counts are never short of what it admitted, and a lease can only run out, never be
 //! overdrawn. Anything else goes to the lock, which first takes back what is left of the
 //! lease ([`Lane::close_and_reclaim`], closing the lane in the same swap) and uncounts it.
+//!
+//! A take counts nothing in the rate sketch: a promoted key's request takes its lease before
+//! it counts itself anywhere, and the request path is this one swap. The lock's holder counts
+//! in the sketch what was taken of a lease (its units less those left) when it takes the
+//! lease back, before a decision (which reads the sketch after) and as the key leaves the
+//! stage (before its lane is emptied and its flag cleared, so that a request judged by the
+//! sketch alone after finds them there). Never the whole lease at its grant: what is not
+//! taken of it would stay in the sketch, which only grows.
 //!
 //! The window and the time of a grant are read after the word; a take whose word changed
 //! since fails its swap. The grant's number makes that hold across a reclaim and a new grant
@@ -466,6 +476,11 @@ impl Lane {
         let left = lease_of(word);
         (generation_of(word) == generation && word & LEASED != 0 && left > 0)
             .then(|| (self.lease_window.load(Ordering::Relaxed), left))
+    }
+
+    /// The window of the lease the place was last granted (under the lock, which grants it).
+    pub(crate) fn lease_window(&self) -> u64 {
+        self.lease_window.load(Ordering::Relaxed)
     }
 
     /// Closes the place to admissions without the lock, under the lock, before a rebase and a

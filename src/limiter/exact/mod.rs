@@ -90,6 +90,22 @@
 //! filter and then reads the sketch for `p`. All four are `SeqCst` (the sketch counters always
 //! are, see the `counter` module), so in their total order one of the two sides comes second:
 //! either the request sees the key as promoted and is counted here, or `p` includes it.
+//!
+//! # Leaving between two reads
+//!
+//! A key's requests taken out of its lease count nothing in the sketches as they are taken
+//! (see "A lease" in `lane.rs`): the stage's keeper counts them there when the lease is taken
+//! back, and, as the key leaves, before its cell is unflagged. A request decided by the
+//! sketches alone reads its counts between two loads of its cell: one before it counts itself
+//! ([`cell_before`]) and the handshake's after ([`flagged_since`]). If the key left before
+//! the first, its units are in the counts (the unflag's `Release`, that load's `Acquire`); if
+//! it was promoted at the second, the request goes to the lock. Between them a key of the
+//! cell may have left, its lease's units counted in the sketches after the request read
+//! them: the cell's count of departures, in its high bits, changed, and the request goes to
+//! the lock too, where it reads the sketches again (`Place::Free` below a threshold: judged
+//! on its counts now). Only sixteen departures from one cell between one request's two loads
+//! of it (its thread held up that long) would read as none; the key's own lease would also
+//! have to be among them.
 
 mod lane;
 mod set;
@@ -106,20 +122,54 @@ use lane::Lane;
 pub(crate) use lane::{Ask, GivenBack, LeaseAsk, MAX_LEASE};
 use set::Set;
 pub(crate) use set::{Departed, Entry, Hits, WAYS};
-pub(crate) use tenant::Tenant;
+pub(crate) use tenant::{Keeper, Tenant};
 
-/// A filter cell's count sticks here: a cell that reached it stays flagged for good (its
-/// keys take the lock needlessly; none is missed). A byte a cell, because every request
-/// loads its key's cell: 16 of them fit in a line beside 6 over-limit slots
-/// (`key_lines.rs`), where `u32` cells would take the whole line. 255 promoted keys in one
-/// cell of 8 per entry does not happen with a seeded hash.
-const FILTER_CELL_STUCK: u8 = u8::MAX;
+/// A filter cell holds two numbers in its byte: in its low bits, how many promoted keys hash
+/// to it ([`CELL_KEYS`]); in its high bits, how many keys left it, wrapping ([`CELL_LEFT`]),
+/// so that a request that reads its cell before and after counting itself in the sketches
+/// sees whether a key left in between (see "Leaving between two reads" in the module docs).
+/// A byte a cell, because every request loads its key's cell: 16 of them fit in a line
+/// beside 6 over-limit slots (`key_lines.rs`), where `u32` cells would take the whole line.
+const CELL_KEYS: u8 = 0x0F;
+/// One more key that left the cell, in its high bits.
+const CELL_LEFT: u8 = 0x10;
+/// A filter cell's count of keys sticks here: a cell that reached it stays flagged for good
+/// (its keys take the lock needlessly; none is missed). 15 promoted keys in one cell, of 8
+/// cells per entry, is as likely as 15 of 8·n balls thrown at random landing in one of 8·n
+/// bins with n of them thrown: it does not happen with a seeded hash.
+const FILTER_CELL_STUCK: u8 = CELL_KEYS;
 
-/// Whether the key on `line` may be promoted (false: certainly not). The request's half of
-/// the handshake, after its sketch increments.
+/// A request's key's filter cell as read before the request counted itself in the sketches
+/// ([`cell_before`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CellBefore(u8);
+
+impl CellBefore {
+    /// Whether a promoted key hashed to the cell then (false: the key was certainly not
+    /// promoted).
+    #[inline]
+    pub(crate) fn flagged(self) -> bool {
+        self.0 & CELL_KEYS != 0
+    }
+}
+
+/// The key on `line`'s filter cell, read before the request counts itself in the sketches,
+/// for [`flagged_since`]. `Acquire`: it pairs with a departure's `Release` (`unflag`), so a
+/// request that reads the cell as a departure left it reads the sketches after it as the
+/// departure left them too.
 #[inline]
-pub(crate) fn flagged(line: KeyLine<'_>) -> bool {
-    line.cell().load(Ordering::SeqCst) != 0
+pub(crate) fn cell_before(line: KeyLine<'_>) -> CellBefore {
+    CellBefore(line.cell().load(Ordering::Acquire))
+}
+
+/// Whether the key on `line` may be promoted (false: certainly not), or a key of its cell
+/// left since the request read it `before` counting itself in the sketches: only a request
+/// that finds neither is decided by the sketches alone. The request's half of the promotion
+/// handshake, after its sketch increments.
+#[inline]
+pub(crate) fn flagged_since(line: KeyLine<'_>, before: CellBefore) -> bool {
+    let now = line.cell().load(Ordering::SeqCst);
+    now & CELL_KEYS != 0 || now != before.0
 }
 
 /// Counters about the stage, for [`Limiter::stats`](super::Limiter::stats). Relaxed: they
@@ -198,25 +248,32 @@ impl<K, V: Tenant> ExactStage<K, V> {
 
     /// Marks the key promoted. The promotion's half of the handshake: read the sketch after.
     /// A stuck cell is not written: its `SeqCst` load is the handshake's half, and it stays
-    /// non-zero for good, so every request after sees the key flagged.
+    /// flagged for good, so every request after sees the key flagged.
     fn flag(&self, hash: u64) {
         let _ = self
             .cell(spread(hash))
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-                (n < FILTER_CELL_STUCK).then(|| n + 1)
+                (n & CELL_KEYS < FILTER_CELL_STUCK).then(|| n + 1)
             });
         crate::sync::seqcst_fence_for_loom();
     }
 
-    /// Undoes one [`flag`](Self::flag) (the entry was removed); a stuck cell has lost count
-    /// and stays. `Relaxed`: a reader that still sees the old count only takes the lock
-    /// needlessly.
+    /// Undoes one [`flag`](Self::flag) (the entry left), and counts one more key that left
+    /// the cell; a stuck cell has lost count and stays. `Release`, after everything the
+    /// departure counted in the sketches: see [`cell_before`].
     fn unflag(&self, hash: u64) {
         let _ = self
             .cell(spread(hash))
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                (n != 0 && n < FILTER_CELL_STUCK).then(|| n - 1)
+            .fetch_update(Ordering::Release, Ordering::Relaxed, |n| {
+                let keys = n & CELL_KEYS;
+                (keys != 0 && keys < FILTER_CELL_STUCK).then(|| (n - 1).wrapping_add(CELL_LEFT))
             });
+    }
+
+    /// Whether a promoted key hashes to the cell of `hash` (false: the key is certainly not
+    /// promoted).
+    fn flagged(&self, hash: u64) -> bool {
+        self.cell(spread(hash)).load(Ordering::SeqCst) & CELL_KEYS != 0
     }
 
     /// The set of a key of spread hash `spread`: its high half, scaled to the number of sets.
@@ -342,32 +399,32 @@ impl<K, V: Tenant> ExactStage<K, V> {
         units: &[Lane; WAYS],
         hash: u64,
         epoch: u64,
-        now: impl Fn() -> u64,
+        keeper: &impl Keeper<V>,
     ) -> Option<(usize, u32)> {
         if let Some(way) = set.free_way() {
             return Some((way, 0));
         }
         let knocks = set.knock(spread(hash), epoch);
-        let (way, evidence) = set.weakest(epoch, now(), units)?;
+        let (way, evidence) = set.weakest(epoch, keeper.now(), units)?;
         if u64::from(knocks) <= evidence {
             return None;
         }
-        self.leave(set, units, way, now);
+        self.leave(set, units, way, keeper);
         self.counters.replaced.fetch_add(1, Ordering::Relaxed);
         Some((way, knocks))
     }
 
     /// Runs `f` under the set's lock of `hash` with the entry of generation `generation` in
     /// way `way`, or `None` if that entry is gone (demoted, maybe promoted again since: a
-    /// permit it counted is not the new entry's). The entry leaves the stage at `now()` if
-    /// `f` says so.
+    /// permit it counted is not the new entry's). The entry leaves the stage if `f` says so
+    /// (see [`leave`](Self::leave)).
     pub(crate) fn update_or_leave(
         &self,
         hash: u64,
         way: u8,
         generation: u32,
         f: impl FnOnce(Option<Locked<'_, K, V>>) -> bool,
-        now: impl Fn() -> u64,
+        keeper: &impl Keeper<V>,
     ) {
         let (mut set, units) = self.set(hash);
         let way = usize::from(way);
@@ -382,13 +439,14 @@ impl<K, V: Tenant> ExactStage<K, V> {
                 entry,
             });
         if f(locked) && found {
-            self.leave(&mut set, units, way, now);
+            self.leave(&mut set, units, way, keeper);
         }
     }
 
-    /// Takes the entry of `way` out of the stage, its tenant told first: empties its word (the
-    /// permits it counted give back nothing to it now), then records the loss at `now()`, and
-    /// clears its filter cell.
+    /// Takes the entry of `way` out of the stage, its keeper told first (with the entry's lane
+    /// as it stands: the last chance to count what it admitted there), then empties its word
+    /// (the permits it counted give back nothing to it now), records the loss at the
+    /// keeper's time now, and clears its filter cell.
     ///
     /// The time of the loss is read here, under the lock and after the word is emptied, not
     /// taken from the request that made the key leave: that request may have read its time
@@ -397,27 +455,40 @@ impl<K, V: Tenant> ExactStage<K, V> {
     /// both before this read (the swap that empties the word reads every swap before it): a
     /// loss recorded no earlier than each of them keeps a later promotion from bounding the
     /// key's windows by its threshold (see `Set::lost`).
-    fn leave(&self, set: &mut Set<K, V>, units: &[Lane; WAYS], way: usize, now: impl Fn() -> u64) {
+    fn leave(
+        &self,
+        set: &mut Set<K, V>,
+        units: &[Lane; WAYS],
+        way: usize,
+        keeper: &impl Keeper<V>,
+    ) {
         let Some(entry) = set.get_mut(way) else {
             return;
         };
         let hash = entry.hash;
-        entry.state.leaving(self.lines.key_line(spread(hash)));
+        let lane = Units::of(&units[way], entry);
+        keeper.leaving(
+            hash,
+            &mut entry.state,
+            lane,
+            self.lines.key_line(spread(hash)),
+        );
         units[way].reset(0);
         self.locked_set(hash).lanes.hashes[way].store(0, Ordering::Relaxed);
-        let at = now();
+        let at = keeper.now();
         set.vacate(way, at);
         set.lost(hash, at);
         self.unflag(hash);
     }
 
     /// The clock's periodic work, off the request path: starts the next epoch, and runs
-    /// `visit` on every entry with its key's line, which says whether it leaves (at `now()`).
+    /// `visit` on every entry with its key's line, which says whether it leaves (see
+    /// [`leave`](Self::leave)).
     /// Takes each set's lock in turn, briefly.
     pub(crate) fn sweep(
         &self,
         mut visit: impl FnMut(Locked<'_, K, V>, KeyLine<'_>) -> bool,
-        now: impl Fn() -> u64,
+        keeper: &impl Keeper<V>,
     ) {
         let epoch = self.epoch.fetch_add(1, Ordering::Relaxed);
         for locked in self.sets.iter() {
@@ -435,7 +506,7 @@ impl<K, V: Tenant> ExactStage<K, V> {
                     entry,
                 };
                 if visit(entry, line) {
-                    self.leave(&mut set, units, way, &now);
+                    self.leave(&mut set, units, way, keeper);
                 }
             }
         }
@@ -452,7 +523,7 @@ impl<K, V: Tenant> ExactStage<K, V> {
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        if !flagged(self.lines.key_line(spread(hash))) {
+        if !self.flagged(hash) {
             return f(None);
         }
         let (set, lanes) = self.set(hash);
@@ -596,6 +667,11 @@ impl<'a> Units<'a> {
         self.word.lease(self.generation)
     }
 
+    /// The window of the lease the lane was last granted.
+    pub(crate) fn lease_window(self) -> u64 {
+        self.word.lease_window()
+    }
+
     /// Closes the lane to admissions without the lock until the guard is dropped or
     /// [`add`](Self::add) opens it: for a decision that lowers the entry's base (see "The
     /// base" in `lane.rs`).
@@ -710,10 +786,10 @@ impl<'a, K, V: Tenant> Held<'a, K, V> {
         })
     }
 
-    /// Takes the key out of the stage (it has cooled down), its loss at `now()` (the
-    /// limiter's clock, read after the key's lane is emptied: see `ExactStage::leave`).
-    pub(crate) fn demote(mut self, now: impl Fn() -> u64) {
-        self.stage.leave(&mut self.set, self.units, self.way, now);
+    /// Takes the key out of the stage (it has cooled down): see `ExactStage::leave`.
+    pub(crate) fn demote(mut self, keeper: &impl Keeper<V>) {
+        self.stage
+            .leave(&mut self.set, self.units, self.way, keeper);
     }
 }
 
@@ -730,15 +806,15 @@ impl<'a, K, V: Tenant> Free<'a, K, V> {
     /// docs): flags it, then asks `tenant` for what the limiter keeps of it, which reads the
     /// sketches (the promotion's half of the handshake) and is told whether the key was not
     /// lost since `kept_since` (nanoseconds on the limiter's clock). `None`, with the loss
-    /// recorded, when the key must wait: the sketch decides alone. `now`: the limiter's
-    /// clock, for the time of a loss (this key's, or one it replaces: see
+    /// recorded, when the key must wait: the sketch decides alone. `keeper`: the limiter, for
+    /// the time of a loss (this key's, or one it replaces) and told of a key it replaces (see
     /// `ExactStage::leave`).
     pub(crate) fn promote<Q>(
         mut self,
         key: &Q,
         hash: u64,
         kept_since: u64,
-        now: impl Fn() -> u64,
+        keeper: &impl Keeper<V>,
         tenant: impl FnOnce(bool) -> V,
     ) -> Option<Held<'a, K, V>>
     where
@@ -746,10 +822,10 @@ impl<'a, K, V: Tenant> Free<'a, K, V> {
         Q: ToOwned<Owned = K> + ?Sized,
     {
         let stage = self.stage;
-        let placed = stage.place_for(&mut self.set, self.units, hash, self.epoch, &now);
+        let placed = stage.place_for(&mut self.set, self.units, hash, self.epoch, keeper);
         let Some((way, knocks)) = placed else {
             stage.counters.decided_alone.fetch_add(1, Ordering::Relaxed);
-            self.set.lost(hash, now());
+            self.set.lost(hash, keeper.now());
             return None;
         };
         stage.flag(hash);
@@ -771,8 +847,8 @@ impl<'a, K, V: Tenant> Free<'a, K, V> {
     }
 }
 
-/// A tenant that holds nothing, for the stage's own tests.
-#[cfg(all(test, not(floodgate_loom)))]
+/// A tenant that holds nothing, for the stage's own tests and models.
+#[cfg(test)]
 impl Tenant for () {
     fn kept_until(&self) -> u64 {
         0
@@ -780,7 +856,6 @@ impl Tenant for () {
     fn refused(&self) -> u64 {
         0
     }
-    fn leaving(&mut self, _: KeyLine<'_>) {}
 }
 
 #[cfg(all(test, not(floodgate_loom)))]
@@ -788,7 +863,8 @@ mod tests {
     use super::*;
 
     /// A cell's count never wraps to "not promoted": at its ceiling it sticks, flagged for
-    /// good, whatever is removed after; below it, flags and removals balance.
+    /// good, whatever is removed after; below it, flags and removals balance. Each removal
+    /// changes the cell, so a request that read it before sees that a key left.
     #[test]
     fn a_filter_cell_sticks_at_its_ceiling_and_never_wraps_to_unflagged() {
         let stage = ExactStage::<u64, ()>::new(16);
@@ -797,22 +873,31 @@ mod tests {
             stage.cell(spread(crowded)) as *const _,
             stage.cell(spread(quiet)) as *const _
         );
-        let flagged = |hash| flagged(stage.lines.key_line(spread(hash)));
         for _ in 0..=u8::MAX {
             stage.flag(crowded);
         }
-        assert!(flagged(crowded), "256 flags wrapped the cell");
+        assert!(stage.flagged(crowded), "256 flags wrapped the cell");
         for _ in 0..=u8::MAX {
             stage.unflag(crowded);
         }
-        assert!(flagged(crowded), "a stuck cell was unflagged");
-        for _ in 0..3 {
+        assert!(stage.flagged(crowded), "a stuck cell was unflagged");
+        let line = stage.lines.key_line(spread(quiet));
+        for round in 0..40 {
+            let before = cell_before(line);
             stage.flag(quiet);
-        }
-        for _ in 0..3 {
+            assert!(flagged_since(line, before), "round {round}: flagged");
+            let flagged = cell_before(line);
             stage.unflag(quiet);
+            assert!(
+                !stage.flagged(quiet),
+                "round {round}: a removal balances a flag"
+            );
+            assert!(
+                flagged_since(line, before) && flagged_since(line, flagged),
+                "round {round}: a key left since either read"
+            );
+            assert!(!flagged_since(line, cell_before(line)));
         }
-        assert!(!flagged(quiet));
     }
 
     /// Keys whose hashes share a sketch block (top bits) and their counters in it (low bits)
@@ -859,5 +944,50 @@ mod tests {
         assert!(set.free_way().is_none());
         drop(set);
         assert_eq!(stage.memory_bytes(), before);
+    }
+}
+
+#[cfg(all(test, floodgate_loom))]
+mod loom_models {
+    use loom::sync::Arc;
+    use loom::thread;
+
+    use super::*;
+    use crate::sync::AtomicU32;
+
+    /// A key is promoted, a request of it takes a unit out of its lease (counting nothing in
+    /// the sketch), and the key leaves, its keeper counting that unit in the sketch before the
+    /// cell is unflagged; meanwhile another request of the key reads its cell, its count in
+    /// the sketch, and its cell again. Whatever the interleaving, a request that the second
+    /// load lets the sketch decide alone read a count that holds every unit taken before it
+    /// read it. With the cell's count of promoted keys alone (no count of departures), loom
+    /// finds a request decided on a count of 0 after the unit was taken.
+    #[test]
+    fn a_request_decided_by_the_sketch_alone_read_every_unit_its_key_took_out_of_a_lease() {
+        loom::model(|| {
+            const KEY: u64 = 0x1234_5678_9ABC_DEF0;
+            let stage = Arc::new(ExactStage::<u64, ()>::new(16));
+            // The key's count in the sketch, and the units its lease gave.
+            let sketch = Arc::new(AtomicU32::new(0));
+            let taken = Arc::new(AtomicU32::new(0));
+            let (st, sk, tk) = (Arc::clone(&stage), Arc::clone(&sketch), Arc::clone(&taken));
+            let key = thread::spawn(move || {
+                st.flag(KEY);
+                tk.fetch_add(1, Ordering::SeqCst);
+                sk.fetch_add(tk.load(Ordering::SeqCst), Ordering::SeqCst);
+                st.unflag(KEY);
+            });
+            let line = stage.lines.key_line(spread(KEY));
+            let before = cell_before(line);
+            let count = sketch.load(Ordering::SeqCst);
+            let taken_by_then = taken.load(Ordering::SeqCst);
+            if !flagged_since(line, before) {
+                assert!(
+                    taken_by_then == 0 || count == 1,
+                    "decided alone on a count of {count}, after {taken_by_then} taken"
+                );
+            }
+            key.join().unwrap();
+        });
     }
 }

@@ -58,23 +58,31 @@ where
                 let units = held.units();
                 let closed = units
                     .zip(held.entry_mut())
-                    .and_then(|(units, entry)| self.close_lane(&mut entry.state, units));
+                    .and_then(|(units, entry)| self.close_lane(s.hash, &mut entry.state, units));
                 // A request the sketch admits alone, for a key that has cooled down apart
-                // from it: demote the key. Cool by the sketches now, this request included:
-                // its own count may be from before the key was hot (its thread held up
-                // between counting and this lock), and would demote a key still hot.
+                // from it: demote the key. Cool, and below its threshold, by the sketches now,
+                // this request included: its own count may be from before the key was hot
+                // (its thread held up between counting and this lock), and would demote a key
+                // still hot; and it lacks what the key's lease gave, which the sketch counts
+                // only now that the lane is closed.
                 let cool = !hot
                     && held.entry().is_some_and(|e| {
                         let tracked = held.in_flight() as isize;
                         let now = self.sketches.reread_in(s);
-                        decision::is_cool(&e.state.counts, tracked, &now, s.cost, t)
+                        let counted_now = Sketched {
+                            inflight: now.inflight,
+                            window: now.window,
+                            ..*s
+                        };
+                        !decision::is_hot(&counted_now, t.promotion())
+                            && decision::is_cool(&e.state.counts, tracked, &now, s.cost, t)
                             && self.may_leave(&e.state)
                     });
                 if cool {
                     if let Some(closed) = closed {
                         closed.until_it_leaves();
                     }
-                    held.demote(|| self.now());
+                    held.demote(self);
                     return Ok(None);
                 }
                 (held, closed)
@@ -87,23 +95,17 @@ where
                 // since the window before this one began.
                 let kept_since = proof::kept_since(s.window.as_ref());
                 // The promotion's half of the handshake: flagged, then the sketches read.
-                let promoted = free.promote(
-                    key,
-                    s.hash,
-                    kept_since,
-                    || self.now(),
-                    |kept| {
-                        let now = self.sketches.recount(s);
-                        let past = self.sketches.window_past(s);
-                        // After the reads: the thresholds of every admission they include are
-                        // known.
-                        let proven = self
-                            .highest_rate_promotion
-                            .proven(self.fleet.is_joined())
-                            .filter(|_| kept);
-                        Promoted::new(decision::promoted(s, &now, past, proven), *t)
-                    },
-                );
+                let promoted = free.promote(key, s.hash, kept_since, self, |kept| {
+                    let now = self.sketches.recount(s);
+                    let past = self.sketches.window_past(s);
+                    // After the reads: the thresholds of every admission they include are
+                    // known.
+                    let proven = self
+                        .highest_rate_promotion
+                        .proven(self.fleet.is_joined())
+                        .filter(|_| kept);
+                    Promoted::new(decision::promoted(s, &now, past, proven), *t)
+                });
                 match promoted {
                     Some(held) => (held, None),
                     None => return self.alone_now(s, t),
@@ -130,7 +132,7 @@ where
         // is lowered and the request decided; then the sketches read again, then the key's
         // units in flight: in that order, no unit is in the count and not in the estimate
         // (see `InflightCount::rebase`).
-        let closed = closed.or_else(|| self.close_lane(entry, units));
+        let closed = closed.or_else(|| self.close_lane(s.hash, entry, units));
         // A request whose window the key's counts have passed (it read its time before a
         // window's end, and a request of the next was decided first) is decided in the window
         // of the time now, counted again there (see `Sketches::again_after`).
@@ -251,7 +253,7 @@ mod tests {
 
     use super::*;
     use crate::clock::ManualClock;
-    use crate::Limiter;
+    use crate::{Limiter, Limits};
 
     /// A limiter of 100 requests a second (promoted at 50), on `clock`.
     fn hundred_a_second(clock: &ManualClock) -> Limiter<String> {
@@ -292,6 +294,109 @@ mod tests {
             "decided and counted by the exact stage"
         );
         assert_eq!(limiter.stats().promoted, 1, "demoted by a stale count");
+    }
+
+    /// A promoted key's requests taken out of its lease count nothing in the rate sketch as
+    /// they are taken (the request path is the lane's one swap), and the reports count them
+    /// all the same; when the lease is taken back under the lock, the sketch counts what was
+    /// taken of it, and nothing of what was not: the key's sketch count is then exactly what
+    /// it was offered.
+    #[test]
+    fn a_lease_counts_in_the_sketch_what_was_taken_of_it_when_taken_back() {
+        let clock = ManualClock::new();
+        let limiter: Limiter<String> = Limiter::builder()
+            .max_rate(1_000, Duration::from_secs(1))
+            .clock(&clock)
+            .build()
+            .unwrap();
+        let shared = &*limiter.shared;
+        let hash = shared.sketches.hash("host");
+        let rate = shared.sketches.rate.as_ref().unwrap();
+        // Promoted at 500, whose decision under the lock grants a lease; the 501st takes
+        // out of it.
+        for _ in 0..501 {
+            drop(limiter.try_acquire("host").unwrap());
+        }
+        assert_eq!(rate.view(hash).curr, 500);
+        for n in 0..100 {
+            drop(limiter.try_acquire("host").unwrap());
+            drop(limiter.with_cost(2).try_acquire("host").unwrap());
+            assert_eq!(rate.view(hash).curr, 500, "after {n} pairs");
+        }
+        assert_eq!(
+            limiter.estimate("host").rate,
+            Some(801.0),
+            "the reports count them"
+        );
+        // A request of another plan's limit is decided under the lock, which takes the lease
+        // back first.
+        let other = Limits::new().max_rate(2_000);
+        drop(limiter.with_limits(other).try_acquire("host").unwrap());
+        assert_eq!(
+            rate.view(hash).curr,
+            802,
+            "counted: what was offered, no more"
+        );
+        assert_eq!(limiter.estimate("host").rate, Some(802.0));
+    }
+
+    /// A request reads its key's counts in the sketch between two loads of its filter cell.
+    /// If its key was promoted, took units out of a lease, and left between them (the
+    /// request's thread held up), the counts it read lack those units, which the key's
+    /// departure counted in the sketch only after: decided by them alone, it would be admitted
+    /// below its threshold where the key is near its limit. The cell's count of promoted keys
+    /// is back where it was; its count of departures is not, and the request goes to the lock.
+    #[test]
+    fn a_request_whose_key_left_between_its_two_reads_of_its_cell_goes_to_the_lock() {
+        let clock = ManualClock::new();
+        let limiter = hundred_a_second(&clock);
+        let shared = &*limiter.shared;
+        let hash = shared.sketches.hash("host");
+        let line = shared.exact.lines().key_line(spread(hash));
+        // The request reads the cell, then is held up.
+        let before = exact::cell_before(line);
+        assert!(!before.flagged());
+        // Promoted at 50 in the first window. A tenth into the second (past the clock's
+        // sweep at its start), its first request is decided under the lock, which leases the
+        // room left (53); all of it is taken. Then the clock moves on, short of the next sweep.
+        for _ in 0..50 {
+            drop(limiter.try_acquire("host").unwrap());
+        }
+        clock.advance(Duration::from_millis(1_100));
+        for _ in 0..54 {
+            drop(limiter.try_acquire("host").unwrap());
+        }
+        clock.advance(Duration::from_millis(600));
+        // The request counts itself, its count lacking the lease's units: below the key's
+        // threshold.
+        let early = shared.sketches.observe(hash, 1);
+        let t = shared.defaults.load();
+        assert!(
+            !decision::is_hot(&early, t.promotion()),
+            "{:?}",
+            early.window
+        );
+        // The key leaves: the units taken out of its lease are counted in the sketch.
+        let Place::Held(held) = shared.exact.place("host", hash, 0) else {
+            panic!("promoted");
+        };
+        held.demote(shared);
+        let now = shared.sketches.reread_in(&early);
+        let now = Sketched {
+            window: now.window,
+            ..early
+        };
+        assert!(decision::is_hot(&now, t.promotion()), "{:?}", now.window);
+        assert!(
+            decision::alone(&now, &t).is_ok(),
+            "within the limit: {:?}",
+            now.window
+        );
+        // The request's second load finds no promoted key in the cell, as its first did.
+        assert!(
+            exact::flagged_since(line, before),
+            "decided by the sketch alone, on counts that lack 53 admitted units"
+        );
     }
 
     /// A request that read its time in one window is decided after a request of the next

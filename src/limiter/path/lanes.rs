@@ -7,10 +7,10 @@ use super::CountedExactly;
 use crate::limiter::counts::Counts;
 use crate::limiter::decision::Admitted;
 use crate::limiter::exact::{Ask, Closed, LeaseAsk, Units, MAX_LEASE};
-use crate::limiter::limits::{Promotion, Thresholds};
+use crate::limiter::limits::Thresholds;
 use crate::limiter::promoted::Promoted;
 use crate::limiter::shared::Shared;
-use crate::limiter::sketches::{less_own, Sketched, SATURATED};
+use crate::limiter::sketches::{less_own, Reread, Sketched, SATURATED};
 use crate::limiter::tally::{Tally, NEAR_LIMIT};
 
 /// What a limiter's promoted keys are admitted by without the lock.
@@ -47,13 +47,14 @@ impl<K> Shared<K> {
         }
     }
 
-    /// Closes a promoted key's lane (`units`, of `entry`) for a decision under its set's lock,
-    /// in a limiter whose lanes admit: no request passes it until the guard drops or the
-    /// decision opens it. In one whose lanes lease rate units, what is left of the lease is
-    /// taken back in the same swap and uncounted from the key's window (see "A lease" in the
-    /// exact stage's `lane.rs`): the decision judges the key by what it admitted.
+    /// Closes a promoted key's lane (`units`, of `entry`, the key of hash `hash`) for a
+    /// decision under its set's lock, in a limiter whose lanes admit: no request passes it
+    /// until the guard drops or the decision opens it. In one whose lanes lease rate units,
+    /// the lease is taken back in the same swap ([`lease_returned`](Self::lease_returned)):
+    /// the decision judges the key by what it admitted, on sketch counts that hold it.
     pub(in crate::limiter) fn close_lane<'a>(
         &self,
+        hash: u64,
         entry: &mut Promoted,
         units: Units<'a>,
     ) -> Option<Closed<'a>> {
@@ -61,12 +62,40 @@ impl<K> Shared<K> {
             Lanes::Locked => None,
             Lanes::InFlight => Some(units.close()),
             Lanes::Rate => {
-                let (closed, lease) = units.reclaim();
-                if let Some((window, left)) = lease {
-                    entry.counts.rate.uncount(window, left as isize);
-                }
+                let (closed, left) = units.reclaim();
+                let left = left.map_or(0, |(_, left)| left);
+                self.lease_returned(hash, entry, units.lease_window(), left);
                 Some(closed)
             }
+        }
+    }
+
+    /// The lease `entry` (the key of hash `hash`) was last granted, of window `window`, taken
+    /// back from its lane with `left` units left: under the lock, as the lane closes for a
+    /// decision or the key leaves the stage. The units left are uncounted from the key's
+    /// window; those its requests took are counted in the rate sketch's window of the lease,
+    /// where they counted nothing when taken (see [`take_lease_first`](Self::take_lease_first)).
+    ///
+    /// Counted here, not when granted: a lease counted whole in the sketch would leave what
+    /// is not taken of it there, and a key's estimate could pass every request offered (a
+    /// key's sketch counts only grow; units are never taken back out of a slot, which the
+    /// ring may have cleared and given to a later window meanwhile). Until then the sketch
+    /// lacks the units taken, and nothing reads it for the key but under this lock, after
+    /// this, the reports, which add them ([`reported`](Self::reported)), and a request of
+    /// the key that counts itself in the sketch: one that finds the key flagged goes to the
+    /// lock, and one that does not finds the key left since its first look, or read counts
+    /// this left complete (see "Leaving between two reads" in the exact stage's module docs).
+    /// Another key sharing its counters still has its own units there.
+    fn lease_returned(&self, hash: u64, entry: &mut Promoted, window: u64, left: u32) {
+        let granted = std::mem::take(&mut entry.lease);
+        debug_assert!(left <= granted, "{left} left of a lease of {granted}");
+        if granted == 0 {
+            return;
+        }
+        entry.counts.rate.uncount(window, left as isize);
+        let taken = granted.saturating_sub(left);
+        if let (Some(rate), true) = (&self.sketches.rate, taken > 0) {
+            rate.add_at(hash, window, taken);
         }
     }
 
@@ -110,6 +139,9 @@ impl<K> Shared<K> {
                 let window = entry.counts.rate.count(lease as isize);
                 // The room is of the request's window, which the counts reached.
                 debug_assert_eq!(window, w.bucket);
+                // Taken back before any other grant: `close_lane` precedes every decision.
+                debug_assert_eq!(entry.lease, 0, "a lease not taken back");
+                entry.lease = lease;
                 // The key's count once the lease is all taken, for the near-limit tally: the
                 // limit less the room not leased.
                 let top = rate_limit(t).saturating_sub(admitted.room - u64::from(lease));
@@ -118,22 +150,42 @@ impl<K> Shared<K> {
         }
     }
 
-    /// A promoted key's counts as its reports show them (`state`, its lane `units`), and its
-    /// units in flight: a lease's units left are not admitted, and are uncounted.
-    pub(in crate::limiter) fn counts_now(
+    /// A promoted key (of hash `hash`; `state`, its lane `units`) as its reports show it:
+    /// the sketches' estimates, its exact counts and its units in flight. In a limiter whose
+    /// lanes lease rate units, a lease's units left are not admitted, and are uncounted; the
+    /// units its requests took are admitted, and counted in the sketch's window of the lease
+    /// (they are counted there only when the lease is taken back: see
+    /// [`lease_returned`](Self::lease_returned)).
+    pub(in crate::limiter) fn reported(
         &self,
+        hash: u64,
         state: &Promoted,
         units: Units<'_>,
-    ) -> (Counts, isize) {
+    ) -> (Reread, Counts, isize) {
         let mut counts = state.counts;
-        match self.lanes() {
-            Lanes::Rate => {
-                if let Some((window, left)) = units.lease() {
-                    counts.rate.uncount(window, left as isize);
+        match (self.lanes(), state.lease) {
+            (Lanes::Rate, granted) if granted > 0 => {
+                // The lane first: a take after it is in neither figure, as a request
+                // admitted after the report.
+                let left = units.lease().map_or(0, |(_, left)| left);
+                let window = units.lease_window();
+                counts.rate.uncount(window, left as isize);
+                let mut now = self.sketches.reread(hash);
+                if let Some(view) = now.window.as_mut() {
+                    let taken = granted.saturating_sub(left) as isize;
+                    if view.bucket == window {
+                        view.curr = view.curr.saturating_add(taken);
+                    } else if view.bucket == window.wrapping_add(1) {
+                        view.prev = view.prev.saturating_add(taken);
+                    }
                 }
-                (counts, 0)
+                (now, counts, 0)
             }
-            Lanes::Locked | Lanes::InFlight => (counts, units.in_flight() as isize),
+            (Lanes::Rate, _) => (self.sketches.reread(hash), counts, 0),
+            (Lanes::Locked | Lanes::InFlight, _) => {
+                let now = self.sketches.reread(hash);
+                (now, counts, units.in_flight() as isize)
+            }
         }
     }
 }
@@ -152,7 +204,10 @@ impl<K> Shared<K> {
         match self.lanes() {
             Lanes::Locked => None,
             Lanes::InFlight => self.admit_in_flight(s, t, hot),
-            Lanes::Rate => self.take_lease(s, t, hot),
+            // Its units are in the sketch already, and a lease's takes are counted there when
+            // it is taken back: taken now, they would be counted twice. A promoted key's
+            // requests take their lease before they count themselves (`take_lease_first`).
+            Lanes::Rate => None,
         }
     }
 
@@ -193,68 +248,56 @@ impl<K> Shared<K> {
         })
     }
 
-    /// [`admit_in_lane`](Self::admit_in_lane) in a limiter whose lanes lease rate units: its
-    /// cost taken out of its key's lease, if the lease is of its window and covers it. A
-    /// request below its promotion threshold whose key may have cooled down (half its
-    /// threshold, less its own units: see `decision::is_cool`) is judged under the lock.
+    /// A request of `cost` units of a flagged key (of hash `hash`), under the rate limit
+    /// `limit`, taken out of its key's lease before it counts itself anywhere, in a limiter
+    /// whose lanes lease rate units: the request path of a promoted key's usual request,
+    /// which reads the time, the key's lane, and swaps its word, nothing else. The lease was
+    /// counted in the key's exact window at its grant, and what its requests take is counted
+    /// in the rate sketch when it is taken back ([`lease_returned`](Self::lease_returned)).
+    /// Taken if the lease is of the request's window, granted at its time or before, under
+    /// this limit, with the units. Returns the request as the path carries it on (its
+    /// window, no counts read) and its admission; `None`: decided the usual way, counted in
+    /// the sketches first.
+    ///
+    /// Whether the key has cooled down is judged under the lock, at its next decision there
+    /// (a lease runs out, or is of an older window) or at the clock's sweep.
     #[inline]
-    fn take_lease(&self, s: &Sketched, t: &Thresholds, hot: bool) -> Option<CountedExactly> {
-        let rate = t.rate.as_ref()?;
-        self.take_lease_under(s, rate.limit, rate.promote_at, hot)
-    }
-
-    /// A request of one unit under the default limits (`s`; `limit` their rate limit, as
-    /// the over-limit cache's tag word holds it, `promotion` their promotion word) taken out
-    /// of its key's lease, in a limiter whose lanes lease rate units: the request path of a
-    /// promoted key's usual request, which reads neither the thresholds whole (a copy of 56
-    /// bytes behind a sequence lock) nor anything else of the exact stage than its lane.
-    /// `None`: decided the usual way.
-    #[inline]
-    pub(super) fn take_default_lease(
+    pub(super) fn take_lease_first(
         &self,
-        s: &Sketched,
+        hash: u64,
+        cost: u32,
         limit: isize,
-        promotion: Promotion,
-        hot: bool,
-    ) -> Option<CountedExactly> {
+    ) -> Option<(Sketched, CountedExactly)> {
         if self.lanes() != Lanes::Rate {
             return None;
         }
-        self.take_lease_under(s, limit, promotion.rate(), hot)
-    }
-
-    /// A request's cost taken out of its key's lease granted under the rate limit `limit`
-    /// (`promote_at`: its promotion threshold; `hot`: whether the request's counts reach it).
-    #[inline]
-    fn take_lease_under(
-        &self,
-        s: &Sketched,
-        limit: isize,
-        promote_at: f64,
-        hot: bool,
-    ) -> Option<CountedExactly> {
-        let w = s.window.as_ref()?;
-        if !hot && (w.sliding() - s.cost as f64) * 2.0 < promote_at {
-            return None;
-        }
+        let rate = self.sketches.rate.as_ref()?;
+        let window = rate.window_now();
         let ask = LeaseAsk {
             limits: lease_limits(limit)?,
-            cost: u32::try_from(s.cost).ok()?,
-            window: w.bucket,
-            at: w.at,
+            cost,
+            window: window.bucket,
+            at: window.at,
         };
-        let (way, generation, count) = self.exact.take_lease(s.hash, &ask)?;
+        let (way, generation, count) = self.exact.take_lease(hash, &ask)?;
         // Near by the count the lease's grant found, with what it gave since: at the grant's
         // time (later, the sliding count is lower, and this an upper bound).
         if Tally::ON && f64::from(count) >= NEAR_LIMIT * limit as f64 {
             self.tally.near();
         }
-        Some(CountedExactly {
+        let s = Sketched {
+            hash,
+            cost: cost as isize,
+            inflight: None,
+            window: Some(window),
+        };
+        let counted = CountedExactly {
             generation,
             way,
-            window: Some(w.bucket),
+            window: Some(window.bucket),
             admitted_at: 0,
-        })
+        };
+        Some((s, counted))
     }
 }
 

@@ -16,9 +16,9 @@ use std::borrow::Borrow;
 use std::hash::Hash;
 
 use super::decision::{self, Refusal};
-use super::exact;
+use super::exact::{self, CellBefore};
 use super::key_lines::{spread, KeyLine};
-use super::limits::{Promotion, Thresholds};
+use super::limits::Thresholds;
 use super::overlimit::{cost_mix, OverLimit};
 use super::shared::Shared;
 use super::sketches::{Sketched, UNCOUNTED};
@@ -152,22 +152,25 @@ where
             debug_assert!(t.refuses(1).is_none(), "defaults that refuse every request");
             return self.decide(Request::one(key, hash), line, &t, permit);
         }
+        // A promoted key's usual request: out of its lease, before it counts itself.
+        let cell = exact::cell_before(line);
+        if cell.flagged() {
+            let leased = tag.and_then(|(_, limit)| self.take_lease_first(hash, 1, limit));
+            if let Some((s, counted)) = leased {
+                return Ok(self.admitted(&s, 1, Some(counted), true, permit));
+            }
+        }
         let promotion = self.defaults.promotion();
         let sketched = self.sketches.observe(hash, 1);
         // The request's half of the promotion handshake: after the sketch increments.
-        let hot = decision::is_hot(&sketched, promotion);
-        if !hot && !exact::flagged(line) {
+        if !decision::is_hot(&sketched, promotion) && !exact::flagged_since(line, cell) {
             return Ok(self.admitted(&sketched, 1, None, true, permit));
         }
-        let lease = tag.map(|(_, limit)| (limit, promotion, hot));
-        self.acquire_one_hot(key, line, sketched, lease, permit)
+        self.acquire_one_hot(key, line, cell, sketched, permit)
     }
 
     /// [`acquire_one`](Self::acquire_one) for a key the promotion word found hot, or that is
-    /// flagged: out of its lease, in a limiter whose promoted keys take leases, on the default
-    /// rate limit and promotion word the request read (`lease`: the limit, the word, and
-    /// whether the request's counts reach it); else judged whole, on the thresholds read now
-    /// (`set_limits` may have run since).
+    /// flagged: judged whole, on the thresholds read now (`set_limits` may have run since).
     ///
     /// Out of line, with `sketched` passed by value: then the request path keeps what the
     /// sketches said in registers, where a reference to it had every request write it all to
@@ -177,24 +180,18 @@ where
         &self,
         key: &Q,
         line: KeyLine<'_>,
+        cell: CellBefore,
         sketched: Sketched,
-        lease: Option<(isize, Promotion, bool)>,
         permit: impl FnOnce(Ticket, Receipt) -> P,
     ) -> Result<P, Rejected>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let leased = lease.and_then(|(limit, promotion, hot)| {
-            self.take_default_lease(&sketched, limit, promotion, hot)
-        });
-        if let Some(counted) = leased {
-            return Ok(self.admitted(&sketched, 1, Some(counted), true, permit));
-        }
         let t = self.defaults.load();
         let hot = decision::is_hot(&sketched, t.promotion());
         let request = Request::one(key, sketched.hash);
-        self.conclude(request, line, &sketched, &t, hot, permit)
+        self.conclude(request, (line, cell), &sketched, &t, hot, permit)
     }
 
     /// The decision past the over-limit cache of the limits `t`: the fleet's, the sketches',
@@ -235,20 +232,36 @@ where
             }
             None => t,
         };
+        // A promoted key's request: out of its lease, before it counts itself.
+        let cell = exact::cell_before(line);
+        if cell.flagged() {
+            let leased = t
+                .rate
+                .and_then(|rate| self.take_lease_first(request.hash, request.cost, rate.limit));
+            if let Some((s, counted)) = leased {
+                let Request {
+                    cost,
+                    counted: tally,
+                    ..
+                } = request;
+                return Ok(self.admitted(&s, cost, Some(counted), tally, permit));
+            }
+        }
         let sketched = self.sketches.observe(request.hash, request.cost);
         let hot = decision::is_hot(&sketched, t.promotion());
-        self.conclude(request, line, &sketched, t, hot, permit)
+        self.conclude(request, (line, cell), &sketched, t, hot, permit)
     }
 
     /// The decision on what the sketches said of a request (`hot`: by `t`'s promotion
-    /// thresholds): by the sketch alone for a key that is neither hot nor flagged, by the exact
-    /// stage otherwise; then the answer, and for a refusal its deadline in the over-limit
-    /// cache.
+    /// thresholds; `line`, its key's, and its cell as read before the sketches): by the
+    /// sketch alone for a key that is neither hot nor flagged (nor left its cell since), by
+    /// the exact stage otherwise; then the answer, and for a refusal its deadline in the
+    /// over-limit cache.
     #[inline(always)] // the request path, from its two callers
     fn conclude<Q, P>(
         &self,
         request: Request<'_, Q>,
-        line: KeyLine<'_>,
+        (line, cell): (KeyLine<'_>, CellBefore),
         sketched: &Sketched,
         t: &Thresholds,
         hot: bool,
@@ -266,7 +279,7 @@ where
             ..
         } = request;
         // The request's half of the promotion handshake: after the sketch increments.
-        let decision = if !hot && !exact::flagged(line) {
+        let decision = if !hot && !exact::flagged_since(line, cell) {
             Ok(None)
         } else {
             if sketched.inflight == Some(UNCOUNTED) {

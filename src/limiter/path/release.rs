@@ -5,7 +5,7 @@
 use crate::limiter::adaptive::Completion;
 use crate::limiter::decision;
 use crate::limiter::exact::{self, GivenBack, Locked};
-use crate::limiter::key_lines::spread;
+use crate::limiter::key_lines::{spread, KeyLine};
 use crate::limiter::promoted::Promoted;
 use crate::limiter::shared::Shared;
 use crate::limiter::ticket::{Held, Receipt, Ticket};
@@ -93,27 +93,28 @@ impl<K> Shared<K> {
             |locked| {
                 locked.is_some_and(|Locked { entry, units }| {
                     let hash = entry.hash;
-                    self.closed_while_cool(&mut entry.state, units, |state| {
+                    self.closed_while_cool(hash, &mut entry.state, units, |state| {
                         self.is_cool(hash, state, units.in_flight())
                     })
                 })
             },
-            || self.now(),
+            self,
         );
     }
 
-    /// Whether `cool` says a promoted key (`entry`) has cooled down, its lane (`units`)
+    /// Whether `cool` says a promoted key (`entry`, of hash `hash`) has cooled down, its lane (`units`)
     /// closed meanwhile in a limiter whose lanes admit (its lease taken back, in one whose
     /// lanes lease), and kept closed if it has, until the key leaves: an admission in its lane
     /// between the judgement and the leaving would go uncounted by the key's next requests,
     /// which the sketch decides alone.
     pub(in crate::limiter) fn closed_while_cool(
         &self,
+        hash: u64,
         entry: &mut Promoted,
         units: exact::Units<'_>,
         cool: impl FnOnce(&Promoted) -> bool,
     ) -> bool {
-        let closed = self.close_lane(entry, units);
+        let closed = self.close_lane(hash, entry, units);
         let cool = cool(entry);
         if cool {
             if let Some(closed) = closed {
@@ -149,7 +150,7 @@ impl<K> Shared<K> {
                 units.watch(promoted.learning.is_active());
                 self.is_cool(entry.hash, promoted, units.in_flight())
             },
-            || self.now(),
+            self,
         );
         rise
     }
@@ -221,6 +222,23 @@ impl<K> Shared<K> {
         match &self.sketches.rate {
             Some(rate) => rate.now_at(),
             None => self.time.coarse(),
+        }
+    }
+}
+
+/// The stage asks the limiter the time of a key's loss, and tells it of a key leaving.
+impl<K> exact::Keeper<Promoted> for Shared<K> {
+    fn now(&self) -> u64 {
+        Shared::now(self)
+    }
+
+    /// The refusals the over-limit cache answered for it are counted in what the reports keep
+    /// of it, and its lane is closed, its lease taken back: what its requests took out of it
+    /// is counted in the rate sketch before the key is judged by the sketch alone.
+    fn leaving(&self, hash: u64, entry: &mut Promoted, units: exact::Units<'_>, line: KeyLine<'_>) {
+        entry.settle(line);
+        if let Some(closed) = self.close_lane(hash, entry, units) {
+            closed.until_it_leaves();
         }
     }
 }
