@@ -97,7 +97,7 @@
 //! (see "A lease" in `lane.rs`): the stage's keeper counts them there when the lease is taken
 //! back, and, as the key leaves, before its cell is unflagged. A request decided by the
 //! sketches alone reads its counts between two loads of its cell: one before it counts itself
-//! ([`cell_before`]) and the handshake's after ([`flagged_since`]). If the key left before
+//! ([`cell_before`]) and the handshake's after ([`CellBefore::flagged_since`]). If the key left before
 //! the first, its units are in the counts (the unflag's `Release`, that load's `Acquire`); if
 //! it was promoted at the second, the request goes to the lock. Between them a key of the
 //! cell may have left, its lease's units counted in the sketches after the request read
@@ -139,37 +139,44 @@ const CELL_LEFT: u8 = 0x10;
 /// bins with n of them thrown: it does not happen with a seeded hash.
 const FILTER_CELL_STUCK: u8 = CELL_KEYS;
 
-/// A request's key's filter cell as read before the request counted itself in the sketches
-/// ([`cell_before`]).
+/// A request's key's filter cell, and what it held before the request counted itself in the
+/// sketches ([`cell_before`]).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct CellBefore(u8);
+pub(crate) struct CellBefore<'a> {
+    cell: &'a AtomicU8,
+    seen: u8,
+}
 
-impl CellBefore {
+impl CellBefore<'_> {
     /// Whether a promoted key hashed to the cell then (false: the key was certainly not
     /// promoted).
     #[inline]
     pub(crate) fn flagged(self) -> bool {
-        self.0 & CELL_KEYS != 0
+        self.seen & CELL_KEYS != 0
+    }
+
+    /// Whether the key may be promoted now (false: certainly not), or a key of its cell left
+    /// since the cell was read before the request counted itself in the sketches: only a
+    /// request that finds neither is decided by the sketches alone. The request's half of the
+    /// promotion handshake, after its sketch increments.
+    #[inline]
+    pub(crate) fn flagged_since(self) -> bool {
+        let now = self.cell.load(Ordering::SeqCst);
+        now & CELL_KEYS != 0 || now != self.seen
     }
 }
 
 /// The key on `line`'s filter cell, read before the request counts itself in the sketches,
-/// for [`flagged_since`]. `Acquire`: it pairs with a departure's `Release` (`unflag`), so a
-/// request that reads the cell as a departure left it reads the sketches after it as the
-/// departure left them too.
+/// for [`CellBefore::flagged_since`] after. `Acquire`: it pairs with a departure's `Release`
+/// (`unflag`), so a request that reads the cell as a departure left it reads the sketches
+/// after it as the departure left them too.
 #[inline]
-pub(crate) fn cell_before(line: KeyLine<'_>) -> CellBefore {
-    CellBefore(line.cell().load(Ordering::Acquire))
-}
-
-/// Whether the key on `line` may be promoted (false: certainly not), or a key of its cell
-/// left since the request read it `before` counting itself in the sketches: only a request
-/// that finds neither is decided by the sketches alone. The request's half of the promotion
-/// handshake, after its sketch increments.
-#[inline]
-pub(crate) fn flagged_since(line: KeyLine<'_>, before: CellBefore) -> bool {
-    let now = line.cell().load(Ordering::SeqCst);
-    now & CELL_KEYS != 0 || now != before.0
+pub(crate) fn cell_before(line: KeyLine<'_>) -> CellBefore<'_> {
+    let cell = line.cell();
+    CellBefore {
+        cell,
+        seen: cell.load(Ordering::Acquire),
+    }
 }
 
 /// Counters about the stage, for [`Limiter::stats`](super::Limiter::stats). Relaxed: they
@@ -885,7 +892,7 @@ mod tests {
         for round in 0..40 {
             let before = cell_before(line);
             stage.flag(quiet);
-            assert!(flagged_since(line, before), "round {round}: flagged");
+            assert!(before.flagged_since(), "round {round}: flagged");
             let flagged = cell_before(line);
             stage.unflag(quiet);
             assert!(
@@ -893,10 +900,10 @@ mod tests {
                 "round {round}: a removal balances a flag"
             );
             assert!(
-                flagged_since(line, before) && flagged_since(line, flagged),
+                before.flagged_since() && flagged.flagged_since(),
                 "round {round}: a key left since either read"
             );
-            assert!(!flagged_since(line, cell_before(line)));
+            assert!(!cell_before(line).flagged_since());
         }
     }
 
@@ -981,7 +988,7 @@ mod loom_models {
             let before = cell_before(line);
             let count = sketch.load(Ordering::SeqCst);
             let taken_by_then = taken.load(Ordering::SeqCst);
-            if !flagged_since(line, before) {
+            if !before.flagged_since() {
                 assert!(
                     taken_by_then == 0 || count == 1,
                     "decided alone on a count of {count}, after {taken_by_then} taken"

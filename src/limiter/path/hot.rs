@@ -394,7 +394,7 @@ mod tests {
         );
         // The request's second load finds no promoted key in the cell, as its first did.
         assert!(
-            exact::flagged_since(line, before),
+            before.flagged_since(),
             "decided by the sketch alone, on counts that lack 53 admitted units"
         );
     }

@@ -163,7 +163,7 @@ where
         let promotion = self.defaults.promotion();
         let sketched = self.sketches.observe(hash, 1);
         // The request's half of the promotion handshake: after the sketch increments.
-        if !decision::is_hot(&sketched, promotion) && !exact::flagged_since(line, cell) {
+        if !decision::is_hot(&sketched, promotion) && !cell.flagged_since() {
             return Ok(self.admitted(&sketched, 1, None, true, permit));
         }
         self.acquire_one_hot(key, line, cell, sketched, permit)
@@ -180,7 +180,7 @@ where
         &self,
         key: &Q,
         line: KeyLine<'_>,
-        cell: CellBefore,
+        cell: CellBefore<'_>,
         sketched: Sketched,
         permit: impl FnOnce(Ticket, Receipt) -> P,
     ) -> Result<P, Rejected>
@@ -261,7 +261,7 @@ where
     fn conclude<Q, P>(
         &self,
         request: Request<'_, Q>,
-        (line, cell): (KeyLine<'_>, CellBefore),
+        (line, cell): (KeyLine<'_>, CellBefore<'_>),
         sketched: &Sketched,
         t: &Thresholds,
         hot: bool,
@@ -279,7 +279,7 @@ where
             ..
         } = request;
         // The request's half of the promotion handshake: after the sketch increments.
-        let decision = if !hot && !exact::flagged_since(line, cell) {
+        let decision = if !hot && !cell.flagged_since() {
             Ok(None)
         } else {
             if sketched.inflight == Some(UNCOUNTED) {
