@@ -40,9 +40,10 @@
 //!   the bits the sketches take for their columns.
 //! - The stage is storage: what it keeps of a key is its place (key, hash, generation, the
 //!   evidence that keeps the place); what the limiter counts for the key is a [`Tenant`] it
-//!   knows only through that trait (what the tenant holds in flight, until when it keeps its
-//!   place, what it refused, and a call as it leaves). Limits, thresholds, the fleet and
-//!   learning are the limiter's, above the stage.
+//!   knows only through that trait (until when it keeps its place, what it refused), and the
+//!   limiter itself a [`Keeper`], which it asks the time of a loss and tells of a key
+//!   leaving (its last chance to count what the key's lane admitted). Limits, thresholds,
+//!   the fleet and learning are the limiter's, above the stage.
 //!
 //! # What a set remembers of the keys it lost
 //!
