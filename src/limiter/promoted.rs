@@ -70,14 +70,3 @@ impl Tenant for Promoted {
         self.rejected
     }
 }
-#[cfg(test)]
-#[test]
-fn tmp_size() {
-    eprintln!(
-        "SIZE Promoted {} Counts {} Thresholds {} Learning {}",
-        std::mem::size_of::<Promoted>(),
-        std::mem::size_of::<Counts>(),
-        std::mem::size_of::<Thresholds>(),
-        std::mem::size_of::<Learning>()
-    );
-}

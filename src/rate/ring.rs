@@ -398,12 +398,22 @@ impl Rate {
     /// Counts `units` more events for an already-hashed key in the window of bucket `bucket`,
     /// after the fact: what a promoted key's lane took out of a lease of that window without
     /// counting it here, told when the lease is taken back (the limiter's `close_lane`). Never
-    /// taken out again: adding to a slot is always safe. A window whose slot the ring has
-    /// cleared for a later one counts them in that later window, an over-count; it no longer
-    /// weighed (a slot is cleared two windows after its own ended).
+    /// taken out again: adding to a slot is always safe.
+    ///
+    /// Nothing is counted once the ring has cleared the window's slot for a later window: the
+    /// window no longer weighs (a slot is cleared two windows after its own ended), and the
+    /// units would count in a window they were not admitted in. Only a thread held up for a
+    /// window between its check of the slot and its adds (the slot cleared in between) counts
+    /// them there: an over-count of that later window, never a unit missed.
     pub(crate) fn add_at(&self, hash: u64, bucket: u64, units: u32) {
         let core = &*self.core;
-        let counts = &core.slot_to_count_in(core.slot_index(bucket)).counts;
+        let index = core.slot_index(bucket);
+        // `Acquire`, as before counting into a slot (`slot_to_count_in`). A slot a late tick
+        // left uncleared still holds an older bucket, and counts for this one: counted.
+        if core.slots[index].bucket.load(Ordering::Acquire) > bucket {
+            return;
+        }
+        let counts = &core.slots[index].counts;
         counts.incr_in(counts.block_of(hash), hash, units as isize);
     }
 
@@ -737,5 +747,32 @@ mod tests {
             .fetch_max(pack_hint(3, core.slot_index(3)), Ordering::Relaxed);
         assert!(core.settled().is_none(), "bucket 3 has not begun");
         assert_eq!(core.now_indexed().bucket, 2);
+    }
+
+    /// Units told after the fact count in their window while its slot is still its own (the
+    /// limiter's lease, taken back a window later), and nowhere once the ring has cleared the
+    /// slot for a later window: they would count in a window they were not admitted in.
+    #[test]
+    fn units_added_after_the_fact_count_in_their_window_until_its_slot_is_given_on() {
+        let clock = ManualClock::new();
+        let rate = Rate::builder(Duration::from_secs(1))
+            .clock(&clock)
+            .build()
+            .unwrap();
+        let hash = 0x5EED_0000_0000_0001;
+        rate.add_at(hash, 0, 7);
+        assert_eq!(rate.view(hash).curr, 7);
+        clock.advance(Duration::from_millis(1_500));
+        rate.add_at(hash, 0, 3);
+        assert_eq!(
+            rate.view(hash).prev,
+            10,
+            "the window before, still its own slot"
+        );
+        // Past the end of bucket 2, bucket 0's slot is cleared for bucket 5 (or later).
+        clock.advance(Duration::from_secs(2));
+        rate.add_at(hash, 0, 50);
+        clock.advance(Duration::from_secs(2));
+        assert_eq!(rate.view(hash).curr, 0, "counted in bucket 5");
     }
 }

@@ -64,9 +64,18 @@ where
                 // this request included: its own count may be from before the key was hot
                 // (its thread held up between counting and this lock), and would demote a key
                 // still hot; and it lacks what the key's lease gave, which the sketch counts
-                // only now that the lane is closed.
+                // only now that the lane is closed. Not a request whose window the key's
+                // counts have passed: judged in its own window, it would miss the newer
+                // window's admissions, which the exact counts hold and the sketch's older
+                // windows were lowered to (it is decided below, in the window now).
                 let cool = !hot
                     && held.entry().is_some_and(|e| {
+                        let passed = s
+                            .window
+                            .is_some_and(|w| w.bucket < e.state.counts.rate.windows.at);
+                        if passed {
+                            return false;
+                        }
                         let tracked = held.in_flight() as isize;
                         let now = self.sketches.reread_in(s);
                         let counted_now = Sketched {
@@ -396,6 +405,47 @@ mod tests {
         assert!(
             before.flagged_since(),
             "decided by the sketch alone, on counts that lack 53 admitted units"
+        );
+    }
+
+    /// A request counted itself late in one window, below its key's threshold, and was held
+    /// up; the key's requests of the next window filled it. Reaching the lock, the request
+    /// finds the key cool in its own window, whose admissions the sketch's counts were lowered
+    /// to the exact ones from; judged there and admitted by the sketch alone, it would take
+    /// the key past its limit in the window now (139.6 against 100, found by a review on the
+    /// code before). It is decided in the window now instead.
+    #[test]
+    fn a_request_of_a_passed_window_does_not_demote_its_key_and_pass_alone() {
+        let clock = ManualClock::new();
+        let limiter = hundred_a_second(&clock);
+        let shared = &*limiter.shared;
+        let hash = shared.sketches.hash("host");
+        for _ in 0..60 {
+            drop(limiter.try_acquire("host").unwrap());
+        }
+        assert_eq!(limiter.stats().promoted, 1, "promoted at 50");
+        // 99% into the second window, a request of 40 units counts itself (0.6 + 40: not
+        // hot), then waits.
+        clock.advance(Duration::from_millis(1_990));
+        let late = shared.sketches.observe(hash, 40);
+        let t = shared.defaults.load();
+        let hot = decision::is_hot(&late, t.promotion());
+        assert!(!hot);
+        // 1% into the third window, the key's other requests fill it.
+        clock.advance(Duration::from_millis(20));
+        assert_eq!(limiter.stats().promoted, 1, "kept by the sweep");
+        let mut filled = 0u64;
+        while limiter.try_acquire("host").is_ok() {
+            filled += 1;
+        }
+        let line = shared.exact.lines().key_line(spread(hash));
+        let decided = shared.decide_hot("host", line, &late, &t, hot, false);
+        // The true sliding count now, 1% into the third window: the second window's 40, if
+        // admitted, weigh 0.99.
+        let sliding = if decided.is_ok() { 40.0 * 0.99 } else { 0.0 } + filled as f64;
+        assert!(
+            sliding <= 100.0,
+            "{sliding} against a limit of 100: {decided:?}"
         );
     }
 
