@@ -123,7 +123,7 @@ use lane::Lane;
 pub(crate) use lane::{Ask, GivenBack, LeaseAsk, MAX_LEASE};
 use set::Set;
 pub(crate) use set::{Departed, Entry, Hits, WAYS};
-pub(crate) use tenant::{Keeper, Tenant};
+pub(crate) use tenant::Tenant;
 
 /// A filter cell holds two numbers in its byte: in its low bits, how many promoted keys hash
 /// to it ([`CELL_KEYS`]); in its high bits, how many keys left it, wrapping ([`CELL_LEFT`]),
@@ -139,6 +139,18 @@ const CELL_LEFT: u8 = 0x10;
 /// cells per entry, is as likely as 15 of 8·n balls thrown at random landing in one of 8·n
 /// bins with n of them thrown: it does not happen with a seeded hash.
 const FILTER_CELL_STUCK: u8 = CELL_KEYS;
+
+/// The limiter that keeps the stage, as the stage asks it under a set's lock when a key
+/// leaves its place (demoted, or replaced by another key).
+pub(crate) trait Keeper<V> {
+    /// The time now, on the limiter's clock: when a key leaving is recorded lost (see
+    /// `ExactStage::leave`).
+    fn now(&self) -> u64;
+    /// The key of hash `hash` leaves: the last chance to count what the stage will no longer
+    /// hold of it, in `tenant`, in its lane (`units`, still as the key's requests left it)
+    /// and on its key's `line`.
+    fn leaving(&self, hash: u64, tenant: &mut V, units: Units<'_>, line: KeyLine<'_>);
+}
 
 /// A request's key's filter cell, and what it held before the request counted itself in the
 /// sketches ([`cell_before`]).
