@@ -170,8 +170,8 @@ pub(crate) fn promoted(
 /// exact stage's lock, in the request's windows, so that they include every request the
 /// entry admitted before this one (each counted itself in the sketches before taking the
 /// lock, and what its lease gave was counted there as the lane closed for this decision,
-/// before the read); the estimates read before the lock may miss one admitted in between, and a bound
-/// on them would be short of it. `tracked`: the key's units in flight its place counts, read
+/// before the read); the estimates read before the lock may miss one admitted in between, and
+/// a bound on them would be short of it. `tracked`: the key's units in flight its place counts, read
 /// after `now`. Admitted, the request's rate units are counted here, and `Ok` says whether its
 /// in-flight units are to be tracked (the caller adds them to its place's word) and, when
 /// `near` (a ratio of the limits) is given, whether the key's counts with this request reach
