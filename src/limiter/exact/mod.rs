@@ -324,27 +324,15 @@ impl<K, V: Tenant> ExactStage<K, V> {
     /// of both.
     #[inline]
     pub(crate) fn admit(&self, hash: u64, ask: &Ask) -> Option<(u8, u32, u32)> {
-        let (way, lane, generation) = self.lane_of(hash)?;
-        let bound = lane.admit(generation, ask)?;
-        Some((way, generation, bound))
-    }
-
-    /// Takes, without the lock, the units of a request of the key of `hash` that asks `ask`
-    /// out of its place's lease, if the key holds a place whose lease covers it (see "A lease"
-    /// in `lane.rs`); returns the place's way and generation, and the key's count with them as
-    /// its tenant said (see [`Lane::take_lease`]). `None`: the request goes to the lock. Found
-    /// by the hash alone, as [`admit`](Self::admit).
-    #[inline]
-    pub(crate) fn take_lease(&self, hash: u64, ask: &LeaseAsk) -> Option<(u8, u32, u32)> {
-        let (way, lane, generation) = self.lane_of(hash)?;
-        let count = lane.take_lease(generation, ask)?;
-        Some((way, generation, count))
+        let found = self.lane_of(hash)?;
+        let bound = found.lane.admit(found.generation, ask)?;
+        Some((found.way, found.generation, bound))
     }
 
     /// The place of the key of `hash` for a request without the lock: its way, its lane and
-    /// the generation it holds.
+    /// the generation it holds. Found by the hash alone, as for [`admit`](Self::admit).
     #[inline]
-    fn lane_of(&self, hash: u64) -> Option<(u8, &Lane, u32)> {
+    pub(crate) fn lane_of(&self, hash: u64) -> Option<LaneOf<'_>> {
         let lanes = &self.locked_set(hash).lanes;
         let way = lanes
             .hashes
@@ -357,7 +345,11 @@ impl<K, V: Tenant> ExactStage<K, V> {
         if generation == 0 || lanes.hashes[way].load(Ordering::Relaxed) != hash {
             return None;
         }
-        Some((way as u8, lane, generation))
+        Some(LaneOf {
+            way: way as u8,
+            lane,
+            generation,
+        })
     }
 
     /// The in-flight estimate below which the release of the entry in way `way` of the set of
@@ -638,6 +630,24 @@ pub(crate) enum Place<'a, K, V> {
     /// Another key with the same 64-bit hash is promoted: only the sketch can judge (the set
     /// has recorded the loss).
     Twin,
+}
+
+/// A promoted key's place as a request without the lock finds it
+/// ([`ExactStage::lane_of`]): its way, its lane and the generation the lane held.
+pub(crate) struct LaneOf<'a> {
+    pub(crate) way: u8,
+    lane: &'a Lane,
+    pub(crate) generation: u32,
+}
+
+impl LaneOf<'_> {
+    /// Takes the units of a request that asks `ask` out of the place's lease, if it covers
+    /// them (see "A lease" in `lane.rs`); returns the key's count with them as its tenant
+    /// said (see [`Lane::take_lease`]). `None`: the request goes to the lock.
+    #[inline]
+    pub(crate) fn take_lease(&self, ask: &LeaseAsk) -> Option<u32> {
+        self.lane.take_lease(self.generation, ask)
+    }
 }
 
 /// An entry under its set's lock, with its units in flight.

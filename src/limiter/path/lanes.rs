@@ -271,15 +271,20 @@ impl<K> Shared<K> {
         if self.lanes() != Lanes::Rate {
             return None;
         }
-        let rate = self.sketches.rate.as_ref()?;
+        let (rate, limits) = self.sketches.rate.as_ref().zip(lease_limits(limit))?;
+        // The key's place before the time: a request of a key not in the stage (another key
+        // flagged its cell, up to one in eight cells in a full stage) reads the time once,
+        // as it counts itself in the sketches. One of a promoted key with no lease that covers
+        // it reads it twice, on its way to the lock.
+        let place = self.exact.lane_of(hash)?;
         let window = rate.window_now();
         let ask = LeaseAsk {
-            limits: lease_limits(limit)?,
+            limits,
             cost,
             window: window.bucket,
             at: window.at,
         };
-        let (way, generation, count) = self.exact.take_lease(hash, &ask)?;
+        let count = place.take_lease(&ask)?;
         // Near by the count the lease's grant found, with what it gave since: at the grant's
         // time (later, the sliding count is lower, and this an upper bound).
         if Tally::ON && f64::from(count) >= NEAR_LIMIT * limit as f64 {
@@ -292,8 +297,8 @@ impl<K> Shared<K> {
             window: Some(window),
         };
         let counted = CountedExactly {
-            generation,
-            way,
+            generation: place.generation,
+            way: place.way,
             window: Some(window.bucket),
             admitted_at: 0,
         };
