@@ -163,30 +163,30 @@ impl<K> Shared<K> {
         units: Units<'_>,
     ) -> (Reread, Counts, isize) {
         let mut counts = state.counts;
-        match (self.lanes(), state.lease) {
-            (Lanes::Rate, granted) if granted > 0 => {
-                // The lane first: a take after it is in neither figure, as a request
-                // admitted after the report.
-                let left = units.lease().map_or(0, |(_, left)| left);
-                let window = units.lease_window();
-                counts.rate.uncount(window, left as isize);
-                let mut now = self.sketches.reread(hash);
-                if let Some(view) = now.window.as_mut() {
-                    let taken = granted.saturating_sub(left) as isize;
-                    if view.bucket == window {
-                        view.curr = view.curr.saturating_add(taken);
-                    } else if view.bucket == window.wrapping_add(1) {
-                        view.prev = view.prev.saturating_add(taken);
-                    }
+        let lanes = self.lanes();
+        // The lease's units left first: a take after it is in neither figure, as a request
+        // admitted after the report.
+        let lease = (lanes == Lanes::Rate && state.lease > 0).then(|| {
+            let left = units.lease().map_or(0, |(_, left)| left);
+            (units.lease_window(), left)
+        });
+        let mut now = self.sketches.reread(hash);
+        let in_flight = match lanes {
+            Lanes::Rate => 0,
+            Lanes::Locked | Lanes::InFlight => units.in_flight() as isize,
+        };
+        if let Some((window, left)) = lease {
+            counts.rate.uncount(window, left as isize);
+            let taken = state.lease.saturating_sub(left) as isize;
+            if let Some(view) = now.window.as_mut() {
+                if view.bucket == window {
+                    view.curr = view.curr.saturating_add(taken);
+                } else if view.bucket == window.wrapping_add(1) {
+                    view.prev = view.prev.saturating_add(taken);
                 }
-                (now, counts, 0)
-            }
-            (Lanes::Rate, _) => (self.sketches.reread(hash), counts, 0),
-            (Lanes::Locked | Lanes::InFlight, _) => {
-                let now = self.sketches.reread(hash);
-                (now, counts, units.in_flight() as isize)
             }
         }
+        (now, counts, in_flight)
     }
 }
 
