@@ -62,6 +62,65 @@ fn a_promoted_key_is_admitted_and_released_without_a_lock_while_it_fits() {
     assert_eq!(limiter.stats().promoted, 0, "cool: it left at its release");
 }
 
+/// The same in a limiter that counts both requests in flight and a rate: a promoted key's
+/// request is admitted in flight in its lane and takes its rate units out of its lease, and
+/// its release gives them back, without a lock while both fit; the reports count every
+/// request admitted. Before, every admission of such a key took its set's lock.
+#[test]
+fn a_promoted_key_counting_both_is_admitted_and_released_without_a_lock_while_it_fits() {
+    let clock = ManualClock::new();
+    let limiter: Limiter<String> = Limiter::builder()
+        .max_inflight(8)
+        .max_rate(100_000, Duration::from_secs(1))
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let held: Vec<_> = (0..4)
+        .map(|_| limiter.try_acquire("origin").unwrap())
+        .collect();
+    assert_eq!(limiter.stats().promoted, 1, "promoted at 4 in flight");
+    // Its first decision under the lock since leases it room and says what its lane admits
+    // under.
+    drop(limiter.try_acquire("origin").unwrap());
+    let locks = limiter.exact_locks_taken();
+    for _ in 0..1_000 {
+        let permits: Vec<_> = (0..4)
+            .map(|_| limiter.try_acquire("origin").unwrap())
+            .collect();
+        drop(permits);
+    }
+    assert_eq!(
+        limiter.exact_locks_taken(),
+        locks,
+        "an admission or a release that fit took the lock"
+    );
+    let full: Vec<_> = (0..4)
+        .map(|_| limiter.try_acquire("origin").unwrap())
+        .collect();
+    assert_eq!(
+        limiter.try_acquire("origin").unwrap_err().reason,
+        floodgate::Reason::Inflight,
+        "9 over 8"
+    );
+    assert_eq!(
+        limiter.exact_locks_taken(),
+        locks + 1,
+        "a refusal is decided under the lock"
+    );
+    let estimate = limiter.estimate("origin");
+    assert_eq!(estimate.inflight, Some(8));
+    assert_eq!(estimate.rate, Some(4_009.0), "every request admitted");
+    drop(full);
+    drop(held);
+    let estimate = limiter.estimate("origin");
+    assert_eq!(
+        estimate.inflight,
+        Some(0),
+        "every unit in flight given back"
+    );
+    assert_eq!(estimate.rate, Some(4_009.0));
+}
+
 /// A key promoted by a spike that then settles below its promotion threshold, with requests
 /// in flight throughout, cannot cool down (it holds units in flight) and is not hot: its
 /// admissions pass its lane without the lock too. Before, each took the lock.

@@ -151,7 +151,6 @@ const COUNT_BITS: u32 = 32;
 const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
 const CLOSED: u64 = 1 << COUNT_BITS;
 const WATCHED: u64 = 1 << (COUNT_BITS + 1);
-const LEASED: u64 = 1 << (COUNT_BITS + 2);
 const GENERATION_SHIFT: u32 = COUNT_BITS + 3;
 /// A lease's units are the low 20 bits of the count; its grant's number the 12 above them.
 const LEASE_BITS: u32 = 20;
@@ -210,6 +209,9 @@ pub(crate) struct Ask {
     /// the key judged for cooling down under the lock if it had none (one below its
     /// promotion threshold).
     pub(crate) while_tracked: bool,
+    /// Counted as a request admitted without the lock (the place's evidence): not for one
+    /// that takes its rate units out of the lease after (see "A lease"), counted there.
+    pub(crate) last: bool,
 }
 
 #[cfg(test)]
@@ -236,6 +238,7 @@ impl Ask {
             limit,
             others,
             while_tracked: false,
+            last: true,
         }
     }
 }
@@ -255,6 +258,9 @@ pub(crate) enum GivenBack {
 #[derive(Debug)]
 pub(crate) struct Lane {
     word: AtomicU64,
+    /// The lease (see "A lease"): the place's generation, a closed bit, and the lease's
+    /// grant and units left where `word` has its units in flight.
+    lease: AtomicU64,
     /// The untracked bound an admission without the lock counts (see "The base").
     base: AtomicU32,
     /// See "When a release looks at the key".
@@ -278,6 +284,7 @@ impl Default for Lane {
     fn default() -> Self {
         Lane {
             word: AtomicU64::new(0),
+            lease: AtomicU64::new(0),
             base: AtomicU32::new(u32::MAX),
             look_below: AtomicU32::new(u32::MAX),
             admits_under: AtomicU64::new(0),
@@ -303,6 +310,7 @@ impl Lane {
         self.lease_from.store(u64::MAX, Ordering::Relaxed);
         // A swap, not a store: see "No unit lost to a replacement".
         let word = u64::from(generation & GENERATION_MASK) << GENERATION_SHIFT;
+        self.lease.swap(word, Ordering::SeqCst);
         self.word.swap(word, Ordering::SeqCst);
     }
 
@@ -314,7 +322,7 @@ impl Lane {
     /// The units in flight counted for generation `generation`, 0 if the place holds another.
     pub(crate) fn units(&self, generation: u32) -> u32 {
         let word = self.word.load(Ordering::SeqCst);
-        if generation_of(word) == generation && word & LEASED == 0 {
+        if generation_of(word) == generation {
             count_of(word)
         } else {
             0
@@ -332,6 +340,7 @@ impl Lane {
             limit,
             others,
             while_tracked,
+            last,
         } = *ask;
         let mut word = self.word.load(Ordering::SeqCst);
         loop {
@@ -366,7 +375,9 @@ impl Lane {
                 .compare_exchange_weak(word, next, Ordering::SeqCst, Ordering::SeqCst)
             {
                 Ok(_) => {
-                    self.count_request();
+                    if last {
+                        self.count_request();
+                    }
                     // At most the limit.
                     return Some(with_it as u32);
                 }
@@ -388,9 +399,9 @@ impl Lane {
             window,
             at,
         } = *ask;
-        let mut word = self.word.load(Ordering::SeqCst);
+        let mut word = self.lease.load(Ordering::SeqCst);
         loop {
-            if generation_of(word) != generation || word & (CLOSED | WATCHED | LEASED) != LEASED {
+            if generation_of(word) != generation || word & CLOSED != 0 {
                 return None;
             }
             let left = lease_of(word);
@@ -409,7 +420,7 @@ impl Lane {
             // Within the lease's bits: no borrow from the grant's number.
             let next = word - u64::from(cost);
             match self
-                .word
+                .lease
                 .compare_exchange_weak(word, next, Ordering::SeqCst, Ordering::SeqCst)
             {
                 Ok(_) => {
@@ -420,6 +431,15 @@ impl Lane {
                 Err(now) => word = now,
             }
         }
+    }
+
+    /// Whether the lease of generation `generation` has `cost` units left now, open: a hint
+    /// for a request that would count itself elsewhere before it takes them (the take
+    /// checks again).
+    #[inline]
+    pub(crate) fn may_lease(&self, generation: u32, cost: u32) -> bool {
+        let word = self.lease.load(Ordering::Relaxed);
+        generation_of(word) == generation && word & CLOSED == 0 && lease_of(word) >= cost
     }
 
     /// Whether the place admits requests judged by the limits of fingerprint `limits`
@@ -438,20 +458,16 @@ impl Lane {
             .store(requests.saturating_add(1), Ordering::Relaxed);
     }
 
-    /// Closes the place and takes back what is left of its lease, in one swap: under the
-    /// lock, before a decision there (see "A lease"). Returns the lease's window and the
-    /// units left in it, `None` if none are.
+    /// Closes the place (its units in flight and its lease) and takes back what is left of
+    /// its lease, in one swap of the lease: under the lock, before a decision there (see "A
+    /// lease"). Returns the lease's window and the units left in it, `None` if none are.
     pub(crate) fn close_and_reclaim(&self) -> Option<(u64, u32)> {
-        let before = self.update(|word| {
-            let taken = match word & LEASED {
-                0 => word,
-                _ => with_count(word, grant_of(word) << LEASE_BITS),
-            };
-            Some(taken | CLOSED)
+        self.close();
+        let before = Self::update_in(&self.lease, |word| {
+            Some(with_count(word, grant_of(word) << LEASE_BITS) | CLOSED)
         })?;
         let left = lease_of(before);
-        (before & LEASED != 0 && left > 0)
-            .then(|| (self.lease_window.load(Ordering::Relaxed), left))
+        (left > 0).then(|| (self.lease_window.load(Ordering::Relaxed), left))
     }
 
     /// Grants a lease of `units` (at most [`MAX_LEASE`]) for window `window` from time
@@ -463,18 +479,18 @@ impl Lane {
         self.lease_window.store(window, Ordering::Relaxed);
         self.lease_from.store(from, Ordering::Relaxed);
         self.lease_top.store(top, Ordering::Relaxed);
-        self.update(|word| {
+        Self::update_in(&self.lease, |word| {
             let grant = (grant_of(word) + 1) & GRANT_MASK;
             let lease = (grant << LEASE_BITS) | units.min(MAX_LEASE);
-            Some((with_count(word, lease) | LEASED) & !CLOSED)
+            Some(with_count(word, lease) & !CLOSED)
         });
     }
 
     /// The lease the word holds: its window and the units left (see "A lease").
     pub(crate) fn lease(&self, generation: u32) -> Option<(u64, u32)> {
-        let word = self.word.load(Ordering::SeqCst);
+        let word = self.lease.load(Ordering::SeqCst);
         let left = lease_of(word);
-        (generation_of(word) == generation && word & LEASED != 0 && left > 0)
+        (generation_of(word) == generation && left > 0)
             .then(|| (self.lease_window.load(Ordering::Relaxed), left))
     }
 
@@ -489,8 +505,11 @@ impl Lane {
         self.update(|word| Some(word | CLOSED));
     }
 
-    /// Opens the place again, with nothing added.
+    /// Opens the place again (its units in flight and its lease), with nothing added.
     pub(crate) fn open(&self) {
+        Self::update_in(&self.lease, |word| {
+            (word & CLOSED != 0).then_some(word & !CLOSED)
+        });
         self.update(|word| (word & CLOSED != 0).then_some(word & !CLOSED));
     }
 
@@ -595,9 +614,13 @@ impl Lane {
 
     /// Replaces the word by `f` of it until the swap holds, or until `f` says `None`; returns
     /// the word replaced (`None` if none was).
-    fn update(&self, mut f: impl FnMut(u64) -> Option<u64>) -> Option<u64> {
-        self.word
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, &mut f)
+    fn update(&self, f: impl FnMut(u64) -> Option<u64>) -> Option<u64> {
+        Self::update_in(&self.word, f)
+    }
+
+    /// [`update`](Self::update) of `word`, the place's or its lease.
+    fn update_in(word: &AtomicU64, mut f: impl FnMut(u64) -> Option<u64>) -> Option<u64> {
+        word.fetch_update(Ordering::SeqCst, Ordering::SeqCst, &mut f)
             .ok()
     }
 }
@@ -906,14 +929,14 @@ mod tests {
             lane.close_and_reclaim();
             lane.grant_and_open(1, 0, 3, 10);
             assert!(
-                seen.insert(lane.word.load(Ordering::SeqCst)),
+                seen.insert(lane.lease.load(Ordering::SeqCst)),
                 "a word repeated"
             );
         }
         lane.close_and_reclaim();
         lane.grant_and_open(1, 0, 3, 10);
         assert!(
-            !seen.insert(lane.word.load(Ordering::SeqCst)),
+            !seen.insert(lane.lease.load(Ordering::SeqCst)),
             "wraps after 4,096"
         );
         assert_eq!(lane.generation(), GENERATION_MASK);

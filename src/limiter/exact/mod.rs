@@ -648,6 +648,25 @@ impl LaneOf<'_> {
     pub(crate) fn take_lease(&self, ask: &LeaseAsk) -> Option<u32> {
         self.lane.take_lease(self.generation, ask)
     }
+
+    /// Whether the place's lease has `cost` units left now: a hint (see [`Lane::may_lease`]).
+    #[inline]
+    pub(crate) fn may_lease(&self, cost: u32) -> bool {
+        self.lane.may_lease(self.generation, cost)
+    }
+
+    /// Admits a request that asks `ask` in the place's units in flight, if it fits there (see
+    /// [`ExactStage::admit`]); returns the bound on the key's units in flight with it.
+    #[inline]
+    pub(crate) fn admit(&self, ask: &Ask) -> Option<u32> {
+        self.lane.admit(self.generation, ask)
+    }
+
+    /// Gives back `cost` units it admitted (see [`ExactStage::give_back`]).
+    #[inline]
+    pub(crate) fn give_back(&self, cost: u32) -> GivenBack {
+        self.lane.give_back(self.generation, cost)
+    }
 }
 
 /// An entry under its set's lock, with its units in flight.
@@ -673,7 +692,7 @@ impl<'a> Units<'a> {
     }
 
     /// The units in flight now (a release may lower them meanwhile, without the lock): 0 in a
-    /// limiter whose lanes lease rate units (the word holds a lease; see [`lease`](Self::lease)).
+    /// limiter that counts none.
     pub(crate) fn in_flight(self) -> u32 {
         self.word.units(self.generation)
     }

@@ -6,7 +6,7 @@
 use super::CountedExactly;
 use crate::limiter::counts::Counts;
 use crate::limiter::decision::Admitted;
-use crate::limiter::exact::{Ask, Closed, LeaseAsk, Units, MAX_LEASE};
+use crate::limiter::exact::{Ask, Closed, GivenBack, LeaseAsk, Units, MAX_LEASE};
 use crate::limiter::limits::Thresholds;
 use crate::limiter::promoted::Promoted;
 use crate::limiter::shared::Shared;
@@ -17,9 +17,8 @@ use crate::limiter::tally::{Tally, NEAR_LIMIT};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(in crate::limiter) enum Lanes {
     /// Nothing: every request of a promoted key is decided under its set's lock. A limiter
-    /// that counts both requests in flight and a rate (one word cannot hold both), that
-    /// learns in-flight limits (a key learning its limit, or starting to, is judged under the
-    /// lock), or whose rate a fleet holds (its view of the key is judged there).
+    /// that learns in-flight limits (a key learning its limit, or starting to, is judged
+    /// under the lock), or whose rate a fleet holds (its view of the key is judged there).
     Locked,
     /// Units in flight, within the key's in-flight limit: a limiter that counts requests in
     /// flight and no rate.
@@ -27,6 +26,10 @@ pub(in crate::limiter) enum Lanes {
     /// Rate units, out of a lease of room its last decision under the lock counted ahead: a
     /// limiter that counts a rate and nothing in flight, alone.
     Rate,
+    /// Both: units in flight within the key's in-flight limit, and rate units out of its
+    /// lease, in that order (a request its lease cannot take gives its units in flight back
+    /// and goes to the lock): a limiter that counts requests in flight and a rate.
+    Both,
 }
 
 /// Unbounded: the release and the reports ask too.
@@ -42,15 +45,17 @@ impl<K> Shared<K> {
             self.sketches.rate.is_some(),
         ) {
             (true, false) => Lanes::InFlight,
-            (false, true) if !self.fleet.is_joined() => Lanes::Rate,
-            _ => Lanes::Locked,
+            _ if self.fleet.is_joined() => Lanes::Locked,
+            (false, true) => Lanes::Rate,
+            (true, true) => Lanes::Both,
+            (false, false) => Lanes::Locked,
         }
     }
 
     /// Closes a promoted key's lane (`units`, of `entry`, the key of hash `hash`) for a
     /// decision under its set's lock, in a limiter whose lanes admit: no request passes it
     /// until the guard drops or the decision opens it. In one whose lanes lease rate units,
-    /// the lease is taken back in the same swap ([`lease_returned`](Self::lease_returned)):
+    /// the lease is taken back as the lane closes ([`lease_returned`](Self::lease_returned)):
     /// the decision judges the key by what it admitted, on sketch counts that hold it.
     pub(in crate::limiter) fn close_lane<'a>(
         &self,
@@ -61,7 +66,7 @@ impl<K> Shared<K> {
         match self.lanes() {
             Lanes::Locked => None,
             Lanes::InFlight => Some(units.close()),
-            Lanes::Rate => {
+            Lanes::Rate | Lanes::Both => {
                 let (closed, left) = units.reclaim();
                 let left = left.map_or(0, |(_, left)| left);
                 self.lease_returned(hash, entry, units.lease_window(), left);
@@ -112,14 +117,20 @@ impl<K> Shared<K> {
         t: &Thresholds,
         admitted: Option<&Admitted>,
     ) {
-        match self.lanes() {
+        let lanes = self.lanes();
+        if let Lanes::InFlight | Lanes::Both = lanes {
+            units.set_base(entry.counts.inflight.base);
+        }
+        match lanes {
             Lanes::Locked => {}
             Lanes::InFlight => {
-                units.set_base(entry.counts.inflight.base);
                 units.admit_under(inflight_limits(t).map_or(0, |(limits, _)| limits));
             }
-            Lanes::Rate => {
-                let limits = t.rate.and_then(|rate| lease_limits(rate.limit));
+            Lanes::Rate | Lanes::Both => {
+                let limits = match lanes {
+                    Lanes::Both => both_limits(t).map(|(limits, _)| limits),
+                    _ => t.rate.and_then(|rate| lease_limits(rate.limit)),
+                };
                 units.admit_under(limits.unwrap_or(0));
                 let (Some(admitted), Some(w), Some(_)) = (admitted, s.window.as_ref(), limits)
                 else {
@@ -166,15 +177,13 @@ impl<K> Shared<K> {
         let lanes = self.lanes();
         // The lease's units left first: a take after it is in neither figure, as a request
         // admitted after the report.
-        let lease = (lanes == Lanes::Rate && state.lease > 0).then(|| {
+        let leases = matches!(lanes, Lanes::Rate | Lanes::Both);
+        let lease = (leases && state.lease > 0).then(|| {
             let left = units.lease().map_or(0, |(_, left)| left);
             (units.lease_window(), left)
         });
         let mut now = self.sketches.reread(hash);
-        let in_flight = match lanes {
-            Lanes::Rate => 0,
-            Lanes::Locked | Lanes::InFlight => units.in_flight() as isize,
-        };
+        let in_flight = units.in_flight() as isize;
         if let Some((window, left)) = lease {
             counts.rate.uncount(window, left as isize);
             let taken = state.lease.saturating_sub(left) as isize;
@@ -207,7 +216,7 @@ impl<K> Shared<K> {
             // Its units are in the sketch already, and a lease's takes are counted there when
             // it is taken back: taken now, they would be counted twice. A promoted key's
             // requests take their lease before they count themselves (`take_lease_first`).
-            Lanes::Rate => None,
+            Lanes::Rate | Lanes::Both => None,
         }
     }
 
@@ -218,20 +227,13 @@ impl<K> Shared<K> {
     #[inline]
     fn admit_in_flight(&self, s: &Sketched, t: &Thresholds, hot: bool) -> Option<CountedExactly> {
         let (limits, limit) = inflight_limits(t)?;
-        // The others in flight by the sketch, for whether the key's base would be lowered
-        // (a saturated estimate lowers nothing, as under the lock).
-        let others = s
-            .inflight
-            .filter(|&estimate| estimate < SATURATED)
-            .map_or(u32::MAX, |estimate| {
-                u32::try_from(less_own(estimate, s.cost).max(0)).unwrap_or(u32::MAX)
-            });
         let ask = Ask {
             limits,
             cost: s.cost as u32,
             limit,
-            others,
+            others: others_in_flight(s.inflight, s.cost),
             while_tracked: !hot,
+            last: true,
         };
         let (way, generation, bound) = self.exact.admit(s.hash, &ask)?;
         if Tally::ON {
@@ -261,15 +263,22 @@ impl<K> Shared<K> {
     ///
     /// Whether the key has cooled down is judged under the lock, at its next decision there
     /// (a lease runs out, or is of an older window) or at the clock's sweep.
+    ///
+    /// In a limiter whose lanes count both units in flight and rate units, the request is
+    /// judged by the thresholds `thresholds` gives, and counted in flight first: see
+    /// [`admit_both_first`](Self::admit_both_first).
     #[inline]
     pub(super) fn take_lease_first(
         &self,
         hash: u64,
         cost: u32,
         limit: isize,
+        thresholds: impl FnOnce() -> Thresholds,
     ) -> Option<(Sketched, CountedExactly)> {
-        if self.lanes() != Lanes::Rate {
-            return None;
+        match self.lanes() {
+            Lanes::Rate => {}
+            Lanes::Both => return self.admit_both_first(hash, cost, &thresholds()),
+            Lanes::Locked | Lanes::InFlight => return None,
         }
         let (rate, limits) = self.sketches.rate.as_ref().zip(lease_limits(limit))?;
         // The key's place before the time: a request of a key not in the stage (another key
@@ -306,6 +315,102 @@ impl<K> Shared<K> {
     }
 }
 
+impl<K> Shared<K> {
+    /// [`take_lease_first`](Self::take_lease_first) in a limiter whose lanes count both units
+    /// in flight and rate units: a request of `cost` units of a flagged key (of hash `hash`),
+    /// judged by `t`, counted in the in-flight sketch, then admitted in flight in its key's
+    /// lane, then taken out of its lease, before it counts itself in the rate sketch. Its
+    /// permit gives its units in flight back to the lane and the sketch, as any admitted in
+    /// the lane. `None`: decided the usual way, counted in the sketches first.
+    ///
+    /// In the sketch first, as every admission in flight without the lock (see "The base" in
+    /// the exact stage's `lane.rs`). A request the lane admits and its lease does not take
+    /// gives its units back, the lane's then the sketch's, as a release does, and goes the
+    /// usual way (which counts them again): until then they are counted for the key, and
+    /// another request of it may find the lane full with them and go to the lock, where it
+    /// may be refused by them. So the refusals concurrent requests cause each other are at
+    /// most those of their units in flight while each is between its admission and its take,
+    /// never an admission more.
+    #[inline(never)]
+    fn admit_both_first(
+        &self,
+        hash: u64,
+        cost: u32,
+        t: &Thresholds,
+    ) -> Option<(Sketched, CountedExactly)> {
+        let (rate, rate_limit) = self.sketches.rate.as_ref().zip(t.rate)?;
+        let in_flight = self.sketches.inflight.as_ref()?;
+        let (limits, limit) = both_limits(t)?;
+        let place = self.exact.lane_of(hash)?;
+        // Nothing counted for a key with no lease for it (one near its rate limit, say).
+        if !place.may_lease(cost) {
+            return None;
+        }
+        // `None`: its counters cannot hold it, and nothing was counted.
+        let estimate = in_flight.try_incr(hash, cost)?;
+        let ask = Ask {
+            limits,
+            cost,
+            limit,
+            others: others_in_flight(Some(estimate), cost as isize),
+            // Whether it has cooled down is judged as a lease's: at its next decision under
+            // the lock, or at the clock's sweep.
+            while_tracked: false,
+            // Counted as admitted as its lease takes it.
+            last: false,
+        };
+        let Some(bound) = place.admit(&ask) else {
+            self.sketches.release(hash, cost);
+            return None;
+        };
+        let window = rate.window_now();
+        let lease = LeaseAsk {
+            limits,
+            cost,
+            window: window.bucket,
+            at: window.at,
+        };
+        let Some(count) = place.take_lease(&lease) else {
+            let given = place.give_back(cost);
+            // No lane that counts both is watched: no key of its limiter learns.
+            debug_assert_ne!(given, GivenBack::Watched);
+            self.sketches.release(hash, cost);
+            return None;
+        };
+        if Tally::ON
+            && (f64::from(bound) >= NEAR_LIMIT * limit as f64
+                || f64::from(count) >= NEAR_LIMIT * rate_limit.limit as f64)
+        {
+            self.tally.near();
+        }
+        let s = Sketched {
+            hash,
+            cost: cost as isize,
+            inflight: Some(estimate),
+            window: Some(window),
+        };
+        let counted = CountedExactly {
+            generation: place.generation,
+            way: place.way,
+            window: Some(window.bucket),
+            admitted_at: 0,
+        };
+        Some((s, counted))
+    }
+}
+
+/// The key's units in flight but a request's own (of `cost` units), by its in-flight estimate
+/// with them, for whether the key's base would be lowered (see "The base" in the exact
+/// stage's `lane.rs`): `u32::MAX`, which lowers nothing, without one or for a saturated one
+/// (as under the lock).
+fn others_in_flight(estimate: Option<isize>, cost: isize) -> u32 {
+    estimate
+        .filter(|&estimate| estimate < SATURATED)
+        .map_or(u32::MAX, |estimate| {
+            u32::try_from(less_own(estimate, cost).max(0)).unwrap_or(u32::MAX)
+        })
+}
+
 /// The limits `t` as a promoted key's lane admits units in flight under them without the
 /// lock: the fingerprint the lane keeps and the in-flight limit, for an in-flight limit alone.
 fn inflight_limits(t: &Thresholds) -> Option<(u64, u32)> {
@@ -317,6 +422,20 @@ fn inflight_limits(t: &Thresholds) -> Option<(u64, u32)> {
     let promote_at = u32::try_from(inflight.promote_at).ok()?;
     // Both under 2^31, the limit at least 1: never 0.
     Some(((u64::from(limit) << 32) | u64::from(promote_at), limit))
+}
+
+/// The limits `t` as a promoted key's lane admits units in flight and leases rate units
+/// under them without the lock, in a limiter whose lanes count both: the fingerprint the
+/// lane keeps, of both limits (each under 2^31, the in-flight one at least 1: never 0), and
+/// the in-flight limit. For both limits alone: a request of a plan that turns either off is
+/// decided under the lock, where both kinds are still counted. The promotion thresholds are
+/// not in it, as they are in [`inflight_limits`]: nothing the lane admits such a request by
+/// depends on them (whether its key has cooled down is judged under the lock, as a lease's).
+fn both_limits(t: &Thresholds) -> Option<(u64, u32)> {
+    let (inflight, rate) = t.inflight.zip(t.rate)?;
+    let limit = u32::try_from(inflight.limit).ok()?;
+    let rate = u32::try_from(rate.limit).ok()?;
+    Some(((u64::from(limit) << 32) | u64::from(rate), limit))
 }
 
 /// The rate limit of `t` (0 without one).

@@ -155,7 +155,9 @@ where
         // A promoted key's usual request: out of its lease, before it counts itself.
         let cell = exact::cell_before(line);
         if cell.flagged() {
-            let leased = tag.and_then(|(_, limit)| self.take_lease_first(hash, 1, limit));
+            let leased = tag.and_then(|(_, limit)| {
+                self.take_lease_first(hash, 1, limit, || self.defaults.load())
+            });
             if let Some((s, counted)) = leased {
                 return Ok(self.admitted(&s, 1, Some(counted), true, permit));
             }
@@ -235,9 +237,9 @@ where
         // A promoted key's request: out of its lease, before it counts itself.
         let cell = exact::cell_before(line);
         if cell.flagged() {
-            let leased = t
-                .rate
-                .and_then(|rate| self.take_lease_first(request.hash, request.cost, rate.limit));
+            let leased = t.rate.and_then(|rate| {
+                self.take_lease_first(request.hash, request.cost, rate.limit, || *t)
+            });
             if let Some((s, counted)) = leased {
                 let Request {
                     cost,
