@@ -1092,6 +1092,8 @@ mod loom_models {
         let lane = Lane::opened(1, 0, RATE);
         lane.close_and_reclaim();
         lane.grant_and_open(5, from, units, 10);
+        // The closed guard's drop, after the decision that granted it.
+        lane.open();
         lane
     }
 
@@ -1184,6 +1186,59 @@ mod loom_models {
                 "the other limit's unit is whole"
             );
             assert_eq!(u32::from(taken) + back, 1);
+        });
+    }
+
+    /// A request of one unit in a limiter that counts both, as its path makes it: admitted in
+    /// flight in the lane, then its rate unit taken out of the lease, or its unit in flight
+    /// given back. Whether it was admitted.
+    fn admit_both(lane: &Lane, generation: u32) -> bool {
+        let ask = Ask {
+            last: false,
+            ..Ask::of(RATE, 1, 4, u32::MAX)
+        };
+        if lane.admit(generation, &ask).is_none() {
+            return false;
+        }
+        if lane.take_lease(generation, &take_at(0)).is_some() {
+            return true;
+        }
+        lane.give_back(generation, 1);
+        false
+    }
+
+    /// Such a request races the lock taking the lease back: its unit is counted in flight
+    /// exactly when it took its lease's unit, and every unit of the lease is taken or given
+    /// back, never both, never neither.
+    #[test]
+    fn a_request_counting_both_racing_a_reclaim_is_in_flight_exactly_when_it_took_its_lease() {
+        loom::model(|| {
+            let lane = Arc::new(leased(0, 1));
+            let other = Arc::clone(&lane);
+            let admitting = thread::spawn(move || admit_both(&other, 1));
+            let back = lane.close_and_reclaim().map_or(0, |(_, left)| left);
+            let admitted = admitting.join().unwrap();
+            assert_eq!(u32::from(admitted) + back, 1, "admitted {admitted}, {back} back");
+            assert_eq!(lane.units(1), u32::from(admitted));
+        });
+    }
+
+    /// The same request races its key leaving and another key taking the place (the lock
+    /// takes the lease back, empties the place for the new generation, and grants the
+    /// newcomer a lease): nothing of it lands in the new generation's units or lease.
+    #[test]
+    fn a_request_counting_both_racing_a_replacement_leaves_the_new_generation_alone() {
+        loom::model(|| {
+            let lane = Arc::new(leased(0, 1));
+            let other = Arc::clone(&lane);
+            let admitting = thread::spawn(move || admit_both(&other, 1));
+            lane.close_and_reclaim();
+            lane.reset(2);
+            lane.admit_under(RATE);
+            lane.grant_and_open(5, 0, 1, 10);
+            admitting.join().unwrap();
+            assert_eq!(lane.lease(2), Some((5, 1)));
+            assert_eq!(lane.units(2), 0);
         });
     }
 
