@@ -19,6 +19,12 @@
 //!   reads the OS clock: about 33 ns a read on this machine type, where a read of the TSC,
 //!   as governor's clock does, takes about 12).
 //!
+//! - `both_1key_1s`: one key under both `max_inflight(3)` and a rate limit a second of 1.5×
+//!   the drive, in windows of a second, holding one request for the whole run (promoted at
+//!   its in-flight threshold), a permit taken and given back; beside governor's keyed limiter
+//!   and pingora-limits' `Inflight` together (what a user without floodgate would put there:
+//!   the sketch's `incr`, `check_key`, the guard dropped).
+//!
 //! One and two threads (`common::bench`: the two-thread figure is the wall time over both
 //! threads' requests, a throughput). The drive is measured before each group (a second of
 //! the side's own requests with a limit it never nears), so the limit is 1.5× what this
@@ -87,6 +93,16 @@ fn floodgate_rate(per_window: u32, window: Duration) -> floodgate::Limiter<u64> 
         .expect("valid limiter")
 }
 
+/// A floodgate limiter of 3 requests in flight and `per_window` requests a `window` per key.
+fn floodgate_both(per_window: u32, window: Duration) -> floodgate::Limiter<u64> {
+    floodgate::Limiter::builder()
+        .max_inflight(3)
+        .max_rate(per_window, window)
+        .promotion_threshold(0.1)
+        .build()
+        .expect("valid limiter")
+}
+
 /// governor's keyed limiter at `per_second` requests a second per key (its burst the same).
 fn governor_rate(per_second: u64) -> DefaultKeyedRateLimiter<u64> {
     let n = NonZeroU32::new(per_second.clamp(1, u64::from(u32::MAX)) as u32).expect("non-zero");
@@ -137,6 +153,38 @@ fn rate(c: &mut Criterion, name: &str, keys: u64, window: Duration) {
     g.finish();
 }
 
+fn both(c: &mut Criterion) {
+    let name = "both_1key_1s";
+    let window = Duration::from_secs(1);
+    let keys = round_robin(1);
+    let mut g = c.benchmark_group(format!("hot_keys/{name}"));
+    g.throughput(Throughput::Elements(1));
+    for threads in [1, 2] {
+        // One request held for the whole run keeps the key promoted (its in-flight threshold
+        // is a tenth of 3, rounded up): the requests timed are a promoted key's.
+        let unlimited = floodgate_both(1 << 29, window);
+        let _held = unlimited.try_acquire(&0).expect("the first request");
+        let per_second = drive(threads, &keys, |k| unlimited.try_acquire(&k).is_ok());
+        let limiter = floodgate_both((1.5 * per_second).ceil() as u32, window);
+        let _held = limiter.try_acquire(&0).expect("the first request");
+        floodgate_side(&mut g, name, threads, &keys, &limiter);
+        let sketch = pingora_limits::inflight::Inflight::new();
+        let both = |governor: &DefaultKeyedRateLimiter<u64>, key: u64| {
+            let (guard, count) = sketch.incr(key, 1);
+            let admitted = count <= 3 && governor.check_key(&key).is_ok();
+            drop(guard);
+            admitted
+        };
+        let unlimited = governor_rate(u64::from(u32::MAX));
+        let per_second = drive(threads, &keys, |k| both(&unlimited, k));
+        let governor = governor_rate((1.5 * per_second).ceil() as u64);
+        common::bench(&mut g, "governor_and_pingora", threads, &keys, |key| {
+            both(&governor, key)
+        });
+    }
+    g.finish();
+}
+
 /// Times `limiter` deciding the requests of `keys`, then says how many keys it promoted and
 /// how many requests it refused: the figures are of promoted keys admitted only if every key
 /// was promoted and none refused.
@@ -170,5 +218,6 @@ fn main() {
     rate(&mut c, "rate_1key", 1, WINDOW);
     rate(&mut c, "rate_64keys", 64, WINDOW);
     rate(&mut c, "rate_1key_1s", 1, Duration::from_secs(1));
+    both(&mut c);
     c.final_summary();
 }
