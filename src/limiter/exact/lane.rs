@@ -1,14 +1,13 @@
 //! A place's lane: what requests of its key read and write without the set's lock. Its units
-//! in flight, with the place's generation, in one atomic word; the untracked bound and the
-//! limits an admission may pass it under; a count of its requests; and when a release looks at
-//! the key.
+//! in flight, with the place's generation, in one atomic word, and its lease of rate units in
+//! another; the untracked bound and the limits an admission may pass it under; a count of its
+//! requests; and when a release looks at the key.
 //!
 //! # The word
 //!
 //! From the high bits: the place's *generation* (29 bits: which promotion of which key the
-//! place holds, never 0 while it holds one), a *leased* bit (the low bits are a lease: see "A
-//! lease"), a *watched* bit, a *closed* bit, and the units in flight the place counts for that
-//! generation (32 bits). A key enters a place under the
+//! place holds, never 0 while it holds one), a *watched* bit, a *closed* bit, and the units in
+//! flight the place counts for that generation (32 bits). A key enters a place under the
 //! set's lock, which swaps in a fresh generation with a count of 0 ([`Lane::reset`]). Every
 //! change after is a read-modify-write of the whole word:
 //!
@@ -95,18 +94,34 @@
 //!
 //! # A lease (a limiter whose lanes admit under a rate)
 //!
-//! In a limiter that counts a rate and nothing in flight, the low 32 bits of the word are a
-//! *lease* instead of a count, from its first grant on (the *leased* bit says so, and nothing
-//! reads them as units in flight): the number of its grant (12 bits) and the units left in it
-//! (20 bits). The lock's holder, having decided a request of the key and found room under its
+//! In a limiter that counts a rate (and no fleet), a second word of the place is its *lease*:
+//! the word's layout, with the number of its grant (12 bits) and the units left in it (20
+//! bits) where the word has its units in flight; the reset gives it the place's generation
+//! too, before the word's. The lock's holder, having decided a request of the key and found room under its
 //! rate limit for more in the window of that decision, counts that room in the key's window
 //! as if it were admitted, and grants it ([`Lane::grant_and_open`]), with the window and the
 //! time of the decision. Requests of the same window, at that time or later (the room of a
 //! sliding window only grows within one), take their cost out of it by a compare-and-swap
 //! ([`Lane::take_lease`]): a unit of a lease is counted before it is given, so the key's
 //! counts are never short of what it admitted, and a lease can only run out, never be
-//! overdrawn. Anything else goes to the lock, which first takes back what is left of the
-//! lease ([`Lane::close_and_reclaim`], closing the lane in the same swap) and uncounts it.
+//! overdrawn. Anything else goes to the lock, which first closes the word, then takes back
+//! what is left of the lease ([`Lane::close_and_reclaim`], closing the lease in the same
+//! swap), and uncounts it.
+//!
+//! In a limiter that counts requests in flight too, a request is admitted in flight in the
+//! word first ([`Lane::admit`], counted in the in-flight sketch before, as every admission
+//! there), then takes its rate units out of the lease; one the lease cannot take gives its
+//! units in flight back ([`Lane::give_back`]) and goes to the lock. Its units are counted in
+//! flight exactly when it took its lease's (the loom model
+//! `a_request_counting_both_racing_a_reclaim_is_in_flight_exactly_when_it_took_its_lease`):
+//! the reclaim closes the word before it takes the lease back, so a request admitted in the
+//! word after the close is none, and one admitted before it either takes from the lease
+//! before the reclaim (its units counted as taken) or finds it taken back and gives its units
+//! in flight back. Until then they are counted for the key: a request of the key meanwhile may
+//! find the word full with them and go to the lock, and be refused there by them; the
+//! refusals requests cause each other are those of the units in flight of the requests
+//! between their admission and their take. Both limits are in the one fingerprint the lane
+//! admits and leases under (see "The limits it admits under").
 //!
 //! A take counts nothing in the rate sketch: a promoted key's request takes its lease before
 //! it counts itself anywhere, and the request path is this one swap. The lock's holder counts
@@ -116,8 +131,8 @@
 //! sketch alone after finds them there). Never the whole lease at its grant: what is not
 //! taken of it would stay in the sketch, which only grows.
 //!
-//! The window and the time of a grant are read after the word; a take whose word changed
-//! since fails its swap. The grant's number makes that hold across a reclaim and a new grant
+//! The window and the time of a grant are read after the lease's word; a take whose word
+//! changed since fails its swap. The grant's number makes that hold across a reclaim and a new grant
 //! that leave the same units: a take that read the older grant's window and time, and swaps a
 //! word of a newer grant, would give a request of an older time room measured at a later one.
 //! The number repeats after 4,096 grants: only a take held up between its load and its swap
@@ -1218,7 +1233,11 @@ mod loom_models {
             let admitting = thread::spawn(move || admit_both(&other, 1));
             let back = lane.close_and_reclaim().map_or(0, |(_, left)| left);
             let admitted = admitting.join().unwrap();
-            assert_eq!(u32::from(admitted) + back, 1, "admitted {admitted}, {back} back");
+            assert_eq!(
+                u32::from(admitted) + back,
+                1,
+                "admitted {admitted}, {back} back"
+            );
             assert_eq!(lane.units(1), u32::from(admitted));
         });
     }

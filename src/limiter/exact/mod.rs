@@ -32,10 +32,11 @@
 //!   in-flight estimate, doubled, below what its tenant said ([`ExactStage::look_below`]:
 //!   the key may have cooled down and leave), or when the place is watched (its key is learning its
 //!   in-flight limit, and its learner is told of each completion). In a limiter that counts a
-//!   rate and nothing in flight, the word holds a *lease* instead: room under the key's rate
-//!   limit that a decision under the lock counted in the key's window ahead of the requests
-//!   that take it without the lock ([`ExactStage::take_lease`]), taken back by the next
-//!   decision there.
+//!   rate (and no fleet), a second word holds a *lease*: room under the key's rate limit that
+//!   a decision under the lock counted in the key's window ahead of the requests that take it
+//!   without the lock ([`LaneOf::take_lease`]), taken back by the next decision there; in one
+//!   that counts requests in flight too, a request is admitted in the first word, then takes
+//!   its rate units out of the lease.
 //! - Both take their index from [`spread`], a mix of the key's hash that is independent of
 //!   the bits the sketches take for their columns.
 //! - The stage is storage: what it keeps of a key is its place (key, hash, generation, the
@@ -78,12 +79,12 @@
 //! estimate below half its promotion threshold, or its place is watched: a key with requests in
 //! flight throughout (what makes an in-flight limit matter) gives them back lock-free. An
 //! admission takes none when its key's lane admits under its limits (the limiter's tenant
-//! says which: an in-flight limit alone, in a limiter that counts no rate and learns no
-//! limits) and it fits, or when its key's lease has room for it (a rate limit alone, in a
-//! limiter that counts nothing in flight and holds no fleet). Everything else takes the lock:
-//! a key's entry and departure, a refusal (after which the key's bound is lowered, so that it
-//! is never refused on a stale one), a lease spent or of another window, a rate with requests
-//! in flight counted too, the fleet, learning, and the reports.
+//! says which: in a limiter that learns no limits and holds no fleet, an in-flight limit, a
+//! rate limit, or both) and it fits: in flight within the limit, and its rate units in its
+//! key's lease. Everything else takes the lock: a key's entry and departure, a refusal
+//! (after which the key's bound is lowered, so that it is never refused on a stale one), a
+//! lease spent or of another window, a plan that turns a kind off, the fleet, learning, and
+//! the reports.
 //!
 //! # The promotion handshake
 //!
