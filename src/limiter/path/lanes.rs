@@ -6,12 +6,13 @@
 use super::CountedExactly;
 use crate::limiter::counts::Counts;
 use crate::limiter::decision::Admitted;
-use crate::limiter::exact::{Ask, Closed, GivenBack, LeaseAsk, Units, MAX_LEASE};
+use crate::limiter::exact::{Ask, Closed, GivenBack, LaneOf, LeaseAsk, Units, MAX_LEASE};
 use crate::limiter::limits::Thresholds;
 use crate::limiter::promoted::Promoted;
 use crate::limiter::shared::Shared;
 use crate::limiter::sketches::{less_own, Reread, Sketched, SATURATED};
 use crate::limiter::tally::{Tally, NEAR_LIMIT};
+use crate::rate::WindowView;
 
 /// What a limiter's promoted keys are admitted by without the lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -299,19 +300,7 @@ impl<K> Shared<K> {
         if Tally::ON && f64::from(count) >= NEAR_LIMIT * limit as f64 {
             self.tally.near();
         }
-        let s = Sketched {
-            hash,
-            cost: cost as isize,
-            inflight: None,
-            window: Some(window),
-        };
-        let counted = CountedExactly {
-            generation: place.generation,
-            way: place.way,
-            window: Some(window.bucket),
-            admitted_at: 0,
-        };
-        Some((s, counted))
+        Some(taken(&place, hash, cost, None, window))
     }
 }
 
@@ -383,20 +372,35 @@ impl<K> Shared<K> {
         {
             self.tally.near();
         }
-        let s = Sketched {
-            hash,
-            cost: cost as isize,
-            inflight: Some(estimate),
-            window: Some(window),
-        };
-        let counted = CountedExactly {
-            generation: place.generation,
-            way: place.way,
-            window: Some(window.bucket),
-            admitted_at: 0,
-        };
-        Some((s, counted))
+        Some(taken(&place, hash, cost, Some(estimate), window))
     }
+}
+
+/// A request of `cost` units of the key of hash `hash` taken out of the lease of its place
+/// `place` in the rate window `window` (its in-flight estimate `inflight`, if it counted
+/// itself in flight): as the path carries it on (its window, no rate counts read), and its
+/// admission.
+#[inline(always)] // the request path of a promoted key, from its two callers
+fn taken(
+    place: &LaneOf<'_>,
+    hash: u64,
+    cost: u32,
+    inflight: Option<isize>,
+    window: WindowView,
+) -> (Sketched, CountedExactly) {
+    let s = Sketched {
+        hash,
+        cost: cost as isize,
+        inflight,
+        window: Some(window),
+    };
+    let counted = CountedExactly {
+        generation: place.generation,
+        way: place.way,
+        window: Some(window.bucket),
+        admitted_at: 0,
+    };
+    (s, counted)
 }
 
 /// The key's units in flight but a request's own (of `cost` units), by its in-flight estimate
