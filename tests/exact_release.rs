@@ -121,6 +121,42 @@ fn a_promoted_key_counting_both_is_admitted_and_released_without_a_lock_while_it
     assert_eq!(estimate.rate, Some(4_009.0));
 }
 
+/// A key under both limits whose requests come one at a time (each given back before the
+/// next) is promoted by its rate, and has nothing in flight after each release: its releases
+/// take no lock to see whether it has cooled down (its rate keeps it hot), and its
+/// admissions take its lease. Before, each release took the lock and took the lease back, and
+/// the next request was decided under the lock too. It is judged cool at the clock's sweep.
+#[test]
+fn a_key_under_both_whose_requests_come_one_at_a_time_takes_no_lock() {
+    let clock = ManualClock::new();
+    let limiter: Limiter<String> = Limiter::builder()
+        .max_inflight(8)
+        .max_rate(1_000, Duration::from_secs(1))
+        .clock(&clock)
+        .build()
+        .unwrap();
+    for _ in 0..601 {
+        drop(limiter.try_acquire("origin").unwrap());
+    }
+    assert_eq!(limiter.stats().promoted, 1, "promoted at 500 by its rate");
+    let locks = limiter.exact_locks_taken();
+    for _ in 0..300 {
+        drop(limiter.try_acquire("origin").unwrap());
+    }
+    assert_eq!(
+        limiter.exact_locks_taken(),
+        locks,
+        "a release with nothing left in flight, or the admission after it, took the lock"
+    );
+    assert_eq!(limiter.estimate("origin").inflight, Some(0));
+    clock.advance(Duration::from_secs(3));
+    assert_eq!(
+        limiter.stats().promoted,
+        0,
+        "cool once its rate fell: demoted"
+    );
+}
+
 /// A key promoted by a spike that then settles below its promotion threshold, with requests
 /// in flight throughout, cannot cool down (it holds units in flight) and is not hot: its
 /// admissions pass its lane without the lock too. Before, each took the lock.

@@ -131,8 +131,7 @@ where
         // by (`may_be_cool`: twice the estimate against this).
         entry.thresholds = *t;
         if self.sketches.inflight.is_some() {
-            let cool_at = t.inflight.map_or(isize::MAX, |i| i.promote_at);
-            units.look_below(u32::try_from(cool_at).unwrap_or(u32::MAX));
+            units.look_below(self.release_looks_below(t));
         }
         // A run of refusals the cache answered since the key's last admission is counted
         // before a deadline of this decision replaces the one they were refused on.

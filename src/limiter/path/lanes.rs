@@ -53,6 +53,25 @@ impl<K> Shared<K> {
         }
     }
 
+    /// The in-flight estimate below which a release that leaves a promoted key (judged by
+    /// `t`) nothing in flight takes the lock, to see whether the key has cooled down and
+    /// leaves (see `may_be_cool`): below its in-flight promotion threshold.
+    ///
+    /// In a limiter whose lanes count both, never (0): there a key is mostly promoted by its
+    /// rate, whose count a release does not lower, and one whose requests come one at a time
+    /// has nothing in flight after each; each release then took the lock, found the key hot,
+    /// and took its lease back, so that its next request was decided under the lock too
+    /// (callgrind, the fresh-limiter Zipf trace at 10k requests a second with both limits:
+    /// the limiter's part of it doubled). Whether such a key has cooled down is judged as a
+    /// lease's: at its next decision under the lock, or at the clock's sweep.
+    pub(in crate::limiter) fn release_looks_below(&self, t: &Thresholds) -> u32 {
+        if self.lanes() == Lanes::Both {
+            return 0;
+        }
+        let cool_at = t.inflight.map_or(isize::MAX, |i| i.promote_at);
+        u32::try_from(cool_at).unwrap_or(u32::MAX)
+    }
+
     /// Closes a promoted key's lane (`units`, of `entry`, the key of hash `hash`) for a
     /// decision under its set's lock, in a limiter whose lanes admit: no request passes it
     /// until the guard drops or the decision opens it. In one whose lanes lease rate units,
