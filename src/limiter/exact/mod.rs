@@ -30,7 +30,7 @@
 //!   while it decides. A permit gives its units back without the lock
 //!   ([`ExactStage::give_back`]), and takes it only when the count reaches 0 with the key's
 //!   in-flight estimate, doubled, below what its tenant said ([`ExactStage::look_below`]:
-//!   the key may have cooled down and leave; 0, never, where a rate may keep it hot), or
+//!   the key may have cooled down and leave; 0, never, while its rate keeps it hot), or
 //!   when the place is watched (its key is learning its
 //!   in-flight limit, and its learner is told of each completion). In a limiter that counts a
 //!   rate (and no fleet), a second word holds a *lease*: room under the key's rate limit that

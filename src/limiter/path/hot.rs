@@ -131,7 +131,7 @@ where
         // by (`may_be_cool`: twice the estimate against this).
         entry.thresholds = *t;
         if self.sketches.inflight.is_some() {
-            units.look_below(self.release_looks_below(t));
+            units.look_below(self.release_looks_below(t, s));
         }
         // A run of refusals the cache answered since the key's last admission is counted
         // before a deadline of this decision replaces the one they were refused on.
