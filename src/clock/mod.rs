@@ -52,6 +52,7 @@
 mod faults;
 mod fork;
 mod manual;
+mod precise;
 mod resolution;
 mod schedule;
 mod source;

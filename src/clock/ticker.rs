@@ -10,6 +10,7 @@ use crossbeam_utils::CachePadded;
 #[cfg(feature = "fault-injection")]
 #[cfg(feature = "fault-injection")]
 use super::faults::{before_pass, before_tick};
+use super::precise;
 use super::resolution::TICK;
 use super::schedule::Scheduler;
 
@@ -18,8 +19,8 @@ const STALE_AFTER_NANOS: u64 = 1_000_000_000;
 /// Reads of the coarse time between two liveness checks on one thread.
 const CHECK_EVERY: u32 = 1024;
 
-/// The coarse time in nanoseconds since [`epoch`], or 0 while no ticker is known to run
-/// (before the first start, and after a ticker panicked). Written by tickers with
+/// The coarse time in nanoseconds since the process-wide epoch, or 0 while no ticker is known
+/// to run (before the first start, and after a ticker panicked). Written by tickers with
 /// `fetch_max` so a late duplicate never moves it backwards; read with `Relaxed` because it
 /// publishes no other data (a `Rate` synchronises with the ticker's slot clearing through its
 /// own per-slot tags). Cache-padded: it is written every tick and read by every request, so
@@ -36,22 +37,16 @@ std::thread_local! {
     static READS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
-/// The process-wide origin of the shared clock's nanoseconds.
-fn epoch() -> Instant {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    *EPOCH.get_or_init(Instant::now)
-}
-
 /// The shared ticker's schedule: the users it runs and when each is next due.
 pub(super) fn scheduler() -> &'static Scheduler {
     static SCHEDULER: OnceLock<Scheduler> = OnceLock::new();
     SCHEDULER.get_or_init(|| Scheduler::new(precise_nanos()))
 }
 
-/// Nanoseconds since [`epoch`] from the OS clock. Never 0, so 0 can mean "unknown".
+/// The precise time (nanoseconds since the process-wide epoch, never 0): see [`precise`].
+#[inline]
 pub(super) fn precise_nanos() -> u64 {
-    let nanos = epoch().elapsed().as_nanos();
-    u64::try_from(nanos).unwrap_or(u64::MAX).max(1)
+    precise::now()
 }
 
 /// The coarse time: one relaxed load, plus a liveness check once every 1,024 calls per thread.
@@ -184,9 +179,10 @@ fn before_tick() {}
 #[cfg(not(feature = "fault-injection"))]
 fn before_pass() {}
 
-/// One tick of the shared clock: publish the time, then run the users that are due.
+/// One tick of the shared clock: anchor the precise time to the OS clock and publish the
+/// time, then run the users that are due.
 pub(super) fn tick_shared() {
-    COARSE.fetch_max(precise_nanos(), Ordering::Relaxed);
+    COARSE.fetch_max(precise::anchor(), Ordering::Relaxed);
     let scheduler = scheduler();
     let mut schedule = scheduler.lock();
     // Read the time again under the lock: waiting for it (behind a fork or another ticker)
