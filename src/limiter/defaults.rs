@@ -8,15 +8,17 @@
 //! - a request the over-limit cache refuses needs the rate limit and its tag
 //!   ([`LimitTag`]);
 //! - a request the sketches admit alone (its key below its promotion thresholds and not
-//!   flagged, outside a fleet) needs those two thresholds ([`Promotion`]).
+//!   flagged, outside a fleet) needs those two thresholds ([`Promotion`]);
+//! - a promoted key's request admitted in its lane, in a limiter that counts units in flight
+//!   alone, needs the in-flight limit and its threshold ([`InflightAlone`]).
 //!
 //! Each is one atomic word, read whole, so a decision made on one never mixes the limits of
 //! two `set_limits`; the thresholds are read whole for every other request.
 //!
 //! # Orderings
 //!
-//! [`store`](Defaults::store) writes the thresholds, then the promotion word, then the tag,
-//! each publishing with `Release`; the request path reads them in the opposite order with
+//! [`store`](Defaults::store) writes the thresholds, then the promotion word, the in-flight
+//! word, then the tag, each publishing with `Release`; the request path reads them in the opposite order with
 //! `Acquire`. So a request that read a newer word reads thresholds at least as new after it
 //! (it may read older words and newer thresholds, which only means it decided on a
 //! `set_limits` that came before the one it then read in full: each decision is made on one
@@ -24,7 +26,7 @@
 
 use crossbeam_utils::atomic::AtomicCell;
 
-use super::limits::{Promotion, Thresholds};
+use super::limits::{InflightAlone, Promotion, Thresholds};
 use super::overlimit::LimitTag;
 use crate::sync::{AtomicU64, Ordering};
 
@@ -35,6 +37,8 @@ pub(crate) struct Defaults {
     thresholds: AtomicCell<Thresholds>,
     /// [`Promotion::to_bits`] of `thresholds`.
     promotion: AtomicU64,
+    /// [`InflightAlone::bits`] of `thresholds` (0: none).
+    inflight_alone: AtomicU64,
     /// The rate limit and its over-limit tag.
     tag: LimitTag,
 }
@@ -44,6 +48,7 @@ impl Defaults {
         Defaults {
             thresholds: AtomicCell::new(t),
             promotion: AtomicU64::new(t.promotion().to_bits()),
+            inflight_alone: AtomicU64::new(inflight_alone_bits(&t)),
             tag: LimitTag::new(t.rate_tag()),
         }
     }
@@ -54,6 +59,8 @@ impl Defaults {
         self.thresholds.store(t);
         self.promotion
             .store(t.promotion().to_bits(), Ordering::Release);
+        self.inflight_alone
+            .store(inflight_alone_bits(&t), Ordering::Release);
         self.tag.set(t.rate_tag());
     }
 
@@ -69,9 +76,20 @@ impl Defaults {
         Promotion::from_bits(self.promotion.load(Ordering::Acquire))
     }
 
+    /// The in-flight limit and its promotion threshold, if the limits count units in flight
+    /// alone.
+    #[inline]
+    pub(crate) fn inflight_alone(&self) -> Option<InflightAlone> {
+        InflightAlone::from_bits(self.inflight_alone.load(Ordering::Acquire))
+    }
+
     /// The rate limit's over-limit tag mix and the limit, if there is a rate limit.
     #[inline]
     pub(crate) fn tag(&self) -> Option<(u64, isize)> {
         self.tag.get()
     }
+}
+
+fn inflight_alone_bits(t: &Thresholds) -> u64 {
+    t.inflight_alone().map_or(0, InflightAlone::bits)
 }

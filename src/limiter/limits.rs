@@ -397,6 +397,34 @@ pub(crate) struct InflightThreshold {
     pub(crate) promote_at: isize,
 }
 
+/// An in-flight limit alone and its promotion threshold, as one word: the limit above the
+/// threshold, never 0 (see [`Thresholds::inflight_alone`]). The word is also the fingerprint a
+/// promoted key's lane keeps of the limits it admits under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct InflightAlone(u64);
+
+impl InflightAlone {
+    /// From [`bits`](Self::bits); `None` for 0 (no such limit).
+    pub(crate) fn from_bits(bits: u64) -> Option<Self> {
+        (bits >> 32 != 0).then_some(InflightAlone(bits))
+    }
+
+    /// The word (never 0).
+    pub(crate) fn bits(self) -> u64 {
+        self.0
+    }
+
+    /// The in-flight limit.
+    pub(crate) fn limit(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+
+    /// Whether an in-flight estimate of `n` reaches the promotion threshold.
+    pub(crate) fn promotes(self, n: isize) -> bool {
+        n >= (self.0 as u32) as isize
+    }
+}
+
 /// A rate limit (per interval) and the sliding count at which a key is promoted for it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct RateThreshold {
@@ -511,6 +539,20 @@ impl Thresholds {
                 .rate
                 .map_or(f32::INFINITY, |t| f32_at_most(t.promote_at)),
         }
+    }
+
+    /// The in-flight limit and its promotion threshold as one word, for thresholds that count
+    /// units in flight alone (no rate limit): what a promoted key's lane admits under without
+    /// the lock. `None` with a rate limit, without an in-flight one, or past `u32`.
+    pub(crate) fn inflight_alone(&self) -> Option<InflightAlone> {
+        if self.rate.is_some() {
+            return None;
+        }
+        let inflight = self.inflight?;
+        let limit = u32::try_from(inflight.limit).ok()?;
+        let promote_at = u32::try_from(inflight.promote_at).ok()?;
+        // The limit at least 1 (a limit of 0 is refused when thresholds are made): never 0.
+        InflightAlone::from_bits((u64::from(limit) << 32) | u64::from(promote_at))
     }
 
     /// The rate limit's over-limit tag mix and the limit, for a [`LimitTag`], if there is one.

@@ -7,10 +7,10 @@ use super::CountedExactly;
 use crate::limiter::counts::Counts;
 use crate::limiter::decision::Admitted;
 use crate::limiter::exact::{Ask, Closed, GivenBack, LaneOf, LeaseAsk, Units, MAX_LEASE};
-use crate::limiter::limits::Thresholds;
+use crate::limiter::limits::{InflightAlone, Thresholds};
 use crate::limiter::promoted::Promoted;
 use crate::limiter::shared::Shared;
-use crate::limiter::sketches::{less_own, Reread, Sketched, SATURATED};
+use crate::limiter::sketches::{less_own, Reread, Sketched, SATURATED, UNCOUNTED};
 use crate::limiter::tally::{Tally, NEAR_LIMIT};
 use crate::rate::WindowView;
 
@@ -147,7 +147,7 @@ impl<K> Shared<K> {
         match lanes {
             Lanes::Locked => {}
             Lanes::InFlight => {
-                units.admit_under(inflight_limits(t).map_or(0, |(limits, _)| limits));
+                units.admit_under(t.inflight_alone().map_or(0, InflightAlone::bits));
             }
             Lanes::Rate | Lanes::Both => {
                 let limits = match lanes {
@@ -235,7 +235,7 @@ impl<K> Shared<K> {
     ) -> Option<CountedExactly> {
         match self.lanes() {
             Lanes::Locked => None,
-            Lanes::InFlight => self.admit_in_flight(s, t, hot),
+            Lanes::InFlight => self.admit_in_flight(s, t.inflight_alone()?, hot),
             // Its units are in the sketch already, and a lease's takes are counted there when
             // it is taken back: taken now, they would be counted twice. A promoted key's
             // requests take their lease before they count themselves (`take_lease_first`).
@@ -243,15 +243,39 @@ impl<K> Shared<K> {
         }
     }
 
-    /// [`admit_in_lane`](Self::admit_in_lane) in a limiter whose lanes count units in flight:
-    /// counted within the in-flight limit, with the key's base. A request below its promotion
-    /// threshold (`hot` false) is, only while the key has units in flight counted there: with
-    /// none, its key is judged for cooling down under the lock.
+    /// A promoted key's request (`s`, counted in the in-flight sketch, its cell flagged) in a
+    /// limiter whose lanes count units in flight alone, admitted in its lane under the default
+    /// limits' one word of them ([`Defaults::inflight_alone`]): the request path past the
+    /// sketch of a promoted key's usual request, without the thresholds read whole (a
+    /// 56-byte copy under a sequence lock) or the path to the lock. `None`: decided the usual
+    /// way, by the thresholds whole.
+    ///
+    /// [`Defaults::inflight_alone`]: crate::limiter::defaults::Defaults::inflight_alone
     #[inline]
-    fn admit_in_flight(&self, s: &Sketched, t: &Thresholds, hot: bool) -> Option<CountedExactly> {
-        let (limits, limit) = inflight_limits(t)?;
+    pub(super) fn admit_in_flight_first(&self, s: &Sketched) -> Option<CountedExactly> {
+        if self.lanes() != Lanes::InFlight || s.inflight == Some(UNCOUNTED) {
+            return None;
+        }
+        let limits = self.defaults.inflight_alone()?;
+        // Hot by the word's own threshold: the decision is made on one `set_limits` whole.
+        let hot = s.inflight.is_some_and(|n| limits.promotes(n));
+        self.admit_in_flight(s, limits, hot)
+    }
+
+    /// [`admit_in_lane`](Self::admit_in_lane) in a limiter whose lanes count units in flight:
+    /// counted within the in-flight limit `limits`, with the key's base. A request below its
+    /// promotion threshold (`hot` false) is, only while the key has units in flight counted
+    /// there: with none, its key is judged for cooling down under the lock.
+    #[inline]
+    fn admit_in_flight(
+        &self,
+        s: &Sketched,
+        limits: InflightAlone,
+        hot: bool,
+    ) -> Option<CountedExactly> {
+        let limit = limits.limit();
         let ask = Ask {
-            limits,
+            limits: limits.bits(),
             cost: s.cost as u32,
             limit,
             others: others_in_flight(s.inflight, s.cost),
@@ -437,25 +461,12 @@ fn others_in_flight(estimate: Option<isize>, cost: isize) -> u32 {
         })
 }
 
-/// The limits `t` as a promoted key's lane admits units in flight under them without the
-/// lock: the fingerprint the lane keeps and the in-flight limit, for an in-flight limit alone.
-fn inflight_limits(t: &Thresholds) -> Option<(u64, u32)> {
-    if t.rate.is_some() {
-        return None;
-    }
-    let inflight = t.inflight?;
-    let limit = u32::try_from(inflight.limit).ok()?;
-    let promote_at = u32::try_from(inflight.promote_at).ok()?;
-    // Both under 2^31, the limit at least 1: never 0.
-    Some(((u64::from(limit) << 32) | u64::from(promote_at), limit))
-}
-
 /// The limits `t` as a promoted key's lane admits units in flight and leases rate units
 /// under them without the lock, in a limiter whose lanes count both: the fingerprint the
 /// lane keeps, of both limits (each under 2^31, the in-flight one at least 1: never 0), and
 /// the in-flight limit. For both limits alone: a request of a plan that turns either off is
 /// decided under the lock, where both kinds are still counted. The promotion thresholds are
-/// not in it, as they are in [`inflight_limits`]: nothing the lane admits such a request by
+/// not in it, as they are in [`InflightAlone`]: nothing the lane admits such a request by
 /// depends on them (whether its key has cooled down is judged under the lock, as a lease's).
 fn both_limits(t: &Thresholds) -> Option<(u64, u32)> {
     let (inflight, rate) = t.inflight.zip(t.rate)?;

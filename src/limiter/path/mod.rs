@@ -168,6 +168,12 @@ where
         if !decision::is_hot(&sketched, promotion) && !cell.flagged_since() {
             return Ok(self.admitted(&sketched, 1, None, true, permit));
         }
+        // A promoted key's usual request counted in flight alone: in its lane.
+        if cell.flagged() {
+            if let Some(counted) = self.admit_in_flight_first(&sketched) {
+                return Ok(self.admitted(&sketched, 1, Some(counted), true, permit));
+            }
+        }
         self.acquire_one_hot(key, line, cell, sketched, permit)
     }
 
