@@ -194,6 +194,40 @@ fn a_promoted_key_settled_below_its_threshold_is_admitted_without_a_lock() {
     assert_eq!(limiter.stats().promoted, 0, "cool once all are back");
 }
 
+/// A promoted key whose requests in flight from before its promotion came back, below its
+/// promotion threshold now and with nothing counted in its lane, is judged at its next
+/// request under the lock and leaves: its lane admits no request below the threshold while it
+/// counts nothing, nor one that would lower its base (what the key had in flight when
+/// promoted), whether the path reads the limits whole or their one word.
+#[test]
+fn a_promoted_key_cooled_below_its_threshold_leaves_at_its_next_request() {
+    let clock = ManualClock::new();
+    let limiter: Limiter<String> = Limiter::builder()
+        .max_inflight(100)
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let mut spike: Vec<_> = (0..60)
+        .map(|_| limiter.try_acquire("origin").unwrap())
+        .collect();
+    assert_eq!(limiter.stats().promoted, 1, "promoted at 50");
+    // The requests from its promotion on, back: its lane counts nothing, and 49 in flight
+    // keep it hot.
+    drop(spike.split_off(49));
+    assert_eq!(limiter.stats().promoted, 1, "49 in flight");
+    // Those from before its promotion were counted by the sketch alone, and their releases
+    // do not look at the key.
+    spike.truncate(20);
+    assert_eq!(limiter.stats().promoted, 1, "20 in flight");
+    let request = limiter.try_acquire("origin").unwrap();
+    assert_eq!(
+        limiter.stats().promoted,
+        0,
+        "21 in flight of a threshold of 50, none counted in the lane: judged and left"
+    );
+    drop((request, spike));
+}
+
 /// A release that finds its key's place given to another key since (the key left, and the
 /// place was taken) gives back nothing to the newcomer: its units left with the entry that
 /// counted them.
