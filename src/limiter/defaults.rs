@@ -9,16 +9,17 @@
 //!   ([`LimitTag`]);
 //! - a request the sketches admit alone (its key below its promotion thresholds and not
 //!   flagged, outside a fleet) needs those two thresholds ([`Promotion`]);
-//! - a promoted key's request admitted in its lane, in a limiter that counts units in flight
-//!   alone, needs the in-flight limit and its threshold ([`InflightAlone`]).
+//! - a promoted key's request admitted in its lane needs, in a limiter that counts units in
+//!   flight alone, the in-flight limit and its threshold ([`InflightAlone`]), and in one
+//!   that counts both, both limits ([`BothLimits`]).
 //!
 //! Each is one atomic word, read whole, so a decision made on one never mixes the limits of
 //! two `set_limits`; the thresholds are read whole for every other request.
 //!
 //! # Orderings
 //!
-//! [`store`](Defaults::store) writes the thresholds, then the promotion word, the in-flight
-//! word, then the tag, each publishing with `Release`; the request path reads them in the opposite order with
+//! [`store`](Defaults::store) writes the thresholds, then the promotion word, the lanes'
+//! words, then the tag, each publishing with `Release`; the request path reads them in the opposite order with
 //! `Acquire`. So a request that read a newer word reads thresholds at least as new after it
 //! (it may read older words and newer thresholds, which only means it decided on a
 //! `set_limits` that came before the one it then read in full: each decision is made on one
@@ -26,7 +27,7 @@
 
 use crossbeam_utils::atomic::AtomicCell;
 
-use super::limits::{InflightAlone, Promotion, Thresholds};
+use super::limits::{BothLimits, InflightAlone, Promotion, Thresholds};
 use super::overlimit::LimitTag;
 use crate::sync::{AtomicU64, Ordering};
 
@@ -39,6 +40,8 @@ pub(crate) struct Defaults {
     promotion: AtomicU64,
     /// [`InflightAlone::bits`] of `thresholds` (0: none).
     inflight_alone: AtomicU64,
+    /// [`BothLimits::bits`] of `thresholds` (0: none).
+    both: AtomicU64,
     /// The rate limit and its over-limit tag.
     tag: LimitTag,
 }
@@ -49,6 +52,7 @@ impl Defaults {
             thresholds: AtomicCell::new(t),
             promotion: AtomicU64::new(t.promotion().to_bits()),
             inflight_alone: AtomicU64::new(inflight_alone_bits(&t)),
+            both: AtomicU64::new(both_bits(&t)),
             tag: LimitTag::new(t.rate_tag()),
         }
     }
@@ -61,6 +65,7 @@ impl Defaults {
             .store(t.promotion().to_bits(), Ordering::Release);
         self.inflight_alone
             .store(inflight_alone_bits(&t), Ordering::Release);
+        self.both.store(both_bits(&t), Ordering::Release);
         self.tag.set(t.rate_tag());
     }
 
@@ -83,6 +88,12 @@ impl Defaults {
         InflightAlone::from_bits(self.inflight_alone.load(Ordering::Acquire))
     }
 
+    /// The in-flight limit and the rate limit, if the limits count both.
+    #[inline]
+    pub(crate) fn both(&self) -> Option<BothLimits> {
+        BothLimits::from_bits(self.both.load(Ordering::Acquire))
+    }
+
     /// The rate limit's over-limit tag mix and the limit, if there is a rate limit.
     #[inline]
     pub(crate) fn tag(&self) -> Option<(u64, isize)> {
@@ -92,4 +103,8 @@ impl Defaults {
 
 fn inflight_alone_bits(t: &Thresholds) -> u64 {
     t.inflight_alone().map_or(0, InflightAlone::bits)
+}
+
+fn both_bits(t: &Thresholds) -> u64 {
+    t.both_limits().map_or(0, BothLimits::bits)
 }

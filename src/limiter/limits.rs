@@ -425,6 +425,38 @@ impl InflightAlone {
     }
 }
 
+/// An in-flight limit and a rate limit, as one word: the in-flight limit above the rate
+/// limit, never 0 (see [`Thresholds::both_limits`]). The word is also the fingerprint a
+/// promoted key's lane keeps of the limits it admits and leases under. The promotion
+/// thresholds are not in it, as they are in [`InflightAlone`]: nothing such a lane admits a
+/// request by depends on them (whether its key has cooled down is judged under the lock, as
+/// a lease's). A request of a plan that turns either kind off is decided under the lock,
+/// where both are still counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BothLimits(u64);
+
+impl BothLimits {
+    /// From [`bits`](Self::bits); `None` for an in-flight limit of 0 (no such limits).
+    pub(crate) fn from_bits(bits: u64) -> Option<Self> {
+        (bits >> 32 != 0).then_some(BothLimits(bits))
+    }
+
+    /// The word (never 0).
+    pub(crate) fn bits(self) -> u64 {
+        self.0
+    }
+
+    /// The in-flight limit.
+    pub(crate) fn inflight(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+
+    /// The rate limit.
+    pub(crate) fn rate(self) -> u32 {
+        self.0 as u32
+    }
+}
+
 /// A rate limit (per interval) and the sliding count at which a key is promoted for it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct RateThreshold {
@@ -553,6 +585,16 @@ impl Thresholds {
         let promote_at = u32::try_from(inflight.promote_at).ok()?;
         // The limit at least 1 (a limit of 0 is refused when thresholds are made): never 0.
         InflightAlone::from_bits((u64::from(limit) << 32) | u64::from(promote_at))
+    }
+
+    /// The in-flight limit and the rate limit as one word, for thresholds that count both: what
+    /// a promoted key's lane admits in flight and leases rate units under without the lock.
+    /// `None` without either, or past `u32`.
+    pub(crate) fn both_limits(&self) -> Option<BothLimits> {
+        let (inflight, rate) = self.inflight.zip(self.rate)?;
+        let inflight = u32::try_from(inflight.limit).ok()?;
+        let rate = u32::try_from(rate.limit).ok()?;
+        BothLimits::from_bits((u64::from(inflight) << 32) | u64::from(rate))
     }
 
     /// The rate limit's over-limit tag mix and the limit, for a [`LimitTag`], if there is one.

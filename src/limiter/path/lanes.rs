@@ -7,7 +7,7 @@ use super::CountedExactly;
 use crate::limiter::counts::Counts;
 use crate::limiter::decision::Admitted;
 use crate::limiter::exact::{Ask, Closed, GivenBack, LaneOf, LeaseAsk, Units, MAX_LEASE};
-use crate::limiter::limits::{InflightAlone, Thresholds};
+use crate::limiter::limits::{BothLimits, InflightAlone, Thresholds};
 use crate::limiter::promoted::Promoted;
 use crate::limiter::shared::Shared;
 use crate::limiter::sketches::{less_own, Reread, Sketched, SATURATED, UNCOUNTED};
@@ -151,7 +151,7 @@ impl<K> Shared<K> {
             }
             Lanes::Rate | Lanes::Both => {
                 let limits = match lanes {
-                    Lanes::Both => both_limits(t).map(|(limits, _)| limits),
+                    Lanes::Both => t.both_limits().map(BothLimits::bits),
                     _ => t.rate.and_then(|rate| lease_limits(rate.limit)),
                 };
                 units.admit_under(limits.unwrap_or(0));
@@ -312,7 +312,7 @@ impl<K> Shared<K> {
     /// (a lease runs out, or is of an older window) or at the clock's sweep.
     ///
     /// In a limiter whose lanes count both units in flight and rate units, the request is
-    /// judged by the thresholds `thresholds` gives, and counted in flight first: see
+    /// judged by the limits `both` gives, and counted in flight first: see
     /// [`admit_both_first`](Self::admit_both_first).
     #[inline]
     pub(super) fn take_lease_first(
@@ -320,11 +320,11 @@ impl<K> Shared<K> {
         hash: u64,
         cost: u32,
         limit: isize,
-        thresholds: impl FnOnce() -> Thresholds,
+        both: impl FnOnce() -> Option<BothLimits>,
     ) -> Option<(Sketched, CountedExactly)> {
         match self.lanes() {
             Lanes::Rate => {}
-            Lanes::Both => return self.admit_both_first(hash, cost, &thresholds()),
+            Lanes::Both => return self.admit_both_first(hash, cost, both()?),
             Lanes::Locked | Lanes::InFlight => return None,
         }
         let (rate, limits) = self.sketches.rate.as_ref().zip(lease_limits(limit))?;
@@ -334,13 +334,7 @@ impl<K> Shared<K> {
         // it reads it twice, on its way to the lock.
         let place = self.exact.lane_of(hash)?;
         let window = rate.window_now();
-        let ask = LeaseAsk {
-            limits,
-            cost,
-            window: window.bucket,
-            at: window.at,
-        };
-        let count = place.take_lease(&ask)?;
+        let count = place.take_lease(&lease_ask(limits, cost, &window))?;
         // Near by the count the lease's grant found, with what it gave since: at the grant's
         // time (later, the sliding count is lower, and this an upper bound).
         if Tally::ON && f64::from(count) >= NEAR_LIMIT * limit as f64 {
@@ -353,7 +347,7 @@ impl<K> Shared<K> {
 impl<K> Shared<K> {
     /// [`take_lease_first`](Self::take_lease_first) in a limiter whose lanes count both units
     /// in flight and rate units: a request of `cost` units of a flagged key (of hash `hash`),
-    /// judged by `t`, counted in the in-flight sketch, then admitted in flight in its key's
+    /// judged by `limits`, counted in the in-flight sketch, then admitted in flight in its key's
     /// lane, then taken out of its lease, before it counts itself in the rate sketch. Its
     /// permit gives its units in flight back to the lane and the sketch, as any admitted in
     /// the lane. `None`: decided the usual way, counted in the sketches first.
@@ -371,11 +365,11 @@ impl<K> Shared<K> {
         &self,
         hash: u64,
         cost: u32,
-        t: &Thresholds,
+        limits: BothLimits,
     ) -> Option<(Sketched, CountedExactly)> {
-        let (rate, rate_limit) = self.sketches.rate.as_ref().zip(t.rate)?;
+        let rate = self.sketches.rate.as_ref()?;
         let in_flight = self.sketches.inflight.as_ref()?;
-        let (limits, limit) = both_limits(t)?;
+        let limit = limits.inflight();
         let place = self.exact.lane_of(hash)?;
         // Nothing counted for a key with no lease for it (one near its rate limit, say).
         if !place.may_lease(cost) {
@@ -384,7 +378,7 @@ impl<K> Shared<K> {
         // `None`: its counters cannot hold it, and nothing was counted.
         let estimate = in_flight.try_incr(hash, cost)?;
         let ask = Ask {
-            limits,
+            limits: limits.bits(),
             cost,
             limit,
             others: others_in_flight(Some(estimate), cost as isize),
@@ -399,13 +393,7 @@ impl<K> Shared<K> {
             return None;
         };
         let window = rate.window_now();
-        let lease = LeaseAsk {
-            limits,
-            cost,
-            window: window.bucket,
-            at: window.at,
-        };
-        let Some(count) = place.take_lease(&lease) else {
+        let Some(count) = place.take_lease(&lease_ask(limits.bits(), cost, &window)) else {
             let given = place.give_back(cost);
             // No lane that counts both is watched: no key of its limiter learns.
             debug_assert_ne!(given, GivenBack::Watched);
@@ -414,7 +402,7 @@ impl<K> Shared<K> {
         };
         if Tally::ON
             && (f64::from(bound) >= NEAR_LIMIT * limit as f64
-                || f64::from(count) >= NEAR_LIMIT * rate_limit.limit as f64)
+                || f64::from(count) >= NEAR_LIMIT * f64::from(limits.rate()))
         {
             self.tally.near();
         }
@@ -461,18 +449,16 @@ fn others_in_flight(estimate: Option<isize>, cost: isize) -> u32 {
         })
 }
 
-/// The limits `t` as a promoted key's lane admits units in flight and leases rate units
-/// under them without the lock, in a limiter whose lanes count both: the fingerprint the
-/// lane keeps, of both limits (each under 2^31, the in-flight one at least 1: never 0), and
-/// the in-flight limit. For both limits alone: a request of a plan that turns either off is
-/// decided under the lock, where both kinds are still counted. The promotion thresholds are
-/// not in it, as they are in [`InflightAlone`]: nothing the lane admits such a request by
-/// depends on them (whether its key has cooled down is judged under the lock, as a lease's).
-fn both_limits(t: &Thresholds) -> Option<(u64, u32)> {
-    let (inflight, rate) = t.inflight.zip(t.rate)?;
-    let limit = u32::try_from(inflight.limit).ok()?;
-    let rate = u32::try_from(rate.limit).ok()?;
-    Some(((u64::from(limit) << 32) | u64::from(rate), limit))
+/// What a request of `cost` units asks of its key's lease under the fingerprint `limits`, in
+/// the window `window` it read: a lease of that window, granted at its time or before.
+#[inline(always)] // the request path of a promoted key, from its two callers
+fn lease_ask(limits: u64, cost: u32, window: &WindowView) -> LeaseAsk {
+    LeaseAsk {
+        limits,
+        cost,
+        window: window.bucket,
+        at: window.at,
+    }
 }
 
 /// The rate limit of `t` (0 without one).

@@ -156,7 +156,7 @@ where
         let cell = exact::cell_before(line);
         if cell.flagged() {
             let leased = tag.and_then(|(_, limit)| {
-                self.take_lease_first(hash, 1, limit, || self.defaults.load())
+                self.take_lease_first(hash, 1, limit, || self.defaults.both())
             });
             if let Some((s, counted)) = leased {
                 return Ok(self.admitted(&s, 1, Some(counted), true, permit));
@@ -244,7 +244,7 @@ where
         let cell = exact::cell_before(line);
         if cell.flagged() {
             let leased = t.rate.and_then(|rate| {
-                self.take_lease_first(request.hash, request.cost, rate.limit, || *t)
+                self.take_lease_first(request.hash, request.cost, rate.limit, || t.both_limits())
             });
             if let Some((s, counted)) = leased {
                 let Request {
