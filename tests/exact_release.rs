@@ -228,6 +228,64 @@ fn a_promoted_key_cooled_below_its_threshold_leaves_at_its_next_request() {
     drop((request, spike));
 }
 
+/// New default limits hold for a promoted key at once, and its lane admits under them again
+/// without the lock after one decision under it: in a limiter that counts units in flight
+/// alone, and in one that counts both (each reads the default limits' one word its lane
+/// admits under, which `set_limits` replaces with the rest).
+#[test]
+fn new_default_limits_hold_for_a_promoted_key_and_its_lane_admits_under_them() {
+    for both in [false, true] {
+        let clock = ManualClock::new();
+        let builder = Limiter::builder().max_inflight(8).clock(&clock);
+        let builder = if both {
+            builder.max_rate(100_000, Duration::from_secs(1))
+        } else {
+            builder
+        };
+        let limiter: Limiter<String> = builder.build().unwrap();
+        let limits = |inflight: u32| {
+            let limits = Limits::new().max_inflight(inflight);
+            if both {
+                limits.max_rate(100_000)
+            } else {
+                limits
+            }
+        };
+        let held: Vec<_> = (0..4)
+            .map(|_| limiter.try_acquire("origin").unwrap())
+            .collect();
+        assert_eq!(limiter.stats().promoted, 1, "promoted at 4 in flight");
+        for inflight in [6, 8, 5] {
+            limiter.set_limits(limits(inflight)).unwrap();
+            let room = (inflight - 4) as usize;
+            let full: Vec<_> = (0..room)
+                .map(|_| limiter.try_acquire("origin").unwrap())
+                .collect();
+            assert_eq!(
+                limiter.try_acquire("origin").unwrap_err().reason,
+                floodgate::Reason::Inflight,
+                "both {both}: {} over {inflight}",
+                inflight + 1
+            );
+            drop(full);
+            let locks = limiter.exact_locks_taken();
+            for _ in 0..1_000 {
+                let permits: Vec<_> = (0..room)
+                    .map(|_| limiter.try_acquire("origin").unwrap())
+                    .collect();
+                drop(permits);
+            }
+            assert!(
+                limiter.exact_locks_taken() <= locks + 1,
+                "both {both}, a limit of {inflight}: {} locks in 1,000 rounds that fit",
+                limiter.exact_locks_taken() - locks
+            );
+        }
+        drop(held);
+        assert_eq!(limiter.estimate("origin").inflight, Some(0), "both {both}");
+    }
+}
+
 /// A release that finds its key's place given to another key since (the key left, and the
 /// place was taken) gives back nothing to the newcomer: its units left with the entry that
 /// counted them.
