@@ -19,10 +19,12 @@
 //! much, which no reader can tell from having been delayed as long between reading the time
 //! and using it.
 //!
-//! A counter that goes back (a machine suspended on hardware that resets it) reads as not
-//! moving ([`quanta::Clock::delta_as_nanos`] is 0 for a time before its start): the precise
-//! time is then the OS time of the last anchor, a tick's resolution, until the counter passes
-//! its start again. It is never before the epoch.
+//! A counter that goes back below its value at the epoch (a machine suspended on hardware
+//! that resets it) reads as not moving ([`quanta::Clock::delta_as_nanos`] is 0 for a time
+//! before its start): from the next anchor on, the precise time is the OS time of the last
+//! anchor, a tick's resolution, until the counter passes its start again; until that anchor
+//! (at most a tick, in which the machine has just woken), it reads as a time in the past, at
+//! worst the epoch itself. It is never 0.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::OnceLock;
