@@ -162,14 +162,13 @@ mod tests {
     use super::*;
 
     /// The worst distance from the OS clock, over a day, of the time a counter running `ppm`
-    /// parts per million fast gives, anchored (or not) once every 997 ticks, read at four
-    /// points between two anchors.
+    /// parts per million fast gives, anchored (or not) once every [`STRIDE`] ticks, read at
+    /// the anchor and at three points between it and the next.
     fn worst_error_over_a_day(ppm: u64, anchored: bool) -> u64 {
-        let tick = super::super::TICK_NANOS;
+        let stride = STRIDE * super::super::TICK_NANOS;
         let counter_at = |os: u64| os + os / 1_000_000 * ppm;
         let mut offset = 0i64;
         let mut worst = 0u64;
-        // A day in ticks, the OS time read at a tick and at four points inside each.
         let day = 86_400 * 1_000_000_000u64;
         let mut os = 0;
         while os < day {
@@ -182,13 +181,18 @@ mod tests {
                 offset = bracket.offset();
             }
             for step in 0..4 {
-                let t = os + step * tick / 4;
+                let t = os + step * stride / 4;
                 worst = worst.max(time_at(counter_at(t), offset).abs_diff(t));
             }
-            os += tick * 997; // a stride of ticks: the anchor runs at each, the checks between
+            os += stride;
         }
         worst
     }
+
+    /// Ticks between two anchors in the model: the ticker anchors at every tick, so a model
+    /// that holds over this many holds there; a prime, so that the reads fall at every phase
+    /// of the drift's integer steps.
+    const STRIDE: u64 = 997;
 
     #[test]
     fn the_time_keeps_to_the_os_clock_when_the_counter_drifts() {
@@ -196,7 +200,7 @@ mod tests {
         for ppm in [1, 5, 50] {
             let worst = worst_error_over_a_day(ppm, true);
             // The drift over the time between two anchors, however long the run.
-            let bound = 997 * super::super::TICK_NANOS / 1_000_000 * ppm;
+            let bound = STRIDE * super::super::TICK_NANOS / 1_000_000 * ppm;
             assert!(worst <= bound, "{ppm} ppm: {worst} ns off, bound {bound}");
         }
         // Left unanchored, 5 ppm is 432 ms a day: what the anchor is for.

@@ -19,8 +19,8 @@
 //! # Orderings
 //!
 //! [`store`](Defaults::store) writes the thresholds, then the promotion word, the lanes'
-//! words, then the tag, each publishing with `Release`; the request path reads them in the opposite order with
-//! `Acquire`. So a request that read a newer word reads thresholds at least as new after it
+//! words, then the tag, each publishing with `Release`; the request path reads them in the
+//! opposite order with `Acquire`. So a request that read a newer word reads thresholds at least as new after it
 //! (it may read older words and newer thresholds, which only means it decided on a
 //! `set_limits` that came before the one it then read in full: each decision is made on one
 //! of them whole).
