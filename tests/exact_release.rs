@@ -2,6 +2,7 @@
 //! or counted twice when they race each other, new admissions, the clock's sweep, and other
 //! keys taking and leaving the key's set.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -10,10 +11,10 @@ use floodgate::{Limiter, Limits};
 use rand::{Rng, SeedableRng};
 
 /// A key with requests in flight throughout (what makes an in-flight limit matter) is
-/// admitted and gives each request back without a lock, as long as it fits; only the release
-/// that leaves it nothing in flight takes one, to see whether the key has cooled down, and a
-/// refusal is decided under the lock. Before, every admission and release of a promoted key
-/// took its set's lock.
+/// admitted and gives each request back without a lock, as long as it fits, and refused
+/// without one past its limit; only the release that leaves it nothing in flight takes one,
+/// to see whether the key has cooled down. Before, every admission and release of a promoted
+/// key took its set's lock.
 #[test]
 fn a_promoted_key_is_admitted_and_released_without_a_lock_while_it_fits() {
     let clock = ManualClock::new();
@@ -48,8 +49,8 @@ fn a_promoted_key_is_admitted_and_released_without_a_lock_while_it_fits() {
     assert!(limiter.try_acquire("origin").is_err(), "9 over 8");
     assert_eq!(
         limiter.exact_locks_taken(),
-        locks + 1,
-        "a refusal is decided under the lock"
+        locks,
+        "a refusal the lock would make took it"
     );
     drop(full);
     let locks = limiter.exact_locks_taken();
@@ -60,6 +61,82 @@ fn a_promoted_key_is_admitted_and_released_without_a_lock_while_it_fits() {
         "the last release looks at the key once"
     );
     assert_eq!(limiter.stats().promoted, 0, "cool: it left at its release");
+}
+
+/// A promoted key at its in-flight limit is refused in its lane, without the lock, with the
+/// answer the lock gives (reason, bound and limit), on every path a request takes (`try_acquire`,
+/// a plan's limits, a cost, a waiting request's attempts), in shadow as an admission that
+/// says so; the reports count each refusal, while the key is promoted and after it left.
+/// Before, each of these refusals took its set's lock.
+#[test]
+fn a_promoted_key_at_its_in_flight_limit_is_refused_without_the_lock() {
+    let clock = ManualClock::new();
+    let limiter: Limiter<String> = Limiter::builder()
+        .max_inflight(8)
+        .max_waiters(4)
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let held: Vec<_> = (0..8)
+        .map(|_| limiter.try_acquire("origin").unwrap())
+        .collect();
+    assert_eq!(limiter.stats().promoted, 1);
+    // Its first refusal is decided under the lock: the key's lane learns its base there.
+    let first = limiter.try_acquire("origin").unwrap_err();
+    let locks = limiter.exact_locks_taken();
+    let plan = limiter.with_limits(Limits::new().max_inflight(8));
+    let shadow = limiter.with_limits(Limits::new().max_inflight(8).shadow(true));
+    let mut refused = 1;
+    for round in 0..100 {
+        let rejected = match round % 4 {
+            0 => limiter.try_acquire("origin").unwrap_err(),
+            1 => plan.try_acquire("origin").unwrap_err(),
+            2 => plan.cost(3).try_acquire("origin").unwrap_err(),
+            _ => {
+                let permit = shadow.try_acquire("origin").unwrap();
+                permit
+                    .shadow_rejection()
+                    .expect("refused in shadow")
+                    .clone()
+            }
+        };
+        refused += 1;
+        assert_eq!(rejected.reason, floodgate::Reason::Inflight);
+        assert_eq!(rejected.limit, first.limit);
+        let cost = if round % 4 == 2 { 3 } else { 1 };
+        assert_eq!(rejected.estimate, 8 + cost, "round {round}");
+    }
+    // A waiting request's first attempt and the one it makes after joining its line.
+    let mut waiting = limiter.acquire("origin", Duration::from_millis(50));
+    let waker = std::task::Waker::noop();
+    let polled = std::pin::Pin::new(&mut waiting).poll(&mut std::task::Context::from_waker(waker));
+    assert!(polled.is_pending());
+    assert_eq!(
+        limiter.exact_locks_taken(),
+        locks,
+        "a refusal the lock would make took it"
+    );
+    assert_eq!(
+        limiter.estimate("origin").inflight,
+        Some(8),
+        "nothing counted"
+    );
+    // Its two attempts, and every refusal above (in shadow too: the refusal an admission
+    // stands for).
+    refused += 2;
+    let reported = limiter.heavy_hitters()[0].rejected;
+    assert_eq!(reported, refused);
+    drop(held);
+    assert_eq!(
+        limiter.stats().promoted,
+        0,
+        "cool: it left at its last release"
+    );
+    assert_eq!(
+        limiter.heavy_hitters()[0].rejected,
+        reported,
+        "its refusals left with it"
+    );
 }
 
 /// The same in a limiter that counts both requests in flight and a rate: a promoted key's

@@ -56,7 +56,7 @@ pub(crate) const MAX_SIZED_COLUMNS: usize = 1 << 17;
 pub(crate) const NOISE_MARGIN: f64 = 8.0;
 /// The fewest and the most keys that sizing the exact stage from the peak rate gives it (see
 /// [`LimiterBuilder::exact_capacity`]). The most keeps a default limiter within 32 MiB: a
-/// place costs about 210 bytes (a `u64` or short `String` key), 3.3 MiB for 2^14 places.
+/// place costs about 220 bytes (a `u64` or short `String` key), 3.4 MiB for 2^14 places.
 pub(crate) const MIN_SIZED_EXACT_CAPACITY: usize = 1 << 10;
 /// See [`MIN_SIZED_EXACT_CAPACITY`].
 pub(crate) const MAX_SIZED_EXACT_CAPACITY: usize = 1 << 14;

@@ -197,7 +197,7 @@ where
                 key: entry.key.clone(),
                 inflight,
                 rate,
-                rejected: state.rejected_by_now(line),
+                rejected: state.rejected_by_now(line, units),
                 inflight_limit,
                 left_ago: None,
             });

@@ -5,7 +5,7 @@
 
 use super::adaptive::Learning;
 use super::counts::Counts;
-use super::exact::Tenant;
+use super::exact::{Tenant, Units};
 use super::key_lines::KeyLine;
 use super::limits::Thresholds;
 use super::overlimit::OverLimit;
@@ -16,8 +16,9 @@ pub(crate) struct Promoted {
     pub(crate) counts: Counts,
     /// The key's limits at its last decision: what the sweep judges it cool by.
     pub(crate) thresholds: Thresholds,
-    /// Requests rejected while promoted: by the exact stage, and the runs the over-limit
-    /// cache refused on a deadline an admission held (`held`), once settled.
+    /// Requests rejected while promoted: by the exact stage, the runs the over-limit cache
+    /// refused on a deadline an admission held (`held`), once settled, and those its lane
+    /// refused without the lock, once taken (`take_lane_refusals`).
     pub(crate) rejected: u64,
     /// Until when (nanoseconds on the limiter's clock) the key's requests are rejected by the
     /// over-limit cache, which counts no hits: the entry keeps its place until then.
@@ -53,11 +54,20 @@ impl Promoted {
         OverLimit::settle(line, &mut self.held, &mut self.rejected);
     }
 
-    /// Its refusals, with a run [`settle`](Self::settle) would count now (for reports, which
-    /// change nothing).
-    pub(crate) fn rejected_by_now(&self, line: KeyLine<'_>) -> u64 {
+    /// Counts the requests its lane (`units`) refused without the lock since they were last
+    /// taken: under the lock, at the clock's sweep and as the key leaves.
+    pub(crate) fn take_lane_refusals(&mut self, units: Units<'_>) {
+        let refused = u64::from(units.take_refused());
+        self.rejected = self.rejected.saturating_add(refused);
+    }
+
+    /// Its refusals, with a run [`settle`](Self::settle) would count now and those its lane
+    /// (`units`) refused since they were last taken (for reports, which change nothing).
+    pub(crate) fn rejected_by_now(&self, line: KeyLine<'_>, units: Units<'_>) -> u64 {
         let unsettled = OverLimit::unsettled(line, self.held);
-        self.rejected.saturating_add(unsettled)
+        self.rejected
+            .saturating_add(unsettled)
+            .saturating_add(u64::from(units.refused()))
     }
 }
 

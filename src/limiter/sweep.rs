@@ -49,6 +49,7 @@ impl<K> Shared<K> {
         self.exact.sweep(
             |Locked { entry, units }: Locked<'_, K, Promoted>, line| {
                 entry.state.settle(line);
+                entry.state.take_lane_refusals(units);
                 let hash = entry.hash;
                 self.closed_while_cool(hash, &mut entry.state, units, |state| {
                     self.is_cool(hash, state, units.in_flight())

@@ -16,8 +16,9 @@
 //!   limit. Two racing admissions each see the other's units (the second swap fails and reads
 //!   again), so the count is never short of what was admitted, and none is undone, so none
 //!   causes another's refusal: the refusals are those of the same admissions one after
-//!   another. An admission that does not fit is not refused here: it goes to the lock, where
-//!   the bound is lowered first (see "The base").
+//!   another. A request that does not fit goes to the lock, where the bound is lowered first
+//!   (see "The base"), unless nothing would lower it: then it is refused here (see "A
+//!   refusal without the lock").
 //! - **An admission under the lock** closes the place first ([`Lane::close`]), so that none
 //!   passes without the lock while it lowers the base and decides, and adds its cost as it
 //!   opens it again.
@@ -57,6 +58,25 @@
 //! so every admission without the lock swapped before the close (its sketch count is in the
 //! estimate) or finds the place closed and goes to the lock. A `base` read without the lock
 //! that is stale is higher than the entry's: it only over-counts.
+//!
+//! # A refusal without the lock
+//!
+//! A request the word cannot take (`base + count + cost` past the limit) is refused there when
+//! the lock would refuse it too: the place open and unwatched, of its generation, admitting
+//! under its limits, and the request's own estimate of the others in flight at least `base +
+//! count`, so that the lock's rebase would not lower the base (see "The base"). Under the lock
+//! the bound is `min(estimate, base + count + cost)`, and both are past the limit: the same
+//! rejection, with the same bound. The base is read after the word, and the word again
+//! after it: both of one opening (a reopening or a reset between them is seen, and the
+//! request judged anew; the base is written with `Release` and read with `Acquire`, so that
+//! a base written after a later opening's swap is read with that word). A reset writes a
+//! base of `u32::MAX` before its generation's word, which may be read with the old word: such
+//! a base refuses nothing here. What it may miss is a permit given back between its estimate and
+//! its read of the word, of a unit admitted before the key's promotion (which lowers the
+//! sketch, not the word): a refusal of the request as if it had come before that release,
+//! which overlapped it. A refusal counts nothing in the word: it changes no other request's
+//! answer. It is counted as a request decided (the place's evidence) and as the tenant's
+//! refusal (`refused`, which the tenant takes under the lock).
 //!
 //! # Leaving
 //!
@@ -154,11 +174,13 @@
 //! load of it could be ordered before a release's store that came first on the sketch). The
 //! reset is a swap after the place's key hash is written: an admission that loads a
 //! generation, then the hash, finds the hash of that generation or of a later one, and a later
-//! one fails its swap. `base`, `look_below`, the limits, a lease's window, time and top, and
-//! the requests count are `Relaxed`: `base` is written under the lock before the word's
-//! reopening, which an admission's load of the word acquires, and so are a lease's window and
-//! time (a take that read them stale fails its swap: see "A lease"); the others are hints
-//! (see their sections) or evidence.
+//! one fails its swap. `base` is written under the lock before the word's reopening, which an
+//! admission's load of the word acquires; it is written with `Release` and read with
+//! `Acquire` for a refusal's sake (see "A refusal without the lock"), which costs nothing
+//! where a plain store and load already order so (x86). `look_below`, the limits, a lease's
+//! window, time and top, and the requests and refusals counts are `Relaxed`: a lease's window
+//! and time are written before the lease's reopening too (a take that read them stale fails
+//! its swap: see "A lease"); the others are hints (see their sections) or evidence.
 
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
@@ -227,6 +249,10 @@ pub(crate) struct Ask {
     /// Counted as a request admitted without the lock (the place's evidence): not for one
     /// that takes its rate units out of the lease after (see "A lease"), counted there.
     pub(crate) last: bool,
+    /// Refused here when it does not fit by a bound the lock would not lower (see "A refusal
+    /// without the lock"); else it goes to the lock. Not for one that would take rate units
+    /// after, whose refusal the lock counts in its rate sketch too.
+    pub(crate) refuses: bool,
 }
 
 #[cfg(test)]
@@ -254,6 +280,30 @@ impl Ask {
             others,
             while_tracked: false,
             last: true,
+            refuses: true,
+        }
+    }
+}
+
+/// What a lane says of a request it was asked to admit without the lock ([`Lane::admit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum InLane {
+    /// Admitted, its units counted: the bound with it (`base + count + cost`), at most the
+    /// limit.
+    Admitted(u32),
+    /// Refused: the bound with it, past the limit, is one the lock would not lower (see "A
+    /// refusal without the lock").
+    Full(u32),
+    /// Neither: decided under the lock.
+    Lock,
+}
+
+impl InLane {
+    /// The bound with it, if it was admitted.
+    pub(crate) fn admitted(self) -> Option<u32> {
+        match self {
+            InLane::Admitted(bound) => Some(bound),
+            InLane::Full(_) | InLane::Lock => None,
         }
     }
 }
@@ -288,10 +338,14 @@ pub(crate) struct Lane {
     /// What the tenant said its count is once the whole lease is taken (a hint, for its
     /// reports: see [`Lane::take_lease`]).
     lease_top: AtomicU32,
-    /// Requests admitted without the lock since the clock's sweep last took them into the
+    /// Requests decided without the lock since the clock's sweep last took them into the
     /// entry's evidence. A load and a store, not an atomic add: a count lost to a race is
     /// evidence missed, never a unit.
     requests: AtomicU32,
+    /// Requests refused without the lock since its tenant last took them (see "A refusal
+    /// without the lock"): an atomic add, for the reports' count of the key's refusals is
+    /// exact.
+    refused: AtomicU32,
 }
 
 impl Default for Lane {
@@ -307,6 +361,7 @@ impl Default for Lane {
             lease_from: AtomicU64::new(u64::MAX),
             lease_top: AtomicU32::new(0),
             requests: AtomicU32::new(0),
+            refused: AtomicU32::new(0),
         }
     }
 }
@@ -321,6 +376,7 @@ impl Lane {
         self.base.store(u32::MAX, Ordering::Relaxed);
         self.look_below.store(u32::MAX, Ordering::Relaxed);
         self.requests.store(0, Ordering::Relaxed);
+        self.refused.store(0, Ordering::Relaxed);
         self.lease_window.store(u64::MAX, Ordering::Relaxed);
         self.lease_from.store(u64::MAX, Ordering::Relaxed);
         // A swap, not a store: see "No unit lost to a replacement".
@@ -334,6 +390,12 @@ impl Lane {
         generation_of(self.word.load(Ordering::SeqCst))
     }
 
+    /// The units in flight the place counts now, for whichever generation it holds: under the
+    /// set's lock, its entry's.
+    pub(crate) fn units_now(&self) -> u32 {
+        count_of(self.word.load(Ordering::SeqCst))
+    }
+
     /// The units in flight counted for generation `generation`, 0 if the place holds another.
     pub(crate) fn units(&self, generation: u32) -> u32 {
         let word = self.word.load(Ordering::SeqCst);
@@ -345,10 +407,10 @@ impl Lane {
     }
 
     /// Admits `ask` for generation `generation` without the lock, if the place admits under its
-    /// limits and it fits (see "The word"); returns the bound with it (`base + count +
-    /// cost`). `None`: go to the lock.
+    /// limits and it fits (see "The word"), or refuses it, if it does not fit by a bound the
+    /// lock would not lower (see "A refusal without the lock").
     #[inline]
-    pub(crate) fn admit(&self, generation: u32, ask: &Ask) -> Option<u32> {
+    pub(crate) fn admit(&self, generation: u32, ask: &Ask) -> InLane {
         let Ask {
             limits,
             cost,
@@ -356,32 +418,48 @@ impl Lane {
             others,
             while_tracked,
             last,
+            refuses,
         } = *ask;
         let mut word = self.word.load(Ordering::SeqCst);
         loop {
             if generation_of(word) != generation || word & (CLOSED | WATCHED) != 0 {
-                return None;
+                return InLane::Lock;
             }
             // Read after the word, and the swap fails if it changed since: a base lowered, and
             // the limits set, under the lock before its reopening are seen.
             if !self.passes_under(limits) {
-                return None;
+                return InLane::Lock;
             }
-            let base = self.base.load(Ordering::Relaxed);
+            // Acquire: a base of a later opening than the word's is seen with that opening's
+            // word, when the word is read again (see "A refusal without the lock").
+            let base = self.base.load(Ordering::Acquire);
             let count = count_of(word);
             if while_tracked && count == 0 {
-                return None;
+                return InLane::Lock;
             }
             let tracked_and_base = u64::from(base) + u64::from(count);
             // Fewer others than the bound counts: some untracked units came back, and the
             // lock lowers the base (a decision under it would have), so that a base left high
             // refuses no later request.
             if u64::from(others) < tracked_and_base {
-                return None;
+                return InLane::Lock;
             }
             let with_it = tracked_and_base + u64::from(cost);
             if with_it > u64::from(limit) {
-                return None;
+                // A base of `u32::MAX` bounds nothing: a key's reset writes it before its
+                // new generation, and it may be read with the old key's word.
+                if !refuses || base == u32::MAX {
+                    return InLane::Lock;
+                }
+                // The base, read after the word, is of the opening that word is or a later
+                // one: the word again, to refuse on a base and a count of one opening.
+                if self.word.load(Ordering::SeqCst) != word {
+                    word = self.word.load(Ordering::SeqCst);
+                    continue;
+                }
+                self.count_request();
+                self.count_refusal();
+                return InLane::Full(u32::try_from(with_it).unwrap_or(u32::MAX));
             }
             // Within a limit under 2^30: no carry.
             let next = with_count(word, count + cost);
@@ -394,7 +472,7 @@ impl Lane {
                         self.count_request();
                     }
                     // At most the limit.
-                    return Some(with_it as u32);
+                    return InLane::Admitted(with_it as u32);
                 }
                 Err(now) => word = now,
             }
@@ -464,13 +542,22 @@ impl Lane {
         limits != 0 && self.admits_under.load(Ordering::Relaxed) == limits
     }
 
-    /// Counts one request admitted without the lock, as evidence: a load and a store, not an
+    /// Counts one request decided without the lock, as evidence: a load and a store, not an
     /// atomic add (see the field).
     #[inline]
     fn count_request(&self) {
         let requests = self.requests.load(Ordering::Relaxed);
         self.requests
             .store(requests.saturating_add(1), Ordering::Relaxed);
+    }
+
+    /// Counts one request refused without the lock, for its tenant (stuck at `u32::MAX` if
+    /// nothing takes them for that long).
+    #[inline]
+    fn count_refusal(&self) {
+        let _ = self
+            .refused
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_add(1));
     }
 
     /// Closes the place (its units in flight and its lease) and takes back what is left of
@@ -591,7 +678,7 @@ impl Lane {
     /// the place is closed (see "The base").
     pub(crate) fn set_base(&self, base: u32) {
         if self.base.load(Ordering::Relaxed) != base {
-            self.base.store(base, Ordering::Relaxed);
+            self.base.store(base, Ordering::Release);
         }
     }
 
@@ -609,9 +696,20 @@ impl Lane {
         self.requests.swap(0, Ordering::Relaxed)
     }
 
-    /// Requests admitted without the lock since the sweep last took them.
+    /// Requests decided without the lock since the sweep last took them.
     pub(crate) fn requests(&self) -> u32 {
         self.requests.load(Ordering::Relaxed)
+    }
+
+    /// Takes the requests refused without the lock since the last call: under the lock, for
+    /// its tenant's count of refusals.
+    pub(crate) fn take_refused(&self) -> u32 {
+        self.refused.swap(0, Ordering::Relaxed)
+    }
+
+    /// Requests refused without the lock since its tenant last took them.
+    pub(crate) fn refused(&self) -> u32 {
+        self.refused.load(Ordering::Relaxed)
     }
 
     /// The in-flight estimate below which a release that leaves the place nothing in flight
@@ -677,61 +775,70 @@ mod tests {
     #[test]
     fn an_admission_without_the_lock_is_counted_only_where_it_fits() {
         let lane = open_lane(3);
-        assert_eq!(lane.admit(3, &Ask::of(LIMITS, 2, LIMIT, u32::MAX)), Some(2));
-        assert_eq!(lane.admit(3, &Ask::of(LIMITS, 2, LIMIT, u32::MAX)), Some(4));
+        assert_eq!(
+            lane.admit(3, &Ask::of(LIMITS, 2, LIMIT, u32::MAX)),
+            InLane::Admitted(2)
+        );
+        assert_eq!(
+            lane.admit(3, &Ask::of(LIMITS, 2, LIMIT, u32::MAX)),
+            InLane::Admitted(4)
+        );
         assert_eq!(
             lane.admit(3, &Ask::of(LIMITS, 1, LIMIT, u32::MAX)),
-            None,
+            InLane::Full(5),
             "5 over 4"
         );
         lane.give_back(3, 2);
         lane.set_base(1);
         assert_eq!(
             lane.admit(3, &Ask::of(LIMITS, 2, LIMIT, u32::MAX)),
-            None,
+            InLane::Full(5),
             "1 + 2 + 2 over 4"
         );
-        assert_eq!(lane.admit(3, &Ask::of(LIMITS, 1, LIMIT, u32::MAX)), Some(4));
+        assert_eq!(
+            lane.admit(3, &Ask::of(LIMITS, 1, LIMIT, u32::MAX)),
+            InLane::Admitted(4)
+        );
         assert_eq!(lane.units(3), 3);
         lane.give_back(3, 3);
         assert_eq!(
             lane.admit(2, &Ask::of(LIMITS, 1, LIMIT, u32::MAX)),
-            None,
+            InLane::Lock,
             "another generation"
         );
         assert_eq!(
             lane.admit(3, &Ask::of(LIMITS + 1, 1, LIMIT, u32::MAX)),
-            None,
+            InLane::Lock,
             "other limits"
         );
         assert_eq!(
             lane.admit(3, &Ask::of(0, 1, LIMIT, u32::MAX)),
-            None,
+            InLane::Lock,
             "no limits"
         );
         lane.close();
         assert_eq!(
             lane.admit(3, &Ask::of(LIMITS, 1, LIMIT, u32::MAX)),
-            None,
+            InLane::Lock,
             "closed"
         );
         lane.open();
         lane.watch(true);
         assert_eq!(
             lane.admit(3, &Ask::of(LIMITS, 1, LIMIT, u32::MAX)),
-            None,
+            InLane::Lock,
             "watched"
         );
         lane.watch(false);
         assert_eq!(
             lane.admit(3, &Ask::of(LIMITS, 1, LIMIT, u32::MAX)),
-            Some(2),
+            InLane::Admitted(2),
             "the base of 1 and itself"
         );
         lane.reset(4);
         assert_eq!(
             lane.admit(4, &Ask::of(LIMITS, 1, LIMIT, u32::MAX)),
-            None,
+            InLane::Lock,
             "a new key says its limits first"
         );
     }
@@ -746,13 +853,16 @@ mod tests {
         lane.add_and_open(1);
         assert_eq!(
             lane.admit(5, &Ask::of(LIMITS, 1, LIMIT, 2)),
-            None,
+            InLane::Lock,
             "2 others, 3 counted"
         );
-        assert_eq!(lane.admit(5, &Ask::of(LIMITS, 1, LIMIT, 3)), Some(4));
+        assert_eq!(
+            lane.admit(5, &Ask::of(LIMITS, 1, LIMIT, 3)),
+            InLane::Admitted(4)
+        );
         assert_eq!(
             lane.admit(5, &Ask::of(LIMITS, 0, LIMIT, 9)),
-            Some(4),
+            InLane::Admitted(4),
             "more others: other keys'"
         );
         let below_threshold = Ask {
@@ -762,11 +872,79 @@ mod tests {
         lane.give_back(5, 2);
         assert_eq!(
             lane.admit(5, &below_threshold),
-            None,
+            InLane::Lock,
             "none tracked: judged for cooling"
         );
         lane.add_and_open(1);
-        assert_eq!(lane.admit(5, &below_threshold), Some(4), "one tracked");
+        assert_eq!(
+            lane.admit(5, &below_threshold),
+            InLane::Admitted(4),
+            "one tracked"
+        );
+    }
+
+    /// A request past the limit is refused without the lock only where the lock would refuse
+    /// it with the same bound: open, unwatched, its generation, its limits, a base the lock
+    /// would not lower (its estimate of the others at least the base and the count), tracked
+    /// units if it asks for them, and a caller that takes the refusal. Each refusal is counted
+    /// as a request and as a refusal, and changes no count.
+    #[test]
+    fn a_request_is_refused_without_the_lock_only_where_the_lock_would_refuse_it() {
+        let lane = open_lane(6);
+        lane.set_base(1);
+        lane.add_and_open(3);
+        let over = Ask::of(LIMITS, 1, LIMIT, 4);
+        assert_eq!(lane.admit(6, &over), InLane::Full(5), "1 + 3 + 1 over 4");
+        assert_eq!(
+            lane.admit(6, &Ask::of(LIMITS, 1, LIMIT, u32::MAX)),
+            InLane::Full(5)
+        );
+        assert_eq!((lane.requests(), lane.refused()), (2, 2));
+        assert_eq!(lane.units(6), 3, "nothing counted");
+        assert_eq!(
+            lane.admit(6, &Ask::of(LIMITS, 1, LIMIT, 3)),
+            InLane::Lock,
+            "3 others, 4 counted: the lock lowers the base and may admit"
+        );
+        let left_to_the_lock = Ask {
+            refuses: false,
+            ..over
+        };
+        assert_eq!(lane.admit(6, &left_to_the_lock), InLane::Lock);
+        assert_eq!(
+            lane.admit(
+                6,
+                &Ask {
+                    limits: LIMITS + 1,
+                    ..over
+                }
+            ),
+            InLane::Lock
+        );
+        assert_eq!(lane.admit(5, &over), InLane::Lock, "another generation");
+        lane.watch(true);
+        assert_eq!(lane.admit(6, &over), InLane::Lock, "watched");
+        lane.watch(false);
+        lane.close();
+        assert_eq!(lane.admit(6, &over), InLane::Lock, "closed");
+        lane.open();
+        assert_eq!((lane.requests(), lane.refused()), (2, 2), "none counted");
+        lane.give_back(6, 3);
+        lane.set_base(4);
+        let below_threshold = Ask {
+            while_tracked: true,
+            ..over
+        };
+        assert_eq!(
+            lane.admit(6, &below_threshold),
+            InLane::Lock,
+            "none tracked: judged for cooling"
+        );
+        assert_eq!(lane.take_refused(), 2);
+        assert_eq!(lane.refused(), 0, "taken");
+        lane.admit(6, &over);
+        lane.reset(7);
+        assert_eq!(lane.refused(), 0, "a new generation starts with none");
     }
 
     #[test]
@@ -777,7 +955,7 @@ mod tests {
         assert_eq!(lane.units(1), 3);
         assert_eq!(
             lane.admit(1, &Ask::of(LIMITS, 1, LIMIT, u32::MAX)),
-            Some(4),
+            InLane::Admitted(4),
             "open again"
         );
     }
@@ -844,14 +1022,14 @@ mod tests {
                 GENERATION_MASK,
                 &Ask::of(LIMITS, largest, largest, u32::MAX)
             ),
-            Some(largest)
+            InLane::Admitted(largest)
         );
         assert_eq!(
             lane.admit(
                 GENERATION_MASK,
                 &Ask::of(LIMITS, u32::MAX, largest, u32::MAX)
             ),
-            None
+            InLane::Full(u32::MAX)
         );
         assert_eq!(lane.units(GENERATION_MASK), largest);
         assert_eq!(lane.generation(), GENERATION_MASK);
@@ -1076,9 +1254,16 @@ mod loom_models {
         loom::model(|| {
             let lane = Arc::new(Lane::opened(1, 0, 1));
             let other = Arc::clone(&lane);
-            let racing =
-                thread::spawn(move || other.admit(1, &Ask::of(1, 1, 1, u32::MAX)).is_some());
-            let mine = lane.admit(1, &Ask::of(1, 1, 1, u32::MAX)).is_some();
+            let racing = thread::spawn(move || {
+                other
+                    .admit(1, &Ask::of(1, 1, 1, u32::MAX))
+                    .admitted()
+                    .is_some()
+            });
+            let mine = lane
+                .admit(1, &Ask::of(1, 1, 1, u32::MAX))
+                .admitted()
+                .is_some();
             let theirs = racing.join().unwrap();
             assert!(mine ^ theirs, "one of two: {mine} {theirs}");
             assert_eq!(lane.units(1), 1);
@@ -1096,6 +1281,25 @@ mod loom_models {
             lane.reset(2);
             admitting.join().unwrap();
             assert_eq!(lane.units(2), 0);
+        });
+    }
+
+    /// A refusal without the lock races the key's replacement (whose reset writes the base
+    /// of no key, then the new generation): it is refused on the old key's base and count, or
+    /// goes to the lock, never judged by a base of one and a count of the other.
+    #[test]
+    fn a_refusal_racing_a_replacement_is_judged_by_one_keys_base_and_count() {
+        loom::model(|| {
+            // The old key: 1 untracked, none tracked; a request of 2 under a limit of 2.
+            let lane = Arc::new(Lane::opened(1, 1, 1));
+            let other = Arc::clone(&lane);
+            let refusing = thread::spawn(move || other.admit(1, &Ask::of(1, 2, 2, u32::MAX)));
+            lane.reset(2);
+            let said = refusing.join().unwrap();
+            assert!(
+                matches!(said, InLane::Full(3) | InLane::Lock),
+                "{said:?}: the old key's 1 + 0 + 2, or the lock"
+            );
         });
     }
 
@@ -1212,7 +1416,7 @@ mod loom_models {
             last: false,
             ..Ask::of(RATE, 1, 4, u32::MAX)
         };
-        if lane.admit(generation, &ask).is_none() {
+        if lane.admit(generation, &ask).admitted().is_none() {
             return false;
         }
         if lane.take_lease(generation, &take_at(0)).is_some() {

@@ -122,7 +122,7 @@ use crate::sync::{lock, AtomicU64, AtomicU8, Mutex, MutexGuard, Ordering};
 
 use super::key_lines::{spread, KeyLine, KeyLines};
 use lane::Lane;
-pub(crate) use lane::{Ask, GivenBack, LeaseAsk, MAX_LEASE};
+pub(crate) use lane::{Ask, GivenBack, InLane, LeaseAsk, MAX_LEASE};
 use set::Set;
 pub(crate) use set::{Departed, Entry, Hits, WAYS};
 pub(crate) use tenant::Tenant;
@@ -215,11 +215,31 @@ struct LockedSet<K, V> {
 }
 
 /// A set's lanes, and the hash of the key each way holds (0: none), which an admission without
-/// the lock finds its way by: 16 hashes on two lines, then one lane (48 bytes).
+/// the lock finds its way by, and a request under it finds its entry or a free way by: 16
+/// hashes on two lines, then one lane (64 bytes: a line each, after the hashes' two).
 #[derive(Default)]
 struct Lanes {
     hashes: [AtomicU64; WAYS],
     ways: [Lane; WAYS],
+}
+
+/// Under the set's lock, a way's hash is its entry's (0 for no entry: written as the entry is
+/// put in and as it leaves), so that the ways are looked at on two lines, where their entries
+/// take one or more each; each way found is checked by its entry (a key's hash may be 0).
+impl Lanes {
+    /// The way holding the entry of `hash` in `set` (its set, locked).
+    fn find<K, V: Tenant>(&self, set: &Set<K, V>, hash: u64) -> Option<usize> {
+        (0..WAYS).find(|&way| {
+            self.hashes[way].load(Ordering::Relaxed) == hash
+                && set.get(way).is_some_and(|e| e.hash == hash)
+        })
+    }
+
+    /// A way of `set` (its set, locked) with no entry.
+    fn free_way<K, V: Tenant>(&self, set: &Set<K, V>) -> Option<usize> {
+        (0..WAYS)
+            .find(|&way| self.hashes[way].load(Ordering::Relaxed) == 0 && set.get(way).is_none())
+    }
 }
 
 /// The filter and the sets, of keys `K` whose tenants are `V`.
@@ -309,26 +329,26 @@ impl<K, V: Tenant> ExactStage<K, V> {
     }
 
     /// Locks the set of `hash`; returns it with its ways' lanes.
-    fn set(&self, hash: u64) -> (MutexGuard<'_, Set<K, V>>, &[Lane; WAYS]) {
+    fn set(&self, hash: u64) -> (MutexGuard<'_, Set<K, V>>, &Lanes) {
         #[cfg(feature = "fault-injection")]
         self.counters.locks.fetch_add(1, Ordering::Relaxed);
         let locked = self.locked_set(hash);
-        (lock(&locked.set), &locked.lanes.ways)
+        (lock(&locked.set), &locked.lanes)
     }
 
-    /// Admits, without the lock, a request of the key of `hash` that asks `ask`, if the key
-    /// holds a place whose lane admits under its limits and it fits (see `lane.rs`); returns
-    /// the place's way and generation, for the permit to give its units back, and the bound on
-    /// the key's units in flight with them. `None`: the request goes to the lock.
+    /// Admits or refuses, without the lock, a request of the key of `hash` that asks `ask`, if
+    /// the key holds a place whose lane admits under its limits (see `lane.rs`); returns the
+    /// place's way and generation, for the permit to give its units back, and what the lane
+    /// said. `None`: the key holds no place, and the request goes to the lock.
     ///
     /// A key is found by its hash alone: another key with the same 64-bit keyed hash (which
     /// its sketch counters cannot tell apart either) would be counted with it, an over-count
     /// of both.
     #[inline]
-    pub(crate) fn admit(&self, hash: u64, ask: &Ask) -> Option<(u8, u32, u32)> {
+    pub(crate) fn admit(&self, hash: u64, ask: &Ask) -> Option<(u8, u32, InLane)> {
         let found = self.lane_of(hash)?;
-        let bound = found.lane.admit(found.generation, ask)?;
-        Some((found.way, found.generation, bound))
+        let said = found.lane.admit(found.generation, ask);
+        Some((found.way, found.generation, said))
     }
 
     /// The place of the key of `hash` for a request without the lock: its way, its lane and
@@ -380,9 +400,10 @@ impl<K, V: Tenant> ExactStage<K, V> {
         K: Borrow<Q>,
         Q: Eq + ?Sized,
     {
-        let (mut set, units) = self.set(hash);
+        let (mut set, lanes) = self.set(hash);
+        let units = &lanes.ways;
         let epoch = self.epoch.load(Ordering::Relaxed);
-        match set.find(hash) {
+        match lanes.find(&set, hash) {
             Some(way) if set.get(way).is_some_and(|e| e.key.borrow() == key) => Place::Held(Held {
                 stage: self,
                 set,
@@ -398,7 +419,7 @@ impl<K, V: Tenant> ExactStage<K, V> {
             None => Place::Free(Free {
                 stage: self,
                 set,
-                units,
+                lanes,
                 epoch,
             }),
         }
@@ -407,23 +428,24 @@ impl<K, V: Tenant> ExactStage<K, V> {
     /// A place in the key's set: a free way, or the way of the entry with the least evidence
     /// once the key has knocked more often than that entry was used (the entry is demoted).
     /// Returns the way and the knocks the key brings in; `None` if the key must wait.
+    ///
+    /// Every refused request of a hot key that holds no place comes here, under its set's
+    /// lock: the ways are looked at through their lanes first (their hashes, two lines, and
+    /// what each lane counts), and an entry itself only where its lane leaves it a candidate.
     fn place_for(
         &self,
         set: &mut Set<K, V>,
-        units: &[Lane; WAYS],
+        lanes: &Lanes,
         hash: u64,
         epoch: u64,
         keeper: &impl Keeper<V>,
     ) -> Option<(usize, u32)> {
-        if let Some(way) = set.free_way() {
+        if let Some(way) = lanes.free_way(set) {
             return Some((way, 0));
         }
         let knocks = set.knock(spread(hash), epoch);
-        let (way, evidence) = set.weakest(epoch, keeper.now(), units)?;
-        if u64::from(knocks) <= evidence {
-            return None;
-        }
-        self.leave(set, units, way, keeper);
+        let way = set.weakest_below(knocks, epoch, keeper.now(), &lanes.ways)?;
+        self.leave(set, &lanes.ways, way, keeper);
         self.counters.replaced.fetch_add(1, Ordering::Relaxed);
         Some((way, knocks))
     }
@@ -440,7 +462,8 @@ impl<K, V: Tenant> ExactStage<K, V> {
         f: impl FnOnce(Option<Locked<'_, K, V>>) -> bool,
         keeper: &impl Keeper<V>,
     ) {
-        let (mut set, units) = self.set(hash);
+        let (mut set, lanes) = self.set(hash);
+        let units = &lanes.ways;
         let way = usize::from(way);
         let found = set
             .get(way)
@@ -541,9 +564,9 @@ impl<K, V: Tenant> ExactStage<K, V> {
             return f(None);
         }
         let (set, lanes) = self.set(hash);
-        let entry = set.find(hash).and_then(|way| {
+        let entry = lanes.find(&set, hash).and_then(|way| {
             let entry = set.get(way).filter(|e| e.key.borrow() == key)?;
-            Some((entry, Units::of(&lanes[way], entry)))
+            Some((entry, Units::of(&lanes.ways[way], entry)))
         });
         f(entry)
     }
@@ -579,8 +602,10 @@ impl<K, V: Tenant> ExactStage<K, V> {
         generation: u32,
         f: impl FnOnce(&mut Entry<K, V>, KeyLine<'_>),
     ) {
-        let (mut set, _) = self.set(hash);
-        let Some(way) = set.find(hash) else { return };
+        let (mut set, lanes) = self.set(hash);
+        let Some(way) = lanes.find(&set, hash) else {
+            return;
+        };
         if let Some(entry) = set.get_mut(way).filter(|e| e.generation == generation) {
             f(entry, self.lines.key_line(spread(hash)));
         }
@@ -657,10 +682,10 @@ impl LaneOf<'_> {
         self.lane.may_lease(self.generation, cost)
     }
 
-    /// Admits a request that asks `ask` in the place's units in flight, if it fits there (see
-    /// [`ExactStage::admit`]); returns the bound on the key's units in flight with it.
+    /// Admits or refuses a request that asks `ask` in the place's units in flight (see
+    /// [`ExactStage::admit`]).
     #[inline]
-    pub(crate) fn admit(&self, ask: &Ask) -> Option<u32> {
+    pub(crate) fn admit(&self, ask: &Ask) -> InLane {
         self.lane.admit(self.generation, ask)
     }
 
@@ -748,6 +773,16 @@ impl<'a> Units<'a> {
     /// none; see [`ExactStage::admit`]).
     pub(crate) fn admit_under(self, limits: u64) {
         self.word.admit_under(limits);
+    }
+
+    /// Takes the requests its lane refused without the lock since the last call.
+    pub(crate) fn take_refused(self) -> u32 {
+        self.word.take_refused()
+    }
+
+    /// The requests its lane refused without the lock since they were last taken.
+    pub(crate) fn refused(self) -> u32 {
+        self.word.refused()
     }
 
     /// Gives back `cost` units, watched or not; returns those counted before them.
@@ -848,7 +883,7 @@ impl<'a, K, V: Tenant> Held<'a, K, V> {
 pub(crate) struct Free<'a, K, V> {
     stage: &'a ExactStage<K, V>,
     set: MutexGuard<'a, Set<K, V>>,
-    units: &'a [Lane; WAYS],
+    lanes: &'a Lanes,
     epoch: u64,
 }
 
@@ -873,7 +908,7 @@ impl<'a, K, V: Tenant> Free<'a, K, V> {
         Q: ToOwned<Owned = K> + ?Sized,
     {
         let stage = self.stage;
-        let placed = stage.place_for(&mut self.set, self.units, hash, self.epoch, keeper);
+        let placed = stage.place_for(&mut self.set, self.lanes, hash, self.epoch, keeper);
         let Some((way, knocks)) = placed else {
             stage.counters.decided_alone.fetch_add(1, Ordering::Relaxed);
             self.set.lost(hash, keeper.now());
@@ -886,12 +921,12 @@ impl<'a, K, V: Tenant> Free<'a, K, V> {
         let generation = self.set.occupy(way, hash, key, state, hits);
         // After the entry and its hash are written; admissions and releases of the way's
         // earlier generations find it changed and count nothing in it.
-        stage.locked_set(hash).lanes.hashes[way].store(hash, Ordering::Relaxed);
-        self.units[way].reset(generation);
+        self.lanes.hashes[way].store(hash, Ordering::Relaxed);
+        self.lanes.ways[way].reset(generation);
         Some(Held {
             stage,
             set: self.set,
-            units: self.units,
+            units: &self.lanes.ways,
             way,
             epoch: self.epoch,
         })
@@ -987,12 +1022,13 @@ mod tests {
         assert_eq!(stage.capacity(), 112);
         assert_eq!(stage.sets.len(), 7);
         let before = stage.memory_bytes();
-        let (mut set, _) = stage.set(0);
+        let (mut set, lanes) = stage.set(0);
         for way in 0..WAYS {
             let key = way.to_string();
             set.occupy(way, way as u64, key.as_str(), (), Hits::at_promotion(0, 0));
+            lanes.hashes[way].store(way as u64, Ordering::Relaxed);
         }
-        assert!(set.free_way().is_none());
+        assert!(lanes.free_way(&set).is_none());
         drop(set);
         assert_eq!(stage.memory_bytes(), before);
     }

@@ -212,13 +212,6 @@ impl<K, V: Tenant> Set<K, V> {
         WAYS * std::mem::size_of::<Way<K, V>>()
     }
 
-    /// The way holding the entry of `hash`.
-    pub(crate) fn find(&self, hash: u64) -> Option<usize> {
-        self.ways
-            .iter()
-            .position(|w| w.entry.as_ref().is_some_and(|e| e.hash == hash))
-    }
-
     pub(crate) fn get(&self, way: usize) -> Option<&Entry<K, V>> {
         self.ways.get(way)?.entry.as_ref()
     }
@@ -227,27 +220,35 @@ impl<K, V: Tenant> Set<K, V> {
         self.ways.get_mut(way)?.entry.as_mut()
     }
 
-    /// A way with no entry.
-    pub(crate) fn free_way(&self) -> Option<usize> {
-        self.ways.iter().position(|w| w.entry.is_none())
-    }
-
-    /// The entry with the least evidence in `epoch` (its ways' units in flight in `units`),
-    /// and that evidence, among those whose state does not keep their place at `now`
-    /// ([`Tenant::kept_until`]).
-    pub(crate) fn weakest(
+    /// The way of the entry with the least evidence in `epoch` (its ways' lanes in `lanes`)
+    /// below `knocks`, among those whose state does not keep their place at `now`
+    /// ([`Tenant::kept_until`]): the entry a key that knocked `knocks` times replaces, if any.
+    ///
+    /// What a lane counts (its units in flight, and the requests it decided since the sweep
+    /// took them) is part of its entry's evidence: a way whose lane shows `knocks` or more is
+    /// passed over without its entry being read (a line or more each, where a lane is one).
+    /// Under the set's lock, a lane's units are its entry's.
+    pub(crate) fn weakest_below(
         &self,
+        knocks: u32,
         epoch: u64,
         now: u64,
-        units: &[Lane; WAYS],
-    ) -> Option<(usize, u64)> {
+        lanes: &[Lane; WAYS],
+    ) -> Option<usize> {
+        let knocks = u64::from(knocks);
         (0..WAYS)
+            .filter(|&way| {
+                let lane = &lanes[way];
+                u64::from(lane.units_now()) + u64::from(lane.requests()) < knocks
+            })
             .filter_map(|way| {
                 let entry = self.get(way)?;
-                let evidence = entry.evidence(epoch, &units[way]);
-                (entry.state.kept_until() <= now).then_some((way, evidence))
+                let evidence = entry.evidence(epoch, &lanes[way]);
+                let candidate = evidence < knocks && entry.state.kept_until() <= now;
+                candidate.then_some((way, evidence))
             })
             .min_by_key(|&(_, evidence)| evidence)
+            .map(|(way, _)| way)
     }
 
     /// Counts a knock of the key with spread hash `spread` in `epoch`, and returns its

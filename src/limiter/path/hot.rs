@@ -43,9 +43,10 @@ where
         Q: Eq + ToOwned<Owned = K> + ?Sized,
     {
         // A promoted key whose lane admits under these limits, with room: counted there,
-        // without the lock. Anything else (a refusal among it) is decided under the lock.
-        if let Some(counted) = self.admit_in_lane(s, t, hot) {
-            return Ok(Some(counted));
+        // without the lock; without room by a bound the lock would not lower: refused there.
+        // Anything else is decided under the lock.
+        if let Some(decided) = self.admit_in_lane(s, t, hot) {
+            return decided.map(Some).map_err(Refusal::from);
         }
         let at = s.window.map_or_else(|| self.time.coarse(), |w| w.at);
         // In a limiter whose lanes admit, a promoted key's lane is closed while it is judged

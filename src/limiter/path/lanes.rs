@@ -6,12 +6,13 @@
 use super::CountedExactly;
 use crate::limiter::counts::Counts;
 use crate::limiter::decision::Admitted;
-use crate::limiter::exact::{Ask, Closed, GivenBack, LaneOf, LeaseAsk, Units, MAX_LEASE};
+use crate::limiter::exact::{Ask, Closed, GivenBack, InLane, LaneOf, LeaseAsk, Units, MAX_LEASE};
 use crate::limiter::limits::{BothLimits, InflightAlone, Thresholds};
 use crate::limiter::promoted::Promoted;
 use crate::limiter::shared::Shared;
 use crate::limiter::sketches::{less_own, Reread, Sketched, SATURATED, UNCOUNTED};
 use crate::limiter::tally::{Tally, NEAR_LIMIT};
+use crate::limiter::Rejected;
 use crate::rate::WindowView;
 
 /// What a limiter's promoted keys are admitted by without the lock.
@@ -224,15 +225,16 @@ impl<K> Shared<K> {
 
 impl<K> Shared<K> {
     /// A request of a promoted key (`s`, judged by `t`; `hot`: whether its own counts reach
-    /// its promotion threshold) admitted in its lane without the lock, if its limiter's lanes
-    /// admit and it fits there. `None`: decided under the lock.
+    /// its promotion threshold) admitted or refused in its lane without the lock, if its
+    /// limiter's lanes admit and the lane can decide it (see "A refusal without the lock" in
+    /// the exact stage's `lane.rs`). `None`: decided under the lock.
     #[inline]
     pub(super) fn admit_in_lane(
         &self,
         s: &Sketched,
         t: &Thresholds,
         hot: bool,
-    ) -> Option<CountedExactly> {
+    ) -> Option<Result<CountedExactly, Rejected>> {
         match self.lanes() {
             Lanes::Locked => None,
             Lanes::InFlight => self.admit_in_flight(s, t.inflight_alone()?, hot),
@@ -247,12 +249,15 @@ impl<K> Shared<K> {
     /// limiter whose lanes count units in flight alone, admitted in its lane under the default
     /// limits' one word of them ([`Defaults::inflight_alone`]): the request path past the
     /// sketch of a promoted key's usual request, without the thresholds read whole (a
-    /// 56-byte copy under a sequence lock) or the path to the lock. `None`: decided the usual
-    /// way, by the thresholds whole.
+    /// 56-byte copy under a sequence lock) or the path to the lock; or refused there, by a
+    /// bound the lock would not lower. `None`: decided the usual way, by the thresholds whole.
     ///
     /// [`Defaults::inflight_alone`]: crate::limiter::defaults::Defaults::inflight_alone
     #[inline]
-    pub(super) fn admit_in_flight_first(&self, s: &Sketched) -> Option<CountedExactly> {
+    pub(super) fn admit_in_flight_first(
+        &self,
+        s: &Sketched,
+    ) -> Option<Result<CountedExactly, Rejected>> {
         if self.lanes() != Lanes::InFlight || s.inflight == Some(UNCOUNTED) {
             return None;
         }
@@ -263,16 +268,17 @@ impl<K> Shared<K> {
     }
 
     /// [`admit_in_lane`](Self::admit_in_lane) in a limiter whose lanes count units in flight:
-    /// counted within the in-flight limit `limits`, with the key's base. A request below its
-    /// promotion threshold (`hot` false) is, only while the key has units in flight counted
-    /// there: with none, its key is judged for cooling down under the lock.
+    /// counted within the in-flight limit `limits`, with the key's base, or refused. A request
+    /// below its promotion threshold (`hot` false) is decided there only while the key has
+    /// units in flight counted there: with none, its key is judged for cooling down under the
+    /// lock.
     #[inline]
     fn admit_in_flight(
         &self,
         s: &Sketched,
         limits: InflightAlone,
         hot: bool,
-    ) -> Option<CountedExactly> {
+    ) -> Option<Result<CountedExactly, Rejected>> {
         let limit = limits.limit();
         let ask = Ask {
             limits: limits.bits(),
@@ -281,20 +287,27 @@ impl<K> Shared<K> {
             others: others_in_flight(s.inflight, s.cost),
             while_tracked: !hot,
             last: true,
+            refuses: true,
         };
-        let (way, generation, bound) = self.exact.admit(s.hash, &ask)?;
+        let (way, generation, bound) = match self.exact.admit(s.hash, &ask)? {
+            (way, generation, InLane::Admitted(bound)) => (way, generation, bound),
+            (_, _, InLane::Full(bound)) => {
+                return Some(Err(Rejected::inflight(bound as isize, limit as isize)));
+            }
+            (_, _, InLane::Lock) => return None,
+        };
         if Tally::ON {
             let bound = s.inflight.map_or(bound as isize, |e| e.min(bound as isize));
             if bound as f64 >= NEAR_LIMIT * limit as f64 {
                 self.tally.near();
             }
         }
-        Some(CountedExactly {
+        Some(Ok(CountedExactly {
             generation,
             way,
             window: None,
             admitted_at: 0,
-        })
+        }))
     }
 
     /// A request of `cost` units of a flagged key (of hash `hash`), under the rate limit
@@ -387,8 +400,10 @@ impl<K> Shared<K> {
             while_tracked: false,
             // Counted as admitted as its lease takes it.
             last: false,
+            // Under the lock, a refusal is counted in the rate sketch too.
+            refuses: false,
         };
-        let Some(bound) = place.admit(&ask) else {
+        let Some(bound) = place.admit(&ask).admitted() else {
             self.sketches.release(hash, cost);
             return None;
         };

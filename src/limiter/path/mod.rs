@@ -170,8 +170,14 @@ where
         }
         // A promoted key's usual request counted in flight alone: in its lane.
         if cell.flagged() {
-            if let Some(counted) = self.admit_in_flight_first(&sketched) {
-                return Ok(self.admitted(&sketched, 1, Some(counted), true, permit));
+            match self.admit_in_flight_first(&sketched) {
+                Some(Ok(counted)) => {
+                    return Ok(self.admitted(&sketched, 1, Some(counted), true, permit));
+                }
+                Some(Err(rejected)) => {
+                    return self.refused(&sketched, rejected, false, true, permit)
+                }
+                None => {}
             }
         }
         self.acquire_one_hot(key, line, cell, sketched, permit)
@@ -301,18 +307,31 @@ where
         match decision {
             Ok(exact) => Ok(self.admitted(sketched, cost, exact, counted, permit)),
             Err(Refusal { rejected, .. }) => {
-                let hash = sketched.hash;
-                self.sketches.release(hash, cost);
-                let shadow = self.in_shadow(plan_shadow);
-                if counted {
-                    self.tally.refused(&rejected, shadow);
-                }
-                if shadow {
-                    return shadow_admission(rejected, permit);
-                }
-                Err(rejected)
+                self.refused(sketched, rejected, plan_shadow, counted, permit)
             }
         }
+    }
+
+    /// The answer to a request refused after it counted itself in the sketches (`s`): its
+    /// units in flight given back, and in shadow (its plan's, or the whole limiter's) an
+    /// admission that says so.
+    fn refused<P>(
+        &self,
+        s: &Sketched,
+        rejected: Rejected,
+        plan_shadow: bool,
+        counted: bool,
+        permit: impl FnOnce(Ticket, Receipt) -> P,
+    ) -> Result<P, Rejected> {
+        self.sketches.release(s.hash, s.cost as u32);
+        let shadow = self.in_shadow(plan_shadow);
+        if counted {
+            self.tally.refused(&rejected, shadow);
+        }
+        if shadow {
+            return shadow_admission(rejected, permit);
+        }
+        Err(rejected)
     }
 
     /// Puts in the over-limit cache that the key on `line` stays over its rate limit under `t`

@@ -237,6 +237,7 @@ impl<K> exact::Keeper<Promoted> for Shared<K> {
     /// is counted in the rate sketch before the key is judged by the sketch alone.
     fn leaving(&self, hash: u64, entry: &mut Promoted, units: exact::Units<'_>, line: KeyLine<'_>) {
         entry.settle(line);
+        entry.take_lane_refusals(units);
         if let Some(closed) = self.close_lane(hash, entry, units) {
             closed.until_it_leaves();
         }
