@@ -135,11 +135,11 @@ impl Waiters {
         crate::sync::seqcst_fence_for_loom();
     }
 
-    /// Uncounts a waiter of `hash` that has left.
+    /// Uncounts a waiter of `hash` that has left (one [`count_parked`](Self::count_parked)
+    /// counted).
     pub(crate) fn count_left(&self, hash: u64) {
-        let _ = self
-            .bucket(hash)
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        let before = self.bucket(hash).fetch_sub(1, Ordering::SeqCst);
+        debug_assert!(before > 0, "a waiter left that was not counted");
     }
 
     /// A permit of `hash` came back with `units` in-flight units (after its count was given

@@ -7,6 +7,7 @@
 //! Parking, cancelling and firing a timer are O(1); handing the turn to a key's next waiter
 //! walks at most that key's line (capped per key).
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::task::Waker;
@@ -174,19 +175,31 @@ impl Queue {
     /// once more now that it is counted (see the module `wait` on lost wake-ups). Returns the
     /// tick its timer is due at.
     pub(crate) fn park(&mut self, hash: u64, deadline: u64, waker: &Waker) -> Option<Parked> {
-        let line = self.lines.get(&hash).copied();
-        if line.is_some_and(|l| l.len >= self.max_per_key) || self.max_per_key == 0 {
-            return None;
-        }
-        let index = self.free.pop()?;
-        self.next_generation += 1;
-        let generation = self.next_generation;
-        let prev = line.map_or(NIL, |l| l.tail);
+        let max_per_key = self.max_per_key;
+        let Queue {
+            slots,
+            free,
+            lines,
+            next_generation,
+            ..
+        } = self;
+        // One look-up of the key's line, to join or to start it.
+        let line = lines.entry(hash);
+        let tail = match &line {
+            Entry::Occupied(l) if l.get().len >= max_per_key => return None,
+            Entry::Occupied(l) => Some(l.get().tail),
+            Entry::Vacant(_) if max_per_key == 0 => return None,
+            Entry::Vacant(_) => None,
+        };
+        let index = free.pop()?;
+        *next_generation += 1;
+        let generation = *next_generation;
+        let heads = tail.is_none();
         {
-            let slot = &mut self.slots[index as usize];
+            let slot = &mut slots[index as usize];
             slot.generation = generation;
             slot.hash = hash;
-            slot.state = if line.is_none() {
+            slot.state = if heads {
                 State::Notified
             } else {
                 State::Waiting
@@ -195,29 +208,30 @@ impl Queue {
             slot.deadline = deadline;
             slot.retry = None;
             slot.timer = None;
-            slot.turn = line.is_none();
-            slot.prev = prev;
+            slot.turn = heads;
+            slot.prev = tail.unwrap_or(NIL);
             slot.next = NIL;
         }
-        let line = match line {
-            Some(mut l) => {
-                self.slots[l.tail as usize].next = index;
+        match line {
+            Entry::Occupied(mut l) => {
+                let l = l.get_mut();
+                slots[l.tail as usize].next = index;
                 l.tail = index;
                 l.len += 1;
-                l
             }
-            None => Line {
-                head: index,
-                tail: index,
-                len: 1,
-                credits: 0,
-            },
-        };
-        self.lines.insert(hash, line);
-        let due = self.schedule(index, line.head == index);
+            Entry::Vacant(v) => {
+                v.insert(Line {
+                    head: index,
+                    tail: index,
+                    len: 1,
+                    credits: 0,
+                });
+            }
+        }
+        let due = self.schedule(index, heads);
         Some(Parked {
             id: WaiterId { index, generation },
-            has_turn: line.head == index,
+            has_turn: heads,
             due,
         })
     }
@@ -339,21 +353,26 @@ impl Queue {
             self.wheel.remove(timer);
         }
         self.free.push(id.index);
-        let mut line = *self.lines.get(&hash)?;
+        let Queue { slots, lines, .. } = self;
+        // One look-up of the key's line, to leave it, or to end it with its last waiter.
+        let Entry::Occupied(mut entry) = lines.entry(hash) else {
+            return None;
+        };
+        let line = entry.get_mut();
         let was_head = line.head == id.index;
         if prev != NIL {
-            self.slots[prev as usize].next = next;
+            slots[prev as usize].next = next;
         } else {
             line.head = next;
         }
         if next != NIL {
-            self.slots[next as usize].prev = prev;
+            slots[next as usize].prev = prev;
         } else {
             line.tail = prev;
         }
         line.len -= 1;
         if line.len == 0 {
-            self.lines.remove(&hash);
+            entry.remove();
             return None;
         }
         let pass = (had_turn && !admitted) || (was_head && admitted && pass_on);
@@ -362,12 +381,11 @@ impl Queue {
             line.credits -= 1;
         }
         line.credits = line.credits.min(line.len);
-        self.lines.insert(hash, line);
+        let head = line.head;
         if pass || credited {
-            return self.notify_first_waiting(line.head);
+            return self.notify_first_waiting(head);
         }
         if was_head && !admitted {
-            let head = line.head;
             let slot = &mut self.slots[head as usize];
             if slot.state == State::Waiting && retry.is_some() {
                 slot.retry = slot.retry.or(retry);
