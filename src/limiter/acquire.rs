@@ -36,10 +36,10 @@ impl<K> Unpin for Acquire<K> {}
 enum Step<K> {
     /// Decided without waiting.
     Ready(Result<OwnedPermit<K>, Rejected>),
-    /// Must wait: parks at its first poll (a waker is needed).
-    Park(Wait<K>),
-    /// In its key's line.
-    Parked(Wait<K>, WaiterId),
+    /// Must wait: parks at its first poll (a waker is needed), and is then in its key's line
+    /// as the waiter of that id. One variant, so that parking writes the id in place rather
+    /// than moving what the request needs for its attempts.
+    Wait(Wait<K>, Option<WaiterId>),
     /// Resolved already.
     Done,
 }
@@ -145,14 +145,17 @@ where
         }
         Acquire {
             shared: Arc::clone(shared),
-            step: Step::Park(Wait {
-                key: key.to_owned(),
-                hash,
-                limits,
-                cost,
-                deadline,
-                first,
-            }),
+            step: Step::Wait(
+                Wait {
+                    key: key.to_owned(),
+                    hash,
+                    limits,
+                    cost,
+                    deadline,
+                    first,
+                },
+                None,
+            ),
             receipt: Receipt::default(),
         }
     }
@@ -210,7 +213,7 @@ where
     /// Joins the key's line: `Ok(true)` when it heads the line with the turn (it must try at
     /// once), `Err` with the answer when there is no place to wait.
     fn park(&mut self, cx: &mut Context<'_>) -> Result<bool, Result<OwnedPermit<K>, Rejected>> {
-        let Step::Park(wait) = &mut self.step else {
+        let Step::Wait(wait, parked_as @ None) = &mut self.step else {
             return Ok(false);
         };
         let waiters = &self.shared.waiters;
@@ -235,18 +238,16 @@ where
         };
         let sooner = waiters.sooner(&queue, parked.due);
         drop(queue);
+        *parked_as = Some(parked.id);
         self.prompt_if_sooner(sooner);
-        if let Step::Park(wait) = std::mem::replace(&mut self.step, Step::Done) {
-            self.step = Step::Parked(wait, parked.id);
-        }
         Ok(parked.has_turn)
     }
 
     /// An attempt of a waiter with the turn: admitted, given up, or back in the line. The
-    /// step stays `Parked` while user code (the key's `Hash` and `Eq`) runs, so a panic there
-    /// leaves the waiter for `Drop` to take out.
+    /// step stays a parked `Wait` while user code (the key's `Hash` and `Eq`) runs, so a panic
+    /// there leaves the waiter for `Drop` to take out.
     fn take_turn(&mut self, cx: &mut Context<'_>) -> Poll<Result<OwnedPermit<K>, Rejected>> {
-        let Step::Parked(wait, id) = &self.step else {
+        let Step::Wait(wait, Some(id)) = &self.step else {
             return Poll::Pending;
         };
         let (id, deadline) = (*id, wait.deadline);
@@ -277,7 +278,7 @@ where
         &mut self,
         result: Result<OwnedPermit<K>, Rejected>,
     ) -> Result<OwnedPermit<K>, Rejected> {
-        if let Step::Parked(wait, id) = std::mem::replace(&mut self.step, Step::Done) {
+        if let Step::Wait(wait, Some(id)) = std::mem::replace(&mut self.step, Step::Done) {
             let retry = result
                 .as_ref()
                 .err()
@@ -354,12 +355,12 @@ where
             },
             // Polled after it resolved: stays pending rather than panicking.
             Step::Done => Poll::Pending,
-            Step::Park(_) => match this.park(cx) {
+            Step::Wait(_, None) => match this.park(cx) {
                 Err(answer) => Poll::Ready(answer),
                 Ok(true) => this.take_turn(cx),
                 Ok(false) => Poll::Pending,
             },
-            Step::Parked(_, id) => {
+            Step::Wait(_, Some(id)) => {
                 let id = *id;
                 let mut queue = this.shared.waiters.lock();
                 match queue.state(id) {
@@ -374,7 +375,7 @@ where
                     // Its deadline passed (or, never, it was taken out): a last attempt.
                     Some(State::TimedOut) | None => {
                         drop(queue);
-                        let Step::Parked(wait, _) = &this.step else {
+                        let Step::Wait(wait, _) = &this.step else {
                             return Poll::Pending;
                         };
                         let (result, receipt) = attempt(&this.shared, wait);
@@ -397,8 +398,8 @@ impl<K> Acquire<K> {
 
 impl<K> Drop for Acquire<K> {
     fn drop(&mut self) {
-        if let Step::Parked(wait, id) = std::mem::replace(&mut self.step, Step::Done) {
-            leave(&self.shared, wait.hash, id, false, None);
+        if let Step::Wait(wait, Some(id)) = &self.step {
+            leave(&self.shared, wait.hash, *id, false, None);
         }
     }
 }
@@ -422,8 +423,8 @@ impl<K: Hash + Eq> std::fmt::Debug for Acquire<K> {
         let step = match &self.step {
             Step::Ready(Ok(_)) => "admitted",
             Step::Ready(Err(_)) => "rejected",
-            Step::Park(_) => "about to wait",
-            Step::Parked(..) => "waiting",
+            Step::Wait(_, None) => "about to wait",
+            Step::Wait(_, Some(_)) => "waiting",
             Step::Done => "done",
         };
         f.debug_struct("Acquire")
