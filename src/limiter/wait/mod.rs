@@ -36,10 +36,13 @@
 //! a release gives its in-flight count back in the sketch (`SeqCst`) and then loads the bucket
 //! (`SeqCst`). In the total order of those, either every attempt the waiter makes after
 //! joining sees the permit back, or the release sees the waiter and takes the lock to give
-//! the turn to the oldest waiting waiter of the line. Exact-stage releases happen under their
-//! set's lock, which attempts take too: an attempt either comes after the release's critical
-//! section (and sees the permit back) or before it, and then the waiter's count happens
-//! before the release's load.
+//! the turn to the oldest waiting waiter of the line. A promoted key's release gives its units
+//! back to its lane's word (`SeqCst`) before the sketch, and an attempt reads that word after
+//! counting itself in the sketch, whether it is admitted or refused there: the same order.
+//! Releases under the exact stage's lock (a key that is watched, or cools down and leaves)
+//! are ordered by that lock, which attempts decided there take too: an attempt either comes
+//! after the release's critical section (and sees the permit back) or before it, and then
+//! the waiter's count happens before the release's load.
 //!
 //! What makes that enough is that some waiter of a line always makes an attempt after any
 //! permit comes back:
