@@ -409,7 +409,11 @@ impl Lane {
     /// Admits `ask` for generation `generation` without the lock, if the place admits under its
     /// limits and it fits (see "The word"), or refuses it, if it does not fit by a bound the
     /// lock would not lower (see "A refusal without the lock").
-    #[inline]
+    ///
+    /// Always inlined (its two callers are a promoted key's admissions): with the refusal's
+    /// branch in it, the compiler stopped inlining it, and a promoted key's admission and
+    /// release under both limits took 684 instructions instead of 609 (callgrind).
+    #[inline(always)]
     pub(crate) fn admit(&self, generation: u32, ask: &Ask) -> InLane {
         let Ask {
             limits,
@@ -446,20 +450,16 @@ impl Lane {
             }
             let with_it = tracked_and_base + u64::from(cost);
             if with_it > u64::from(limit) {
-                // A base of `u32::MAX` bounds nothing: a key's reset writes it before its
-                // new generation, and it may be read with the old key's word.
-                if !refuses || base == u32::MAX {
+                if !refuses {
                     return InLane::Lock;
                 }
-                // The base, read after the word, is of the opening that word is or a later
-                // one: the word again, to refuse on a base and a count of one opening.
-                if self.word.load(Ordering::SeqCst) != word {
-                    word = self.word.load(Ordering::SeqCst);
-                    continue;
+                match self.refusal(word, base, with_it) {
+                    Some(said) => return said,
+                    None => {
+                        word = self.word.load(Ordering::SeqCst);
+                        continue;
+                    }
                 }
-                self.count_request();
-                self.count_refusal();
-                return InLane::Full(u32::try_from(with_it).unwrap_or(u32::MAX));
             }
             // Within a limit under 2^30: no carry.
             let next = with_count(word, count + cost);
@@ -477,6 +477,30 @@ impl Lane {
                 Err(now) => word = now,
             }
         }
+    }
+
+    /// What [`admit`](Self::admit) says of a request it may refuse that does not fit
+    /// (`with_it`: the bound with it, past its limit), on the `word` and the `base` it read:
+    /// refused, if the base bounds something; `None` if the word changed since (judged anew).
+    /// See "A refusal without the lock".
+    ///
+    /// Out of line, away from the admissions' path.
+    #[cold]
+    #[inline(never)]
+    fn refusal(&self, word: u64, base: u32, with_it: u64) -> Option<InLane> {
+        // A base of `u32::MAX` bounds nothing: a key's reset writes it before its new
+        // generation, and it may be read with the old key's word.
+        if base == u32::MAX {
+            return Some(InLane::Lock);
+        }
+        // The base, read after the word, is of the opening that word is or a later one: the
+        // word again, to refuse on a base and a count of one opening.
+        if self.word.load(Ordering::SeqCst) != word {
+            return None;
+        }
+        self.count_request();
+        self.count_refusal();
+        Some(InLane::Full(u32::try_from(with_it).unwrap_or(u32::MAX)))
     }
 
     /// Takes `ask`'s units out of the lease of generation `generation` without the lock, if

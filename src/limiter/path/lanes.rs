@@ -237,7 +237,7 @@ impl<K> Shared<K> {
     ) -> Option<Result<CountedExactly, Rejected>> {
         match self.lanes() {
             Lanes::Locked => None,
-            Lanes::InFlight => self.admit_in_flight(s, t.inflight_alone()?, hot),
+            Lanes::InFlight => self.admit_in_flight(s, t.inflight_alone()?, hot, true),
             // Its units are in the sketch already, and a lease's takes are counted there when
             // it is taken back: taken now, they would be counted twice. A promoted key's
             // requests take their lease before they count themselves (`take_lease_first`).
@@ -249,35 +249,35 @@ impl<K> Shared<K> {
     /// limiter whose lanes count units in flight alone, admitted in its lane under the default
     /// limits' one word of them ([`Defaults::inflight_alone`]): the request path past the
     /// sketch of a promoted key's usual request, without the thresholds read whole (a
-    /// 56-byte copy under a sequence lock) or the path to the lock; or refused there, by a
-    /// bound the lock would not lower. `None`: decided the usual way, by the thresholds whole.
+    /// 56-byte copy under a sequence lock) or the path to the lock. `None`: decided the usual
+    /// way, by the thresholds whole, where a request that does not fit is refused in the lane
+    /// (by [`admit_in_lane`](Self::admit_in_lane)) if the lock would refuse it: not here, so
+    /// that this path, every promoted key's admission, stays short enough to be inlined.
     ///
     /// [`Defaults::inflight_alone`]: crate::limiter::defaults::Defaults::inflight_alone
     #[inline]
-    pub(super) fn admit_in_flight_first(
-        &self,
-        s: &Sketched,
-    ) -> Option<Result<CountedExactly, Rejected>> {
+    pub(super) fn admit_in_flight_first(&self, s: &Sketched) -> Option<CountedExactly> {
         if self.lanes() != Lanes::InFlight || s.inflight == Some(UNCOUNTED) {
             return None;
         }
         let limits = self.defaults.inflight_alone()?;
         // Hot by the word's own threshold: the decision is made on one `set_limits` whole.
         let hot = s.inflight.is_some_and(|n| limits.promotes(n));
-        self.admit_in_flight(s, limits, hot)
+        self.admit_in_flight(s, limits, hot, false)?.ok()
     }
 
     /// [`admit_in_lane`](Self::admit_in_lane) in a limiter whose lanes count units in flight:
-    /// counted within the in-flight limit `limits`, with the key's base, or refused. A request
-    /// below its promotion threshold (`hot` false) is decided there only while the key has
-    /// units in flight counted there: with none, its key is judged for cooling down under the
-    /// lock.
+    /// counted within the in-flight limit `limits`, with the key's base, or (if it `refuses`)
+    /// refused. A request below its promotion threshold (`hot` false) is decided there only
+    /// while the key has units in flight counted there: with none, its key is judged for
+    /// cooling down under the lock.
     #[inline]
     fn admit_in_flight(
         &self,
         s: &Sketched,
         limits: InflightAlone,
         hot: bool,
+        refuses: bool,
     ) -> Option<Result<CountedExactly, Rejected>> {
         let limit = limits.limit();
         let ask = Ask {
@@ -287,7 +287,7 @@ impl<K> Shared<K> {
             others: others_in_flight(s.inflight, s.cost),
             while_tracked: !hot,
             last: true,
-            refuses: true,
+            refuses,
         };
         let (way, generation, bound) = match self.exact.admit(s.hash, &ask)? {
             (way, generation, InLane::Admitted(bound)) => (way, generation, bound),

@@ -168,16 +168,11 @@ where
         if !decision::is_hot(&sketched, promotion) && !cell.flagged_since() {
             return Ok(self.admitted(&sketched, 1, None, true, permit));
         }
-        // A promoted key's usual request counted in flight alone: in its lane.
+        // A promoted key's usual request counted in flight alone: admitted in its lane. (One
+        // that does not fit there is refused in it on the way below, out of line.)
         if cell.flagged() {
-            match self.admit_in_flight_first(&sketched) {
-                Some(Ok(counted)) => {
-                    return Ok(self.admitted(&sketched, 1, Some(counted), true, permit));
-                }
-                Some(Err(rejected)) => {
-                    return self.refused(&sketched, rejected, false, true, permit)
-                }
-                None => {}
+            if let Some(counted) = self.admit_in_flight_first(&sketched) {
+                return Ok(self.admitted(&sketched, 1, Some(counted), true, permit));
             }
         }
         self.acquire_one_hot(key, line, cell, sketched, permit)
