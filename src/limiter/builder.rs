@@ -176,12 +176,13 @@ impl<K> LimiterBuilder<K> {
 
     /// At most `limit` requests in flight per key.
     ///
-    /// A key near its limit (at its promotion threshold) is counted exactly, and under an
-    /// in-flight limit alone its requests are admitted and given back without a lock while
-    /// they fit; a refusal, and every decision of a limiter that also counts a rate
-    /// ([`max_rate`](Self::max_rate)) or learns its in-flight limits
-    /// ([`adaptive_inflight`](Self::adaptive_inflight)), takes a short lock shared by the 16
-    /// keys of its set (their releases still take none). See docs/architecture.md.
+    /// A key near its limit (at its promotion threshold) is counted exactly. Its requests are
+    /// admitted and given back without a lock while they fit, and under an in-flight limit
+    /// alone refused without one past it; what takes a short lock shared by the 16 keys of
+    /// its set is a key entering or leaving the exact stage, a refusal under both this and a
+    /// rate limit ([`max_rate`](Self::max_rate)), a rate lease spent, and every decision of a
+    /// limiter that learns its in-flight limits
+    /// ([`adaptive_inflight`](Self::adaptive_inflight)). See docs/architecture.md.
     ///
     /// # Examples
     ///

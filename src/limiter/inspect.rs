@@ -151,8 +151,10 @@ where
     ///
     /// A key that left the stage is listed until the retention has passed or its place in
     /// the stage is taken by another key, with `left_ago` set. Its `rejected` counts the
-    /// refusals while the stage held the key, a run of them answered from the over-limit cache
-    /// as one; the metrics count each (`floodgate_requests_total`, feature `metrics`).
+    /// refusals of the key's counts while the stage held the key (this promotion of it: a key
+    /// promoted again starts from 0), a run of them answered from the over-limit cache as
+    /// one; not a request refused before anything is counted (a cost over its limit). The
+    /// metrics count each (`floodgate_requests_total`, feature `metrics`).
     ///
     /// A key is listed because its sketch estimate reached a promotion threshold, which other
     /// keys sharing its counters can do for it: read each figure with its [`Figure`](super::Figure)

@@ -76,7 +76,11 @@
 //! sketch, not the word): a refusal of the request as if it had come before that release,
 //! which overlapped it. A refusal counts nothing in the word: it changes no other request's
 //! answer. It is counted as a request decided (the place's evidence) and as the tenant's
-//! refusal (`refused`, which the tenant takes under the lock).
+//! refusal (`refused`, which the tenant takes under the lock, after the lane is closed as the
+//! key leaves), in a word of the generation it was refused in: a refusal racing its key's
+//! departure is counted for that key, or (made open, counted after the tenant took the
+//! count) not at all, at most one a thread; never for the key that takes the place next
+//! (the loom model `a_refusal_racing_a_replacement_is_counted_for_its_key_or_none`).
 //!
 //! # Leaving
 //!
@@ -343,9 +347,10 @@ pub(crate) struct Lane {
     /// evidence missed, never a unit.
     requests: AtomicU32,
     /// Requests refused without the lock since its tenant last took them (see "A refusal
-    /// without the lock"): an atomic add, for the reports' count of the key's refusals is
-    /// exact.
-    refused: AtomicU32,
+    /// without the lock"), in the low 32 bits, with the generation they were refused in
+    /// above: a refusal is counted by a compare-and-swap of a word of its own generation, so
+    /// that one racing its key's replacement is never counted for the next key.
+    refused: AtomicU64,
 }
 
 impl Default for Lane {
@@ -361,7 +366,7 @@ impl Default for Lane {
             lease_from: AtomicU64::new(u64::MAX),
             lease_top: AtomicU32::new(0),
             requests: AtomicU32::new(0),
-            refused: AtomicU32::new(0),
+            refused: AtomicU64::new(0),
         }
     }
 }
@@ -376,7 +381,8 @@ impl Lane {
         self.base.store(u32::MAX, Ordering::Relaxed);
         self.look_below.store(u32::MAX, Ordering::Relaxed);
         self.requests.store(0, Ordering::Relaxed);
-        self.refused.store(0, Ordering::Relaxed);
+        self.refused
+            .store(u64::from(generation) << 32, Ordering::Relaxed);
         self.lease_window.store(u64::MAX, Ordering::Relaxed);
         self.lease_from.store(u64::MAX, Ordering::Relaxed);
         // A swap, not a store: see "No unit lost to a replacement".
@@ -499,7 +505,7 @@ impl Lane {
             return None;
         }
         self.count_request();
-        self.count_refusal();
+        self.count_refusal(generation_of(word));
         Some(InLane::Full(u32::try_from(with_it).unwrap_or(u32::MAX)))
     }
 
@@ -575,13 +581,17 @@ impl Lane {
             .store(requests.saturating_add(1), Ordering::Relaxed);
     }
 
-    /// Counts one request refused without the lock, for its tenant (stuck at `u32::MAX` if
-    /// nothing takes them for that long).
+    /// Counts one request refused without the lock in generation `generation`, for its tenant
+    /// (stuck at `u32::MAX` if nothing takes them for that long); not if the place holds
+    /// another generation now (its key left, and what it refused went with it).
     #[inline]
-    fn count_refusal(&self) {
+    fn count_refusal(&self, generation: u32) {
         let _ = self
             .refused
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_add(1));
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |word| {
+                let counted = word as u32;
+                ((word >> 32) as u32 == generation && counted < u32::MAX).then_some(word + 1)
+            });
     }
 
     /// Closes the place (its units in flight and its lease) and takes back what is left of
@@ -725,15 +735,26 @@ impl Lane {
         self.requests.load(Ordering::Relaxed)
     }
 
-    /// Takes the requests refused without the lock since the last call: under the lock, for
-    /// its tenant's count of refusals.
-    pub(crate) fn take_refused(&self) -> u32 {
-        self.refused.swap(0, Ordering::Relaxed)
+    /// Takes the requests refused without the lock in generation `generation` since the last
+    /// call: under the lock, for its tenant's count of refusals.
+    pub(crate) fn take_refused(&self, generation: u32) -> u32 {
+        let taken = self
+            .refused
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |word| {
+                ((word >> 32) as u32 == generation).then_some(u64::from(generation) << 32)
+            });
+        taken.map_or(0, |word| word as u32)
     }
 
-    /// Requests refused without the lock since its tenant last took them.
-    pub(crate) fn refused(&self) -> u32 {
-        self.refused.load(Ordering::Relaxed)
+    /// Requests refused without the lock in generation `generation` since its tenant last
+    /// took them.
+    pub(crate) fn refused(&self, generation: u32) -> u32 {
+        let word = self.refused.load(Ordering::Relaxed);
+        if (word >> 32) as u32 == generation {
+            word as u32
+        } else {
+            0
+        }
     }
 
     /// The in-flight estimate below which a release that leaves the place nothing in flight
@@ -923,7 +944,7 @@ mod tests {
             lane.admit(6, &Ask::of(LIMITS, 1, LIMIT, u32::MAX)),
             InLane::Full(5)
         );
-        assert_eq!((lane.requests(), lane.refused()), (2, 2));
+        assert_eq!((lane.requests(), lane.refused(6)), (2, 2));
         assert_eq!(lane.units(6), 3, "nothing counted");
         assert_eq!(
             lane.admit(6, &Ask::of(LIMITS, 1, LIMIT, 3)),
@@ -952,7 +973,7 @@ mod tests {
         lane.close();
         assert_eq!(lane.admit(6, &over), InLane::Lock, "closed");
         lane.open();
-        assert_eq!((lane.requests(), lane.refused()), (2, 2), "none counted");
+        assert_eq!((lane.requests(), lane.refused(6)), (2, 2), "none counted");
         lane.give_back(6, 3);
         lane.set_base(4);
         let below_threshold = Ask {
@@ -964,11 +985,16 @@ mod tests {
             InLane::Lock,
             "none tracked: judged for cooling"
         );
-        assert_eq!(lane.take_refused(), 2);
-        assert_eq!(lane.refused(), 0, "taken");
+        assert_eq!(lane.take_refused(5), 0, "another generation's");
+        lane.set_base(1);
+        lane.add_and_open(3);
+        assert_eq!(lane.admit(6, &over), InLane::Full(5));
+        assert_eq!(lane.take_refused(6), 3, "the two before and this one");
+        assert_eq!(lane.refused(6), 0, "taken");
         lane.admit(6, &over);
         lane.reset(7);
-        assert_eq!(lane.refused(), 0, "a new generation starts with none");
+        assert_eq!(lane.refused(7), 0, "a new generation starts with none");
+        assert_eq!(lane.refused(6), 0, "the old one's went with it");
     }
 
     #[test]
@@ -1323,6 +1349,27 @@ mod loom_models {
             assert!(
                 matches!(said, InLane::Full(3) | InLane::Lock),
                 "{said:?}: the old key's 1 + 0 + 2, or the lock"
+            );
+        });
+    }
+
+    /// A refusal without the lock races its key's departure (the lane closed, its refusals
+    /// taken, the place given to another key): it is counted for its key (taken with the
+    /// rest) or not at all, never for the key that takes the place.
+    #[test]
+    fn a_refusal_racing_a_replacement_is_counted_for_its_key_or_none() {
+        loom::model(|| {
+            let lane = Arc::new(Lane::opened(1, 1, 1));
+            let other = Arc::clone(&lane);
+            let refusing = thread::spawn(move || other.admit(1, &Ask::of(1, 2, 2, u32::MAX)));
+            lane.close();
+            let taken = lane.take_refused(1);
+            lane.reset(2);
+            let said = refusing.join().unwrap();
+            assert_eq!(lane.refused(2), 0, "{said:?}: counted for the next key");
+            assert!(
+                taken <= u32::from(said == InLane::Full(3)),
+                "{taken} taken of {said:?}"
             );
         });
     }

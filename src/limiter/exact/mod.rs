@@ -82,10 +82,12 @@
 //! admission takes none when its key's lane admits under its limits (the limiter's tenant
 //! says which: in a limiter that learns no limits and holds no fleet, an in-flight limit, a
 //! rate limit, or both) and it fits: in flight within the limit, and its rate units in its
-//! key's lease. Everything else takes the lock: a key's entry and departure, a refusal
-//! (after which the key's bound is lowered, so that it is never refused on a stale one), a
-//! lease spent or of another window, a plan that turns a kind off, the fleet, learning, and
-//! the reports.
+//! key's lease. A request over its in-flight limit takes none either when the lock would
+//! refuse it on the same bound (see "A refusal without the lock" in `lane.rs`). Everything
+//! else takes the lock: a key's entry and departure, a refusal the lock may decide otherwise
+//! (it lowers the key's bound first, so that the key is never refused on a stale one), one
+//! under a rate limit too, a lease spent or of another window, a plan that turns a kind off,
+//! the fleet, learning, and the reports.
 //!
 //! # The promotion handshake
 //!
@@ -777,12 +779,12 @@ impl<'a> Units<'a> {
 
     /// Takes the requests its lane refused without the lock since the last call.
     pub(crate) fn take_refused(self) -> u32 {
-        self.word.take_refused()
+        self.word.take_refused(self.generation)
     }
 
     /// The requests its lane refused without the lock since they were last taken.
     pub(crate) fn refused(self) -> u32 {
-        self.word.refused()
+        self.word.refused(self.generation)
     }
 
     /// Gives back `cost` units, watched or not; returns those counted before them.

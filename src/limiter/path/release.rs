@@ -233,13 +233,15 @@ impl<K> exact::Keeper<Promoted> for Shared<K> {
     }
 
     /// The refusals the over-limit cache answered for it are counted in what the reports keep
-    /// of it, and its lane is closed, its lease taken back: what its requests took out of it
-    /// is counted in the rate sketch before the key is judged by the sketch alone.
+    /// of it, and its lane is closed, its lease taken back (what its requests took out of it
+    /// is counted in the rate sketch before the key is judged by the sketch alone), then the
+    /// refusals its lane made are counted too.
     fn leaving(&self, hash: u64, entry: &mut Promoted, units: exact::Units<'_>, line: KeyLine<'_>) {
         entry.settle(line);
-        entry.take_lane_refusals(units);
         if let Some(closed) = self.close_lane(hash, entry, units) {
             closed.until_it_leaves();
         }
+        // After the close: a request that finds the lane closed refuses nothing there.
+        entry.take_lane_refusals(units);
     }
 }
