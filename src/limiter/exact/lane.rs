@@ -218,6 +218,12 @@ fn lease_of(word: u64) -> u32 {
     count_of(word) & MAX_LEASE
 }
 
+/// The refusals a lane's `refused` word counts for generation `generation` (`None`: it counts
+/// another generation's).
+fn refusals_in(word: u64, generation: u32) -> Option<u32> {
+    ((word >> 32) as u32 == generation).then_some(word as u32)
+}
+
 fn grant_of(word: u64) -> u32 {
     count_of(word) >> LEASE_BITS
 }
@@ -589,8 +595,8 @@ impl Lane {
         let _ = self
             .refused
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |word| {
-                let counted = word as u32;
-                ((word >> 32) as u32 == generation && counted < u32::MAX).then_some(word + 1)
+                let counted = refusals_in(word, generation)?;
+                (counted < u32::MAX).then_some(word + 1)
             });
     }
 
@@ -741,7 +747,7 @@ impl Lane {
         let taken = self
             .refused
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |word| {
-                ((word >> 32) as u32 == generation).then_some(u64::from(generation) << 32)
+                refusals_in(word, generation).map(|_| u64::from(generation) << 32)
             });
         taken.map_or(0, |word| word as u32)
     }
@@ -749,12 +755,7 @@ impl Lane {
     /// Requests refused without the lock in generation `generation` since its tenant last
     /// took them.
     pub(crate) fn refused(&self, generation: u32) -> u32 {
-        let word = self.refused.load(Ordering::Relaxed);
-        if (word >> 32) as u32 == generation {
-            word as u32
-        } else {
-            0
-        }
+        refusals_in(self.refused.load(Ordering::Relaxed), generation).unwrap_or(0)
     }
 
     /// The in-flight estimate below which a release that leaves the place nothing in flight
