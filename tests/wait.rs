@@ -144,13 +144,41 @@ fn a_waiter_gives_up_at_its_deadline_with_the_last_rejection() {
     let clock = ManualClock::new();
     let limiter = inflight_limiter(1, &clock);
     let _held = limiter.try_acquire_owned("origin").unwrap();
-    // 25 ms rounds up to 3 ticks.
+    // A deadline at 25 ms: fired by the clock's first pass at or after it, the one at the
+    // tick of 30 ms (a manual clock's passes are at its ticks' boundaries).
     let mut waiter = Polled::new(limiter.acquire("origin", Duration::from_millis(25)));
     waiter.pending();
     clock.advance(Duration::from_millis(29));
     assert_eq!(waiter.woken(), 0, "gave up early");
     clock.advance(Duration::from_millis(1));
     assert_eq!(waiter.woken(), 1);
+    let rejected = waiter.rejected();
+    assert_eq!((rejected.reason, rejected.limit), (Reason::Inflight, 1));
+    assert_eq!(limiter.stats().waiting, 0);
+}
+
+#[test]
+fn a_waiter_refused_on_its_turn_in_its_last_tick_waits_out_its_deadline() {
+    let clock = ManualClock::new();
+    let limiter = inflight_limiter(1, &clock);
+    let held = limiter.try_acquire_owned("origin").unwrap();
+    // A deadline 50 ms away, on a tick: tick 5.
+    let mut waiter = Polled::new(limiter.acquire("origin", Duration::from_millis(50)));
+    waiter.pending();
+    // 5 ms before the deadline, the permit comes back and is taken at once by a request
+    // that does not queue: the waiter's turn finds no room.
+    clock.advance(Duration::from_millis(45));
+    drop(held);
+    let _taken = limiter.try_acquire_owned("origin").unwrap();
+    assert_eq!(waiter.woken(), 1, "its turn");
+    waiter.pending(); // refused on its turn, and it waits on: 5 ms are left
+    assert_eq!(
+        limiter.stats().waiting,
+        1,
+        "gave up 5 ms before its deadline"
+    );
+    clock.advance(Duration::from_millis(5));
+    assert_eq!(waiter.woken(), 2, "its deadline");
     let rejected = waiter.rejected();
     assert_eq!((rejected.reason, rejected.limit), (Reason::Inflight, 1));
     assert_eq!(limiter.stats().waiting, 0);

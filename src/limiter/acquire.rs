@@ -52,7 +52,7 @@ struct Wait<K> {
     limits: Option<Limits>,
     /// Units each attempt counts.
     cost: u32,
-    /// The tick after which it gives up.
+    /// The time (nanoseconds) from which it gives up.
     deadline: u64,
     /// The rejection of the attempt `acquire` made, if it made one: what a request that
     /// finds no place to wait is answered (it is not tried, and counted, again).
@@ -136,11 +136,11 @@ where
                 }
             }
         }
-        // Its deadline is `max_wait` from now, rounded up to the tick, never early: from the
-        // coarse time (one load, no OS clock) plus the most it can trail the exact time.
-        let now = latest_now(shared);
-        let deadline = now.saturating_add(max_wait).div_ceil(TICK_NANOS);
-        if let Some(rejected) = first.take_if(|r| !worth_waiting(r, now, deadline)) {
+        // Its deadline is `max_wait` from now, to the nanosecond (see `now`).
+        let now = now(shared);
+        let deadline = now.saturating_add(max_wait);
+        if let Some(rejected) = first.take_if(|r| max_wait == 0 || !worth_waiting(r, now, deadline))
+        {
             return Self::ready(shared, Err(rejected));
         }
         Acquire {
@@ -161,14 +161,14 @@ where
     }
 }
 
-/// Whether waiting until tick `deadline` can turn `rejected` into a permit: an in-flight
+/// Whether waiting until `deadline` (nanoseconds) can turn `rejected` into a permit: an in-flight
 /// rejection (a permit may come back), or a rate rejection with room before the deadline.
 fn worth_waiting(rejected: &Rejected, now: u64, deadline: u64) -> bool {
     match rejected.reason {
-        Reason::Inflight => rejected.limit > 0 && deadline > now.div_ceil(TICK_NANOS),
+        Reason::Inflight => rejected.limit > 0 && now < deadline,
         Reason::Rate => rejected.retry_after.is_some_and(|retry| {
             let retry = crate::clock::saturating_nanos(retry);
-            now.saturating_add(retry) <= deadline.saturating_mul(TICK_NANOS)
+            now.saturating_add(retry) <= deadline
         }),
         _ => false,
     }
@@ -185,11 +185,15 @@ fn count_answer<K>(shared: &Shared<K>, answer: &Result<OwnedPermit<K>, Rejected>
     }
 }
 
-/// The latest the time can be now: the coarse time plus the most it trails the exact time
-/// (two ticks on the shared clock, none on a manual one). Deadlines and retry times counted
-/// from it are never early, and at most that much late.
-fn latest_now<K>(shared: &Shared<K>) -> u64 {
-    shared.time.coarse().saturating_add(shared.time.lag())
+/// The time now for a waiting request's deadline and retry times: the precise time (the
+/// CPU's counter on the shared clock, about 15 ns: once a wait and once an attempt after it,
+/// never on `try_acquire`'s path), and never behind the coarse time. The clock's pass that
+/// fires a deadline reads the precise time too, and fires it from the first pass at or after
+/// it: never early, at most a pass (a tick, when the clock thread gets a CPU in time) late.
+/// Counted from the coarse time plus the most that may trail (two ticks) and rounded up to
+/// a tick, deadlines fired up to four ticks late.
+fn now<K>(shared: &Shared<K>) -> u64 {
+    shared.time.precise().max(shared.time.coarse())
 }
 
 /// The tick at which a rate rejection at `now` says one more request fits.
@@ -253,7 +257,7 @@ where
         let (id, deadline) = (*id, wait.deadline);
         let (result, receipt) = attempt(&self.shared, wait);
         self.receipt = receipt;
-        let now = latest_now(&self.shared);
+        let now = now(&self.shared);
         match result {
             Err(rejected) if worth_waiting(&rejected, now, deadline) => {
                 let waiters = &self.shared.waiters;
@@ -282,7 +286,7 @@ where
             let retry = result
                 .as_ref()
                 .err()
-                .and_then(|r| retry_tick(r, latest_now(&self.shared)));
+                .and_then(|r| retry_tick(r, now(&self.shared)));
             leave(&self.shared, wait.hash, id, result.is_ok(), retry);
         }
         result

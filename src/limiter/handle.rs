@@ -141,8 +141,9 @@ where
     /// waiting: then it joins the end of their line when first polled, and tries when its
     /// turn comes (at once, if it finds no line). Otherwise the future parks the request
     /// until a permit of its key comes back (in flight), its rate window has room (the time
-    /// its rejection's `retry_after` gives), or `max_wait` passes (from this call, rounded up
-    /// to the next tick of the 10 ms clock: never early, at most about two ticks late); then
+    /// its rejection's `retry_after` gives), or `max_wait` passes (from this call: never
+    /// early, and given up by the clock's first pass after it, a tick of 10 ms later at most
+    /// while the clock's thread gets a CPU in time); then
     /// it resolves to the last rejection. A rate rejection whose `retry_after` is beyond `max_wait` is returned at
     /// once, as are rejections no waiting can help (a limit of 0, a kind not counted), and
     /// requests beyond the waiters the limiter allows

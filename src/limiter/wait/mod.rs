@@ -177,7 +177,7 @@ impl Waiters {
         let mut woken: Vec<Waker> = Vec::new();
         let next = {
             let mut queue = self.lock();
-            queue.fire(now / TICK_NANOS, &mut woken);
+            queue.fire(now, &mut woken);
             let next = queue.next_due().unwrap_or(u64::MAX);
             self.next_run.store(next, Ordering::Relaxed);
             next

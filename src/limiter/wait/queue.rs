@@ -13,6 +13,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::task::Waker;
 
 use crate::clock::wheel::{Key as TimerKey, Wheel};
+use crate::clock::TICK_NANOS;
 
 /// "No slot": the end of a line.
 const NIL: u32 = u32::MAX;
@@ -53,11 +54,13 @@ struct Slot {
     hash: u64,
     state: State,
     waker: Option<Waker>,
-    /// The tick after which it gives up.
+    /// The time (nanoseconds) from which it gives up. Kept to the nanosecond, not rounded up
+    /// to a tick: its timer is at the deadline's tick and fires it on the first pass at or
+    /// after the deadline, so it is never early and at most one pass late.
     deadline: u64,
     /// The tick at which its last rate rejection said one more request fits.
     retry: Option<u64>,
-    /// Its entry in the wheel: at `deadline`, or at `retry` while it heads its line.
+    /// Its entry in the wheel: at `deadline`'s tick, or at `retry` while it heads its line.
     timer: Option<TimerKey>,
     /// It was given the turn and has not used it yet (whatever happened since: a waiter
     /// woken for a permit can time out before it is polled).
@@ -168,7 +171,8 @@ impl Queue {
         self.slot(id).map(|s| s.state)
     }
 
-    /// Parks a waiter for `hash` at the end of its key's line, until tick `deadline`.
+    /// Parks a waiter for `hash` at the end of its key's line, until time `deadline`
+    /// (nanoseconds).
     /// `None` when the limiter holds as many waiters as it allows, in all or for this key.
     ///
     /// A waiter that heads its line starts with the turn ([`State::Notified`]): it must try
@@ -237,12 +241,13 @@ impl Queue {
     }
 
     /// (Re)places the timer of slot `index`: its retry time while it heads its line, else
-    /// its deadline. Returns the tick it is due at.
+    /// its deadline's tick. Returns the tick it is due at.
     fn schedule(&mut self, index: u32, heads: bool) -> u64 {
         let slot = &self.slots[index as usize];
+        let deadline = slot.deadline / TICK_NANOS;
         let due = match slot.retry {
-            Some(retry) if heads => retry.min(slot.deadline),
-            _ => slot.deadline,
+            Some(retry) if heads => retry.min(deadline),
+            _ => deadline,
         };
         let old = self.slots[index as usize].timer.take();
         if let Some(old) = old {
@@ -395,18 +400,23 @@ impl Queue {
         None
     }
 
-    /// Fires the timers due by tick `now`: a waiter past its deadline is marked timed out, one
-    /// at its retry time is given the turn; their wakers are pushed onto `woken`.
+    /// Fires the timers due by time `now` (nanoseconds): a waiter past its deadline is marked
+    /// timed out, one at its retry time is given the turn; their wakers are pushed onto
+    /// `woken`. A deadline later in the tick of `now` is left for the next tick.
     pub(crate) fn fire(&mut self, now: u64, woken: &mut Vec<Waker>) {
         let Queue { wheel, slots, .. } = self;
-        wheel.advance(now, |_, &mut index, _| {
+        let tick = now / TICK_NANOS;
+        wheel.advance(tick, |_, &mut index, _| {
             let slot = &mut slots[index as usize];
             if slot.deadline <= now {
                 slot.state = State::TimedOut;
                 slot.timer = None;
                 woken.extend(slot.waker.take());
-                None
-            } else {
+                return None;
+            }
+            // A waiter behind the head keeps its retry time for when it heads the line.
+            let heads = slot.prev == NIL;
+            if heads && slot.retry.is_some_and(|retry| retry <= tick) {
                 // Its retry time: from now on only its deadline.
                 if slot.state == State::Waiting {
                     slot.state = State::Notified;
@@ -414,8 +424,9 @@ impl Queue {
                     woken.extend(slot.waker.take());
                 }
                 slot.retry = None;
-                Some(slot.deadline)
             }
+            // Its deadline's tick, or the next one if the deadline is later in this tick.
+            Some((slot.deadline / TICK_NANOS).max(tick + 1))
         });
     }
 
@@ -444,6 +455,9 @@ mod tests {
         }
     }
 
+    /// A deadline on tick 100.
+    const DEADLINE: u64 = 100 * TICK_NANOS;
+
     fn waker() -> (Arc<Count>, Waker) {
         let count = Arc::new(Count(AtomicUsize::new(0)));
         (Arc::clone(&count), Waker::from(count))
@@ -453,7 +467,7 @@ mod tests {
     fn a_release_gives_the_turn_to_the_oldest_waiting_waiter_only() {
         let mut q = Queue::new(16, 16, 0);
         let (_, w) = waker();
-        let ids: Vec<_> = (0..4).map(|_| q.park(7, 100, &w).unwrap().id).collect();
+        let ids: Vec<_> = (0..4).map(|_| q.park(7, DEADLINE, &w).unwrap().id).collect();
         // The head has the turn from the start (it tries once more after parking).
         assert_eq!(q.state(ids[0]), Some(State::Notified));
         assert!(q.released(7, 1).is_some());
@@ -470,8 +484,8 @@ mod tests {
     fn a_cancelled_waiter_with_the_turn_passes_it_on() {
         let mut q = Queue::new(16, 16, 0);
         let (_, w) = waker();
-        let first = q.park(7, 100, &w).unwrap();
-        let second = q.park(7, 100, &w).unwrap().id;
+        let first = q.park(7, DEADLINE, &w).unwrap();
+        let second = q.park(7, DEADLINE, &w).unwrap().id;
         assert!(first.has_turn);
         let first = first.id;
         assert!(
@@ -489,9 +503,9 @@ mod tests {
     fn an_admitted_head_passes_the_turn_on_only_when_asked() {
         let mut q = Queue::new(16, 16, 0);
         let (_, w) = waker();
-        let head = q.park(7, 100, &w).unwrap().id;
-        let second = q.park(7, 100, &w).unwrap().id;
-        let third = q.park(7, 100, &w).unwrap().id;
+        let head = q.park(7, DEADLINE, &w).unwrap().id;
+        let second = q.park(7, DEADLINE, &w).unwrap().id;
+        let third = q.park(7, DEADLINE, &w).unwrap().id;
         assert!(
             q.remove(head, true, false, None).is_none(),
             "in flight: one permit, one waiter"
@@ -508,7 +522,7 @@ mod tests {
     fn cancelling_a_line_of_waiters_without_the_turn_wakes_no_one() {
         let mut q = Queue::new(16, 16, 0);
         let (_, w) = waker();
-        let ids: Vec<_> = (0..5).map(|_| q.park(7, 100, &w).unwrap().id).collect();
+        let ids: Vec<_> = (0..5).map(|_| q.park(7, DEADLINE, &w).unwrap().id).collect();
         assert_eq!(q.wait_again(ids[0], None, &w), Some(100)); // the head waits too now
         for &id in &ids {
             assert!(q.remove(id, false, false, None).is_none());
@@ -520,9 +534,9 @@ mod tests {
     fn credits_left_when_an_admitted_waiter_leaves_wake_the_next() {
         let mut q = Queue::new(16, 16, 0);
         let (_, w) = waker();
-        let head = q.park(7, 100, &w).unwrap().id; // has the turn, trying
+        let head = q.park(7, DEADLINE, &w).unwrap().id; // has the turn, trying
         assert!(q.released(7, 1).is_none()); // a second permit back meanwhile: a credit
-        let second = q.park(7, 100, &w).unwrap().id;
+        let second = q.park(7, DEADLINE, &w).unwrap().id;
         assert!(
             q.remove(head, true, false, None).is_some(),
             "the credit is not left dormant"
@@ -534,7 +548,7 @@ mod tests {
     fn a_release_while_every_waiter_has_its_turn_is_credited_not_lost() {
         let mut q = Queue::new(16, 16, 0);
         let (_, w) = waker();
-        let id = q.park(7, 100, &w).unwrap().id; // has the turn
+        let id = q.park(7, DEADLINE, &w).unwrap().id; // has the turn
         assert!(q.released(7, 1).is_none()); // nobody waiting: a credit
         assert_eq!(q.wait_again(id, None, &w), None, "tries again");
         assert_eq!(q.wait_again(id, None, &w), Some(100), "the credit is spent");
@@ -545,21 +559,21 @@ mod tests {
     fn caps_per_key_and_in_all_refuse_at_once() {
         let mut q = Queue::new(4, 2, 0);
         let (_, w) = waker();
-        assert!(q.park(1, 100, &w).is_some());
-        assert!(q.park(1, 100, &w).is_some());
-        assert!(q.park(1, 100, &w).is_none(), "per key");
-        assert!(q.park(2, 100, &w).is_some());
-        assert!(q.park(3, 100, &w).is_some());
-        assert!(q.park(4, 100, &w).is_none(), "in all");
-        assert!(Queue::new(4, 0, 0).park(1, 100, &w).is_none());
+        assert!(q.park(1, DEADLINE, &w).is_some());
+        assert!(q.park(1, DEADLINE, &w).is_some());
+        assert!(q.park(1, DEADLINE, &w).is_none(), "per key");
+        assert!(q.park(2, DEADLINE, &w).is_some());
+        assert!(q.park(3, DEADLINE, &w).is_some());
+        assert!(q.park(4, DEADLINE, &w).is_none(), "in all");
+        assert!(Queue::new(4, 0, 0).park(1, DEADLINE, &w).is_none());
     }
 
     #[test]
     fn only_the_head_is_woken_at_its_retry_time_and_everyone_at_the_deadline() {
         let mut q = Queue::new(16, 16, 0);
         let (count, w) = waker();
-        let head = q.park(7, 50, &w).unwrap().id;
-        let second = q.park(7, 50, &w).unwrap().id;
+        let head = q.park(7, 50 * TICK_NANOS, &w).unwrap().id;
+        let second = q.park(7, 50 * TICK_NANOS, &w).unwrap().id;
         // A stray release gives the second a turn too; both fail a rate limit that has room
         // again at tick 10.
         assert!(q.released(7, 1).is_some());
@@ -570,16 +584,16 @@ mod tests {
             "not the head: its deadline"
         );
         let mut woken = Vec::new();
-        q.fire(9, &mut woken);
+        q.fire(10 * TICK_NANOS - 1, &mut woken);
         assert!(woken.is_empty());
-        q.fire(10, &mut woken);
+        q.fire(10 * TICK_NANOS, &mut woken);
         assert_eq!(woken.len(), 1, "the head only: no storm");
         assert_eq!(q.state(head), Some(State::Notified));
         assert_eq!(q.state(second), Some(State::Waiting));
         woken.drain(..).for_each(Waker::wake);
-        q.fire(49, &mut woken);
+        q.fire(50 * TICK_NANOS - 1, &mut woken);
         assert!(woken.is_empty());
-        q.fire(50, &mut woken);
+        q.fire(50 * TICK_NANOS, &mut woken);
         assert_eq!(q.state(head), Some(State::TimedOut));
         assert_eq!(q.state(second), Some(State::TimedOut));
         assert_eq!(woken.len(), 1, "the head's waker was taken at its retry");
@@ -588,12 +602,44 @@ mod tests {
     }
 
     #[test]
+    fn a_deadline_within_a_tick_fires_on_the_first_pass_at_or_after_it() {
+        let mut q = Queue::new(16, 16, 0);
+        let (count, w) = waker();
+        let deadline = 25 * TICK_NANOS + TICK_NANOS / 2;
+        let head = q.park(7, deadline, &w).unwrap().id;
+        let second = q.park(7, deadline, &w).unwrap().id;
+        // The second (given a turn by a stray release) keeps a retry time of tick 20 for when
+        // it heads the line: its deadline's tick must not take it for its retry.
+        assert!(q.released(7, 1).is_some());
+        assert_eq!(q.wait_again(head, Some(20), &w), Some(20));
+        assert_eq!(q.wait_again(second, Some(20), &w), Some(25));
+        let mut woken = Vec::new();
+        q.fire(20 * TICK_NANOS, &mut woken);
+        assert_eq!(woken.len(), 1, "the head at its retry time");
+        assert_eq!(q.wait_again(head, None, &w), Some(25));
+        woken.clear();
+        // The pass in the deadline's tick but before the deadline: nobody gives up, and the
+        // waiter behind the head is not given a turn.
+        q.fire(deadline - 1, &mut woken);
+        assert!(woken.is_empty(), "early");
+        assert_eq!(q.state(head), Some(State::Waiting));
+        assert_eq!(q.state(second), Some(State::Waiting));
+        assert_eq!(q.next_due(), Some(26), "the next tick's pass");
+        q.fire(26 * TICK_NANOS, &mut woken);
+        assert_eq!(woken.len(), 2);
+        assert_eq!(q.state(head), Some(State::TimedOut));
+        assert_eq!(q.state(second), Some(State::TimedOut));
+        woken.drain(..).for_each(Waker::wake);
+        assert_eq!(count.0.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
     fn slots_are_reused_and_stale_ids_are_ignored() {
         let mut q = Queue::new(1, 1, 0);
         let (_, w) = waker();
-        let old = q.park(7, 100, &w).unwrap().id;
+        let old = q.park(7, DEADLINE, &w).unwrap().id;
         q.remove(old, false, false, None);
-        let new = q.park(9, 100, &w).unwrap().id;
+        let new = q.park(9, DEADLINE, &w).unwrap().id;
         assert_eq!(q.state(old), None);
         assert!(q.remove(old, false, false, None).is_none());
         assert_eq!(q.state(new), Some(State::Notified));
