@@ -62,6 +62,8 @@ struct Slot {
     retry: Option<u64>,
     /// Its entry in the wheel: at `deadline`'s tick, or at `retry` while it heads its line.
     timer: Option<TimerKey>,
+    /// The tick `timer` was set for.
+    due: u64,
     /// It was given the turn and has not used it yet (whatever happened since: a waiter
     /// woken for a permit can time out before it is polled).
     turn: bool,
@@ -130,6 +132,7 @@ impl Queue {
                     deadline: 0,
                     retry: None,
                     timer: None,
+                    due: 0,
                     turn: false,
                     prev: NIL,
                     next: NIL,
@@ -249,11 +252,16 @@ impl Queue {
             Some(retry) if heads => retry.min(deadline),
             _ => deadline,
         };
-        let old = self.slots[index as usize].timer.take();
-        if let Some(old) = old {
+        let slot = &mut self.slots[index as usize];
+        // A head refused again in flight waits for the same deadline: its timer stays.
+        if slot.timer.is_some() && slot.due == due {
+            return due;
+        }
+        if let Some(old) = slot.timer.take() {
             self.wheel.remove(old);
         }
-        self.slots[index as usize].timer = Some(self.wheel.insert(index, due));
+        slot.due = due;
+        slot.timer = Some(self.wheel.insert(index, due));
         due
     }
 
@@ -426,7 +434,8 @@ impl Queue {
                 slot.retry = None;
             }
             // Its deadline's tick, or the next one if the deadline is later in this tick.
-            Some((slot.deadline / TICK_NANOS).max(tick + 1))
+            slot.due = (slot.deadline / TICK_NANOS).max(tick + 1);
+            Some(slot.due)
         });
     }
 
@@ -467,7 +476,9 @@ mod tests {
     fn a_release_gives_the_turn_to_the_oldest_waiting_waiter_only() {
         let mut q = Queue::new(16, 16, 0);
         let (_, w) = waker();
-        let ids: Vec<_> = (0..4).map(|_| q.park(7, DEADLINE, &w).unwrap().id).collect();
+        let ids: Vec<_> = (0..4)
+            .map(|_| q.park(7, DEADLINE, &w).unwrap().id)
+            .collect();
         // The head has the turn from the start (it tries once more after parking).
         assert_eq!(q.state(ids[0]), Some(State::Notified));
         assert!(q.released(7, 1).is_some());
@@ -522,7 +533,9 @@ mod tests {
     fn cancelling_a_line_of_waiters_without_the_turn_wakes_no_one() {
         let mut q = Queue::new(16, 16, 0);
         let (_, w) = waker();
-        let ids: Vec<_> = (0..5).map(|_| q.park(7, DEADLINE, &w).unwrap().id).collect();
+        let ids: Vec<_> = (0..5)
+            .map(|_| q.park(7, DEADLINE, &w).unwrap().id)
+            .collect();
         assert_eq!(q.wait_again(ids[0], None, &w), Some(100)); // the head waits too now
         for &id in &ids {
             assert!(q.remove(id, false, false, None).is_none());
