@@ -97,3 +97,42 @@ fn a_waiter_cancelled_after_its_wake_up_passes_the_permit_on() {
         assert_eq!(limiter.estimate(&7).inflight, Some(0));
     });
 }
+
+/// The first model for a key the exact stage has no place for: its one set of 16 is held by
+/// keys with as much evidence as its knocks (a request decided and one in flight each, two
+/// knocks), so the request is refused by the sketch alone, and as head of its
+/// line it reads the key's count after counting itself instead of trying again
+/// (`Shared::refused_again_in_flight`). Whatever the interleaving with the release, the
+/// request ends up admitted.
+#[test]
+fn a_permit_given_back_while_a_request_of_a_key_without_a_place_parks_is_never_missed() {
+    // Setting the stage up takes more of loom's branches than its default allows.
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(3);
+    builder.max_branches = 20_000;
+    builder.check(|| {
+        let clock = ManualClock::new();
+        let limiter = Limiter::builder()
+            .max_inflight(1)
+            .sketch(2, 64)
+            .exact_capacity(16)
+            .max_waiters(4)
+            .clock(&clock)
+            .build()
+            .unwrap();
+        let limiter = Arc::new(limiter);
+        let residents: Vec<_> = (100..116u64)
+            .map(|key| limiter.try_acquire_owned(&key).unwrap())
+            .collect();
+        let held = limiter.try_acquire_owned(&7).unwrap();
+        assert_eq!(limiter.stats().promoted, 16, "no place for the key");
+        let releaser = thread::spawn(move || drop(held));
+        let permit = block_on(limiter.acquire(&7, FOREVER));
+        assert!(permit.is_ok(), "{permit:?}");
+        releaser.join().unwrap();
+        drop(permit);
+        drop(residents);
+        assert_eq!(limiter.stats().waiting, 0);
+        assert_eq!(limiter.estimate(&7).inflight, Some(0));
+    });
+}

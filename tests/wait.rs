@@ -184,6 +184,67 @@ fn a_waiter_refused_on_its_turn_in_its_last_tick_waits_out_its_deadline() {
     assert_eq!(limiter.stats().waiting, 0);
 }
 
+/// A limiter of one in flight whose exact stage (one set of 16) is held by 16 keys, each
+/// holding its permit and with more evidence than any newcomer's knocks: a newcomer at its
+/// limit is decided by the sketches alone.
+fn stage_full_of_others(clock: &ManualClock) -> (Limiter<String>, Vec<OwnedPermit<String>>) {
+    let limiter: Limiter<String> = Limiter::builder()
+        .max_inflight(1)
+        .exact_capacity(16)
+        .sketch(2, 1 << 16)
+        .clock(clock)
+        .build()
+        .unwrap();
+    let mut held = Vec::new();
+    for i in 0..16 {
+        let key = format!("resident-{i}");
+        held.push(limiter.try_acquire_owned(&key).unwrap());
+        for _ in 0..8 {
+            assert!(limiter.try_acquire(&key).is_err(), "its evidence");
+        }
+    }
+    assert_eq!(limiter.stats().promoted, 16);
+    (limiter, held)
+}
+
+#[test]
+fn a_head_of_a_key_without_a_place_reads_whether_a_permit_came_back_without_the_lock() {
+    let clock = ManualClock::new();
+    let (limiter, _residents) = stage_full_of_others(&clock);
+    let held = limiter.try_acquire_owned("newcomer").unwrap();
+    assert_eq!(limiter.stats().promoted, 16, "the newcomer has no place");
+    let mut waiter = Polled::new(limiter.acquire("newcomer", 10 * SECOND));
+    // Its first attempt was refused by the sketches alone; heading its line, it reads the
+    // key's count after counting itself, and takes no lock for it.
+    let locks = limiter.exact_locks_taken();
+    waiter.pending();
+    assert_eq!(
+        limiter.exact_locks_taken(),
+        locks,
+        "the head's check took the lock"
+    );
+    assert_eq!(limiter.stats().waiting, 1);
+    assert_eq!(limiter.stats().promoted, 16, "one request, one knock");
+    drop(held);
+    assert_eq!(waiter.woken(), 1, "woken by the release");
+    let _permit = waiter.admitted();
+    assert_eq!(limiter.stats().waiting, 0);
+}
+
+#[test]
+fn a_permit_back_before_a_head_of_a_key_without_a_place_counted_itself_is_taken() {
+    let clock = ManualClock::new();
+    let (limiter, _residents) = stage_full_of_others(&clock);
+    let held = limiter.try_acquire_owned("newcomer").unwrap();
+    // Refused in the call; the permit comes back before the request is first polled (and
+    // counts itself as a waiter), so the release finds no waiter to wake.
+    let mut waiter = Polled::new(limiter.acquire("newcomer", 10 * SECOND));
+    drop(held);
+    let _permit = waiter.admitted();
+    assert_eq!(waiter.woken(), 0);
+    assert_eq!(limiter.stats().waiting, 0);
+}
+
 #[test]
 fn a_rate_rejection_with_no_room_before_the_deadline_is_returned_at_once() {
     let clock = ManualClock::new();

@@ -250,13 +250,38 @@ where
     /// An attempt of a waiter with the turn: admitted, given up, or back in the line. The
     /// step stays a parked `Wait` while user code (the key's `Hash` and `Eq`) runs, so a panic
     /// there leaves the waiter for `Drop` to take out.
-    fn take_turn(&mut self, cx: &mut Context<'_>) -> Poll<Result<OwnedPermit<K>, Rejected>> {
+    ///
+    /// `parked`: the turn a head of a line starts with, right after it counted itself. Its
+    /// attempt is there for a permit that came back between the request's first attempt and
+    /// that count (whose release could not see the waiter). After a refusal for an in-flight
+    /// limit by the sketches alone (a key at its limit the exact stage had no place for),
+    /// whether one came back is read, not tried: one `SeqCst` read of the key's counters
+    /// where an attempt takes the exact stage's lock again
+    /// (`Shared::refused_again_in_flight`).
+    fn take_turn(
+        &mut self,
+        cx: &mut Context<'_>,
+        parked: bool,
+    ) -> Poll<Result<OwnedPermit<K>, Rejected>> {
         let Step::Wait(wait, Some(id)) = &self.step else {
             return Poll::Pending;
         };
         let (id, deadline) = (*id, wait.deadline);
-        let (result, receipt) = attempt(&self.shared, wait);
-        self.receipt = receipt;
+        let refused_again = wait.first.as_ref().filter(|first| {
+            parked
+                && first.reason == Reason::Inflight
+                && self
+                    .shared
+                    .refused_again_in_flight(wait.hash, wait.cost, first.limit)
+        });
+        let result = match refused_again {
+            Some(first) => Err(first.clone()),
+            None => {
+                let (result, receipt) = attempt(&self.shared, wait);
+                self.receipt = receipt;
+                result
+            }
+        };
         let now = now(&self.shared);
         match result {
             Err(rejected) if worth_waiting(&rejected, now, deadline) => {
@@ -361,7 +386,7 @@ where
             Step::Done => Poll::Pending,
             Step::Wait(_, None) => match this.park(cx) {
                 Err(answer) => Poll::Ready(answer),
-                Ok(true) => this.take_turn(cx),
+                Ok(true) => this.take_turn(cx, true),
                 Ok(false) => Poll::Pending,
             },
             Step::Wait(_, Some(id)) => {
@@ -374,7 +399,7 @@ where
                     }
                     Some(State::Notified) => {
                         drop(queue);
-                        this.take_turn(cx)
+                        this.take_turn(cx, false)
                     }
                     // Its deadline passed (or, never, it was taken out): a last attempt.
                     Some(State::TimedOut) | None => {
