@@ -449,7 +449,13 @@ impl<F, L, W, C> LimitLayer<F, L, W, C> {
     /// ([`Limiter::acquire`]) instead of being refused at once: nginx's `limit_req … delay`.
     /// It waits on the limiter's 10 ms clock (no timer per request), before the inner service
     /// is called; one that still finds no room (or cannot fit before `max_wait`, or finds the
-    /// limiter's waiters full) gets the same 503 as without waiting. The services this layer
+    /// limiter's waiters full) gets the same 503 as without waiting. Under a flood of one
+    /// key, its line holds at most
+    /// [`max_waiters_per_key`](crate::LimiterBuilder::max_waiters_per_key) requests (64
+    /// unless told otherwise), and the flood's other requests are refused at once: it holds
+    /// neither thousands of connections nor their memory. A request waits until its key's
+    /// permit comes back, or up to `max_wait`, never less, and at most one 10 ms tick more
+    /// (while the clock's thread gets a CPU in time). The services this layer
     /// makes need an inner service that is `Clone` (the one made ready is kept for the
     /// waiting request, as tower's buffering layers do).
     ///
