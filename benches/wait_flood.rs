@@ -7,7 +7,9 @@
 //! - `tokio`: the same job done with tokio's parts, as a user without floodgate would: a
 //!   `tokio::sync::Semaphore` of the limit a key (in a `DashMap`, keyed by the same
 //!   [`HostKey`]), `tokio::time::timeout(MAX_WAIT, acquire_owned())`, 503 when it runs out; a
-//!   boxed `async` block a request, as a hand-written tower service returns.
+//!   boxed `async` block a request, as a hand-written tower service returns. Its 503 is bare,
+//!   where the layer's carries the `RateLimit-Policy` and `RateLimit` fields (part of the
+//!   layer's CPU a request below).
 //!
 //! The service behind each holds an admitted request [`HOLD`] (a tokio `sleep`: the same on
 //! every side) and answers 200. [`CLIENTS`] tasks each send requests of one host,
