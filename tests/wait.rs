@@ -232,6 +232,33 @@ fn a_head_of_a_key_without_a_place_reads_whether_a_permit_came_back_without_the_
 }
 
 #[test]
+fn a_head_of_a_key_without_a_place_is_judged_by_the_limits_in_force_when_it_parks() {
+    // Raised between the call (refused under 1) and the first poll: admitted at that poll.
+    let clock = ManualClock::new();
+    let (limiter, _residents) = stage_full_of_others(&clock);
+    let _held = limiter.try_acquire_owned("newcomer").unwrap();
+    let mut waiter = Polled::new(limiter.acquire("newcomer", 10 * SECOND));
+    limiter.set_limits(Limits::new().max_inflight(2)).unwrap();
+    let permit = waiter.admitted();
+    assert!(permit.shadow_rejection().is_none());
+    assert_eq!(limiter.stats().waiting, 0);
+    drop(permit);
+
+    // Shadow turned on meanwhile: the refusal it stands for is an admission that says so.
+    let clock = ManualClock::new();
+    let (limiter, _residents) = stage_full_of_others(&clock);
+    let _held = limiter.try_acquire_owned("newcomer").unwrap();
+    let mut waiter = Polled::new(limiter.acquire("newcomer", 10 * SECOND));
+    limiter
+        .set_limits(Limits::new().max_inflight(1).shadow(true))
+        .unwrap();
+    let permit = waiter.admitted();
+    let rejected = permit.shadow_rejection().expect("a shadow admission");
+    assert_eq!((rejected.reason, rejected.limit), (Reason::Inflight, 1));
+    assert_eq!(limiter.stats().waiting, 0);
+}
+
+#[test]
 fn a_permit_back_before_a_head_of_a_key_without_a_place_counted_itself_is_taken() {
     let clock = ManualClock::new();
     let (limiter, _residents) = stage_full_of_others(&clock);

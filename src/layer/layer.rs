@@ -453,9 +453,11 @@ impl<F, L, W, C> LimitLayer<F, L, W, C> {
     /// key, its line holds at most
     /// [`max_waiters_per_key`](crate::LimiterBuilder::max_waiters_per_key) requests (64
     /// unless told otherwise), and the flood's other requests are refused at once: it holds
-    /// neither thousands of connections nor their memory. A request waits until its key's
-    /// permit comes back, or up to `max_wait`, never less, and at most one 10 ms tick more
-    /// (while the clock's thread gets a CPU in time). The services this layer
+    /// neither thousands of connections nor their memory. A request over an in-flight limit
+    /// waits until its key's permit comes back, or up to `max_wait`: never less, and at most
+    /// one 10 ms tick more (while the clock's thread gets a CPU in time); one over a rate
+    /// limit waits for its window's room, and is refused at once if the room comes after
+    /// `max_wait`. The services this layer
     /// makes need an inner service that is `Clone` (the one made ready is kept for the
     /// waiting request, as tower's buffering layers do).
     ///

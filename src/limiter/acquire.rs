@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use super::limits::Thresholds;
 use super::path::Request;
 use super::shared::Shared;
 use super::ticket::{Receipt, Ticket};
@@ -253,11 +254,11 @@ where
     ///
     /// `parked`: the turn a head of a line starts with, right after it counted itself. Its
     /// attempt is there for a permit that came back between the request's first attempt and
-    /// that count (whose release could not see the waiter). After a refusal for an in-flight
-    /// limit by the sketches alone (a key at its limit the exact stage had no place for),
-    /// whether one came back is read, not tried: one `SeqCst` read of the key's counters
-    /// where an attempt takes the exact stage's lock again
-    /// (`Shared::refused_again_in_flight`).
+    /// that count (whose release could not see the waiter). After a first refusal for an
+    /// in-flight limit, of a key not promoted now (the sketches alone decide its attempts,
+    /// unless the exact stage finds it a place), whether one came back is read, not tried:
+    /// the key's counters against the limits in force now, where an attempt takes the exact
+    /// stage's lock again (`Shared::refused_again_in_flight`).
     fn take_turn(
         &mut self,
         cx: &mut Context<'_>,
@@ -267,14 +268,16 @@ where
             return Poll::Pending;
         };
         let (id, deadline) = (*id, wait.deadline);
-        let refused_again = wait.first.as_ref().filter(|first| {
-            parked
-                && first.reason == Reason::Inflight
-                && self
-                    .shared
-                    .refused_again_in_flight(wait.hash, wait.cost, first.limit)
+        let first_in_flight = wait.first.as_ref().filter(|first| {
+            parked && first.reason == Reason::Inflight && {
+                let (thresholds, plan_shadow) = limits_now(&self.shared, wait);
+                thresholds.is_ok_and(|t| {
+                    let shared = &self.shared;
+                    shared.refused_again_in_flight(wait.hash, wait.cost, &t, plan_shadow)
+                })
+            }
         });
-        let result = match refused_again {
+        let result = match first_in_flight {
             Some(first) => Err(first.clone()),
             None => {
                 let (result, receipt) = attempt(&self.shared, wait);
@@ -318,6 +321,22 @@ where
     }
 }
 
+/// The limits a waiting request is judged by now: its plan's, or the limiter's defaults as
+/// they are now (`set_limits` may have run since the request began); and whether its plan
+/// is in shadow.
+fn limits_now<K: Hash + Eq>(
+    shared: &Shared<K>,
+    wait: &Wait<K>,
+) -> (Result<Thresholds, Rejected>, bool) {
+    let limits = wait.limits.map(|l| shared.plan(l));
+    let plan_shadow = limits.is_some_and(|l| l.is_shadow());
+    let thresholds = match &limits {
+        Some(limits) => shared.thresholds(limits),
+        None => Ok(shared.defaults.load()),
+    };
+    (thresholds, plan_shadow)
+}
+
 /// One attempt for a waiting request, and where an admission was counted.
 fn attempt<K>(
     shared: &Arc<Shared<K>>,
@@ -326,12 +345,7 @@ fn attempt<K>(
 where
     K: Hash + Eq + Clone,
 {
-    let limits = wait.limits.map(|l| shared.plan(l));
-    let plan_shadow = limits.is_some_and(|l| l.is_shadow());
-    let thresholds = match &limits {
-        Some(limits) => shared.thresholds(limits),
-        None => Ok(shared.defaults.load()),
-    };
+    let (thresholds, plan_shadow) = limits_now(shared, wait);
     let mut receipt = Receipt::default();
     let permit = |ticket, counted| {
         receipt = counted;

@@ -470,7 +470,7 @@ impl<K> LimiterBuilder<K> {
     /// The most requests that may wait in [`Limiter::acquire`] at once, all keys together
     /// (default 4,096, at most 2^24: more is
     /// [`ConfigError::Waiters`]); a request beyond them is refused at once. Their room (about
-    /// 150 bytes each) is allocated when the limiter is built, so memory stays fixed whatever
+    /// 170 bytes each) is allocated when the limiter is built, so memory stays fixed whatever
     /// the traffic. 0 turns waiting off: `acquire` then decides like `try_acquire`.
     ///
     /// # Examples

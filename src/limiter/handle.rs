@@ -155,7 +155,11 @@ where
     /// about two ticks of its room; with a [`ManualClock`](crate::clock::ManualClock), in the
     /// `advance` that reaches it. Waiters of one key are served in arrival order (a new
     /// `acquire` for a key that has waiters queues behind them), and each permit that comes
-    /// back wakes one waiter. Dropping the future (a cancelled request, a `select!` that took
+    /// back wakes one waiter. A key the exact stage holds no place for is judged by the
+    /// sketch, whose counters it shares with other keys (the sketch may refuse more, never
+    /// admit more): a request of another key sharing them can take the room a release of
+    /// this key left, and the waiter then waits for its key's next permit or its deadline.
+    /// Dropping the future (a cancelled request, a `select!` that took
     /// another branch) takes the waiter out of the line at once; if it had been woken for a
     /// permit, the turn passes to the next waiter.
     ///
@@ -185,7 +189,8 @@ where
     /// let second = waiting.await.expect("admitted when the first permit came back");
     /// finish.await.unwrap();
     ///
-    /// // With no permit coming back, it gives up after max_wait (rounded up to 10 ms ticks).
+    /// // With no permit coming back, it gives up after max_wait (never before it, and on the
+    /// // clock's first 10 ms tick after it).
     /// let rejected = limiter.acquire("origin", Duration::from_millis(20)).await.unwrap_err();
     /// assert_eq!(rejected.limit, 1);
     /// drop(second);

@@ -308,23 +308,41 @@ where
     }
 
     /// Whether a request of `cost` units for `hash`, refused a moment ago for its in-flight
-    /// `limit`, would be refused again now by the sketches alone, reading without counting:
-    /// its key not promoted (its filter cell not flagged), and the key's in-flight estimate
-    /// (the others' units: the refused request gave its own back) plus `cost` past `limit`.
-    /// For a waiter's attempt after it counted itself (see the `wait` module): an attempt of
-    /// an unpromoted key at its limit is decided by the sketches alone unless the exact stage
-    /// finds it a place, and this one would not knock at the door again (its request knocked
-    /// once) nor take a place freed since. The loads are `SeqCst` (the sketch's), after the
-    /// waiter's count: a release that gave units back before it is seen here, or sees the
-    /// waiter.
-    pub(super) fn refused_again_in_flight(&self, hash: u64, cost: u32, limit: u32) -> bool {
+    /// limit, would be refused again now under the limits `t` by the sketches alone, reading
+    /// without counting: not in shadow (its plan's, `plan_shadow`, or the limiter's), its key
+    /// not promoted (its filter cell not flagged), and the key's in-flight estimate (the
+    /// others' units: the refused request gave its own back) plus `cost` past `t`'s in-flight
+    /// limit. For a waiter's attempt after it counted itself (see the `wait` module): an
+    /// attempt of an unpromoted key at its limit is decided by the sketches alone unless the
+    /// exact stage finds it a place, and this one would not knock at the door again (its
+    /// request knocked once) nor take a place freed since.
+    ///
+    /// The sketch's loads are `SeqCst`, after the waiter's count: a release that gave units
+    /// back before it is seen here, or sees the waiter. The cell's read only chooses between
+    /// this and an attempt: read just before a promotion shows, the sketch's estimate (never
+    /// below what the key's lane would count) may refuse where the lane would admit, as it
+    /// may for a key whose counters others share; the waiter then waits for its key's next
+    /// release or its deadline.
+    pub(super) fn refused_again_in_flight(
+        &self,
+        hash: u64,
+        cost: u32,
+        t: &Thresholds,
+        plan_shadow: bool,
+    ) -> bool {
+        let Some(inflight) = t.inflight else {
+            return false;
+        };
+        if self.in_shadow(plan_shadow) {
+            return false;
+        }
         let line = self.exact.lines().key_line(spread(hash));
         if exact::cell_before(line).flagged() {
             return false;
         }
         self.sketches
             .inflight_now(hash)
-            .is_some_and(|others| others.saturating_add(cost as isize) > limit as isize)
+            .is_some_and(|others| others.saturating_add(cost as isize) > inflight.limit)
     }
 
     /// The answer to a request refused after it counted itself in the sketches (`s`): its

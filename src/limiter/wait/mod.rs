@@ -48,11 +48,12 @@
 //! permit comes back:
 //! - a waiter that joins a line with no head starts with the turn and tries at once, after
 //!   counting itself, so it sees every permit given back before a release could miss it. A
-//!   request its first attempt had refused for an in-flight limit by the sketches alone (its
-//!   key at its limit and not promoted, the exact stage without a place for it) reads its
-//!   key's counters instead (`SeqCst` loads, after its count), and tries only if the key
-//!   is promoted now or a permit came back: the counts such an attempt is decided by, without
-//!   the set's lock and a second knock at its door;
+//!   request its first attempt had refused for an in-flight limit, of a key not promoted now
+//!   (whose attempts the sketches alone decide unless the exact stage finds it a place),
+//!   reads its key's counters instead (`SeqCst` loads, after its count) against the limits
+//!   in force, and tries only if the key is promoted now, the limits are in shadow or a
+//!   permit came back: the counts such an attempt is decided by, without the set's lock and
+//!   a second knock at its door;
 //! - a release that finds the bucket counted takes the lock and gives the turn to the oldest
 //!   waiting waiter; finding every waiter with the turn already, it credits the line, and
 //!   the next attempt that fails tries again instead of waiting (or, if its waiter leaves
