@@ -188,32 +188,64 @@ fn a_waiter_refused_on_its_turn_in_its_last_tick_waits_out_its_deadline() {
 /// holding its permit and with more evidence than any newcomer's knocks: a newcomer at its
 /// limit is decided by the sketches alone.
 fn stage_full_of_others(clock: &ManualClock) -> (Limiter<String>, Vec<OwnedPermit<String>>) {
+    stage_full_of_others_in(clock, 1, 1 << 16)
+}
+
+/// [`stage_full_of_others`] for a limit of `limit` in flight (each resident holds all of
+/// it) and sketch rows of `columns` counters.
+fn stage_full_of_others_in(
+    clock: &ManualClock,
+    limit: u32,
+    columns: usize,
+) -> (Limiter<String>, Vec<OwnedPermit<String>>) {
     let limiter: Limiter<String> = Limiter::builder()
-        .max_inflight(1)
+        .max_inflight(limit)
         .exact_capacity(16)
-        .sketch(2, 1 << 16)
+        .sketch(2, columns)
         .clock(clock)
         .build()
         .unwrap();
     let mut held = Vec::new();
-    for i in 0..16 {
-        let key = format!("resident-{i}");
-        held.push(limiter.try_acquire_owned(&key).unwrap());
+    let mut residents = 0;
+    for key in (0..).map(|i| format!("resident-{i}")) {
+        if residents == 16 {
+            break;
+        }
+        // Not a key sharing both its counters with an earlier resident, whose permits its
+        // count would include.
+        if limiter.estimate(&key).inflight != Some(0) {
+            continue;
+        }
+        for _ in 0..limit {
+            held.push(limiter.try_acquire_owned(&key).unwrap());
+        }
         for _ in 0..8 {
             assert!(limiter.try_acquire(&key).is_err(), "its evidence");
         }
+        residents += 1;
     }
     assert_eq!(limiter.stats().promoted, 16);
     (limiter, held)
+}
+
+/// A key no resident shares both counters with, in a filter cell no resident flagged (the
+/// filter sends such a cell's requests to the stage): its requests at its limit are decided
+/// by the sketches alone.
+fn newcomer(limiter: &Limiter<String>) -> String {
+    (0..)
+        .map(|i| format!("newcomer-{i}"))
+        .find(|k| limiter.estimate(k).inflight == Some(0) && !limiter.exact_filter_flagged(k))
+        .expect("a key")
 }
 
 #[test]
 fn a_head_of_a_key_without_a_place_reads_whether_a_permit_came_back_without_the_lock() {
     let clock = ManualClock::new();
     let (limiter, _residents) = stage_full_of_others(&clock);
-    let held = limiter.try_acquire_owned("newcomer").unwrap();
+    let key = newcomer(&limiter);
+    let held = limiter.try_acquire_owned(&key).unwrap();
     assert_eq!(limiter.stats().promoted, 16, "the newcomer has no place");
-    let mut waiter = Polled::new(limiter.acquire("newcomer", 10 * SECOND));
+    let mut waiter = Polled::new(limiter.acquire(&key, 10 * SECOND));
     // Its first attempt was refused by the sketches alone; heading its line, it reads the
     // key's count after counting itself, and takes no lock for it.
     let locks = limiter.exact_locks_taken();
@@ -236,8 +268,9 @@ fn a_head_of_a_key_without_a_place_is_judged_by_the_limits_in_force_when_it_park
     // Raised between the call (refused under 1) and the first poll: admitted at that poll.
     let clock = ManualClock::new();
     let (limiter, _residents) = stage_full_of_others(&clock);
-    let _held = limiter.try_acquire_owned("newcomer").unwrap();
-    let mut waiter = Polled::new(limiter.acquire("newcomer", 10 * SECOND));
+    let key = newcomer(&limiter);
+    let _held = limiter.try_acquire_owned(&key).unwrap();
+    let mut waiter = Polled::new(limiter.acquire(&key, 10 * SECOND));
     limiter.set_limits(Limits::new().max_inflight(2)).unwrap();
     let permit = waiter.admitted();
     assert!(permit.shadow_rejection().is_none());
@@ -247,8 +280,9 @@ fn a_head_of_a_key_without_a_place_is_judged_by_the_limits_in_force_when_it_park
     // Shadow turned on meanwhile: the refusal it stands for is an admission that says so.
     let clock = ManualClock::new();
     let (limiter, _residents) = stage_full_of_others(&clock);
-    let _held = limiter.try_acquire_owned("newcomer").unwrap();
-    let mut waiter = Polled::new(limiter.acquire("newcomer", 10 * SECOND));
+    let key = newcomer(&limiter);
+    let _held = limiter.try_acquire_owned(&key).unwrap();
+    let mut waiter = Polled::new(limiter.acquire(&key, 10 * SECOND));
     limiter
         .set_limits(Limits::new().max_inflight(1).shadow(true))
         .unwrap();
@@ -258,14 +292,92 @@ fn a_head_of_a_key_without_a_place_is_judged_by_the_limits_in_force_when_it_park
     assert_eq!(limiter.stats().waiting, 0);
 }
 
+/// Two keys that share both their counters in the sketch and none of a resident's, in
+/// filter cells no resident flagged, and a permit of the first, held. In rows of 256
+/// counters, about one candidate in 2,048 shares the first's counters (the same block of
+/// 32, the same of 8 counters in each of 2 rows): among 60,000, none does about once in
+/// e^29.
+fn two_keys_sharing_counters(limiter: &Limiter<String>) -> (String, OwnedPermit<String>, String) {
+    // Read before the first key counts anything.
+    let candidates: Vec<String> = (0..60_000)
+        .map(|i| format!("origin-{i}"))
+        .filter(|k| limiter.estimate(k).inflight == Some(0) && !limiter.exact_filter_flagged(k))
+        .collect();
+    let a = candidates[0].clone();
+    let held = limiter.try_acquire_owned(&a).unwrap();
+    let b = candidates[1..]
+        .iter()
+        .find(|k| limiter.estimate(*k).inflight == Some(1))
+        .expect("a key sharing a's counters")
+        .clone();
+    (a, held, b)
+}
+
+#[test]
+fn a_waiter_whose_room_a_key_sharing_its_counters_took_tries_again_on_the_clock() {
+    let clock = ManualClock::new();
+    // Small rows, so that two keys sharing both their counters are found among a few
+    // thousand; a limit of 2.
+    let (limiter, _residents) = stage_full_of_others_in(&clock, 2, 256);
+    let (a, a_first, b) = two_keys_sharing_counters(&limiter);
+    let (a, b) = (&a, &b);
+    assert_eq!(limiter.stats().promoted, 16, "neither has a place");
+    // b's permit and a's fill the counters they share; b's waiter parks.
+    let b_held = limiter.try_acquire_owned(b).unwrap();
+    let mut waiter = Polled::new(limiter.acquire(b, 10 * SECOND));
+    waiter.pending();
+    // b's permit comes back and wakes the waiter; a request of a takes the room first.
+    drop(b_held);
+    assert_eq!(waiter.woken(), 1);
+    let a_second = limiter.try_acquire_owned(a).unwrap();
+    waiter.pending(); // refused on its turn
+                      // a's permits come back: no release of b wakes the waiter, which tries again on the
+                      // clock: at the next tick.
+    drop((a_first, a_second));
+    assert_eq!(limiter.estimate(b).inflight, Some(0));
+    clock.advance(TICK);
+    assert_eq!(waiter.woken(), 2, "stuck until its deadline");
+    let _permit = waiter.admitted();
+    assert_eq!(limiter.stats().waiting, 0);
+}
+
+#[test]
+fn a_waiter_refused_on_its_turns_retries_at_most_every_sixteen_ticks() {
+    let clock = ManualClock::new();
+    let (limiter, _residents) = stage_full_of_others_in(&clock, 2, 256);
+    let (a, a_first, b) = two_keys_sharing_counters(&limiter);
+    let (a, b) = (&a, &b);
+    let b_held = limiter.try_acquire_owned(b).unwrap();
+    let mut waiter = Polled::new(limiter.acquire(b, 10 * SECOND));
+    waiter.pending();
+    drop(b_held);
+    let _a_second = limiter.try_acquire_owned(a).unwrap();
+    waiter.pending(); // refused on its turn; a holds the room from now on
+                      // Its tries: 1, 2, 4, 8, 16, 16, 16 ticks apart, each refused.
+    let mut at = 0;
+    for gap in [1, 2, 4, 8, 16, 16, 16] {
+        let tries = waiter.woken();
+        clock.advance(TICK * (gap - 1));
+        assert_eq!(waiter.woken(), tries, "tried before {gap} ticks");
+        clock.advance(TICK);
+        assert_eq!(waiter.woken(), tries + 1, "no try after {gap} ticks");
+        waiter.pending();
+        at += gap;
+    }
+    assert_eq!(at, 63);
+    drop(a_first);
+    assert_eq!(limiter.stats().waiting, 1);
+}
+
 #[test]
 fn a_permit_back_before_a_head_of_a_key_without_a_place_counted_itself_is_taken() {
     let clock = ManualClock::new();
     let (limiter, _residents) = stage_full_of_others(&clock);
-    let held = limiter.try_acquire_owned("newcomer").unwrap();
+    let key = newcomer(&limiter);
+    let held = limiter.try_acquire_owned(&key).unwrap();
     // Refused in the call; the permit comes back before the request is first polled (and
     // counts itself as a waiter), so the release finds no waiter to wake.
-    let mut waiter = Polled::new(limiter.acquire("newcomer", 10 * SECOND));
+    let mut waiter = Polled::new(limiter.acquire(&key, 10 * SECOND));
     drop(held);
     let _permit = waiter.admitted();
     assert_eq!(waiter.woken(), 0);

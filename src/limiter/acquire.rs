@@ -45,6 +45,9 @@ enum Step<K> {
     Done,
 }
 
+/// A waiter refused on its turns retries at most 2^4 = 16 ticks apart (`retry_after_turn`).
+const MAX_RETRY_DOUBLINGS: u32 = 4;
+
 /// What a waiting request needs for its attempts.
 struct Wait<K> {
     key: K,
@@ -58,6 +61,9 @@ struct Wait<K> {
     /// The rejection of the attempt `acquire` made, if it made one: what a request that
     /// finds no place to wait is answered (it is not tried, and counted, again).
     first: Option<Rejected>,
+    /// Its turns refused for an in-flight limit so far: how far apart its retries on the
+    /// clock are (see `retry_after_turn`).
+    refused_turns: u32,
 }
 
 impl<K> Acquire<K>
@@ -154,6 +160,7 @@ where
                     cost,
                     deadline,
                     first,
+                    refused_turns: 0,
                 },
                 None,
             ),
@@ -288,9 +295,15 @@ where
         let now = now(&self.shared);
         match result {
             Err(rejected) if worth_waiting(&rejected, now, deadline) => {
+                let retry = match retry_tick(&rejected, now) {
+                    None if !parked && rejected.reason == Reason::Inflight => {
+                        self.retry_after_turn(now)
+                    }
+                    retry => retry,
+                };
                 let waiters = &self.shared.waiters;
                 let mut queue = waiters.lock();
-                let again = queue.wait_again(id, retry_tick(&rejected, now), cx.waker());
+                let again = queue.wait_again(id, retry, cx.waker());
                 let sooner = again.is_some_and(|due| waiters.sooner(&queue, due));
                 drop(queue);
                 self.prompt_if_sooner(sooner);
@@ -302,6 +315,28 @@ where
             }
             result => Poll::Ready(self.finish(result)),
         }
+    }
+
+    /// The tick a waiter refused on its turn for an in-flight limit tries again at, heading its
+    /// line, if its key is not promoted: 1, 2, 4, 8 and then every 16 ticks after its
+    /// refused turns. Its turn came from a permit of its key that came back (or from the
+    /// waiter before it, leaving); what took the room may be a request of another key that
+    /// shares the key's counters in the sketch, whose release wakes no waiter of this key.
+    /// Without a retry such a waiter waits for its key's next permit, or its deadline
+    /// although its own count is 0. At most 16 ticks (160 ms) apart: the room such a release
+    /// leaves is seen within that, for about six attempts a second of a waiter refused so,
+    /// and only after a refused turn (a promoted key's counts are its own, and its releases
+    /// wake its waiters).
+    fn retry_after_turn(&mut self, now: u64) -> Option<u64> {
+        let Step::Wait(wait, _) = &mut self.step else {
+            return None;
+        };
+        if self.shared.promoted_now(wait.hash) {
+            return None;
+        }
+        let ticks = 1u64 << wait.refused_turns.min(MAX_RETRY_DOUBLINGS);
+        wait.refused_turns = wait.refused_turns.saturating_add(1);
+        Some((now / TICK_NANOS).saturating_add(ticks))
     }
 
     /// Leaves the line with `result`: admitted, or given up with its last rejection (whose

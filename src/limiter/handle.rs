@@ -158,7 +158,8 @@ where
     /// back wakes one waiter. A key the exact stage holds no place for is judged by the
     /// sketch, whose counters it shares with other keys (the sketch may refuse more, never
     /// admit more): a request of another key sharing them can take the room a release of
-    /// this key left, and the waiter then waits for its key's next permit or its deadline.
+    /// this key left: the waiter then tries again on the clock, 1, 2, 4, 8 and then every 16
+    /// ticks after, until it is admitted, its key's next permit comes back, or its deadline.
     /// Dropping the future (a cancelled request, a `select!` that took
     /// another branch) takes the waiter out of the line at once; if it had been woken for a
     /// permit, the turn passes to the next waiter.

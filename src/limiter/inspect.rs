@@ -258,6 +258,19 @@ where
         self.shared.exact.locks_taken()
     }
 
+    /// Whether `key`'s cell of the exact stage's filter is flagged (by its own promotion, or
+    /// by another key's that shares the cell): lets the tests pick a key whose requests the
+    /// filter does not send to the stage.
+    #[cfg(feature = "fault-injection")]
+    #[doc(hidden)]
+    pub fn exact_filter_flagged<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.shared.promoted_now(self.shared.sketches.hash(key))
+    }
+
     /// Bytes this limiter occupies, allocated at construction: the sketches and the exact
     /// stage at full capacity (not counting heap data the keys themselves own). It does not
     /// grow with the number of distinct keys.

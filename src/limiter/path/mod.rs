@@ -336,13 +336,19 @@ where
         if self.in_shadow(plan_shadow) {
             return false;
         }
-        let line = self.exact.lines().key_line(spread(hash));
-        if exact::cell_before(line).flagged() {
+        if self.promoted_now(hash) {
             return false;
         }
         self.sketches
             .inflight_now(hash)
             .is_some_and(|others| others.saturating_add(cost as isize) > inflight.limit)
+    }
+
+    /// Whether the key of `hash` may be promoted now (its filter cell flagged; false:
+    /// certainly not), by an `Acquire` read of its cell.
+    pub(super) fn promoted_now(&self, hash: u64) -> bool {
+        let line = self.exact.lines().key_line(spread(hash));
+        exact::cell_before(line).flagged()
     }
 
     /// The answer to a request refused after it counted itself in the sketches (`s`): its

@@ -23,7 +23,11 @@
 //!   room for more than one), or the waiter before it leaves with the turn unused
 //!   (cancelled, or timed out before it was polled): no permit is lost with it;
 //! - it becomes the head of a rate-limited line whose old head left without a permit: it
-//!   inherits the old head's retry time, so the line does not wait for its deadline.
+//!   inherits the old head's retry time, so the line does not wait for its deadline;
+//! - it heads its line after a turn refused for an in-flight limit, its key not promoted:
+//!   1, 2, 4, 8 and then every 16 ticks after its refused turns. The sketch's counters it
+//!   is judged by are shared with other keys, and a request of another key may have taken
+//!   the room its key's release left; that key's release wakes no waiter of this one.
 //!
 //! Each wake is one attempt, so a wake-up storm cannot happen: per permit that came back at
 //! most one waiter is woken, per retry time one per key. A new request for a key that has a
