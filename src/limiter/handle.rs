@@ -160,6 +160,8 @@ where
     /// admit more): a request of another key sharing them can take the room a release of
     /// this key left: the waiter then tries again on the clock, 1, 2, 4, 8 and then every 16
     /// ticks after, until it is admitted, its key's next permit comes back, or its deadline.
+    /// A waiter refused only because other keys' permits fill its counters, with none of its
+    /// key's own in flight, is woken by no release: it waits for its deadline.
     /// Dropping the future (a cancelled request, a `select!` that took
     /// another branch) takes the waiter out of the line at once; if it had been woken for a
     /// permit, the turn passes to the next waiter.
