@@ -113,6 +113,12 @@ impl<T> Wheel<T> {
         Key(index)
     }
 
+    /// The tick the entry at `key` is due at, as placed (`None` if it is no longer scheduled).
+    pub(crate) fn due(&self, key: Key) -> Option<u64> {
+        let node = self.nodes.get(key.0 as usize)?;
+        node.item.as_ref().map(|_| node.due)
+    }
+
     /// Cancels the entry at `key`, returning it (`None` if it is no longer scheduled).
     pub(crate) fn remove(&mut self, key: Key) -> Option<T> {
         let node = self.nodes.get(key.0 as usize)?;

@@ -62,8 +62,6 @@ struct Slot {
     retry: Option<u64>,
     /// Its entry in the wheel: at `deadline`'s tick, or at `retry` while it heads its line.
     timer: Option<TimerKey>,
-    /// The tick `timer` was set for.
-    due: u64,
     /// It was given the turn and has not used it yet (whatever happened since: a waiter
     /// woken for a permit can time out before it is polled).
     turn: bool,
@@ -132,7 +130,6 @@ impl Queue {
                     deadline: 0,
                     retry: None,
                     timer: None,
-                    due: 0,
                     turn: false,
                     prev: NIL,
                     next: NIL,
@@ -254,13 +251,15 @@ impl Queue {
         };
         let slot = &mut self.slots[index as usize];
         // A head refused again in flight waits for the same deadline: its timer stays.
-        if slot.timer.is_some() && slot.due == due {
+        if slot
+            .timer
+            .is_some_and(|timer| self.wheel.due(timer) == Some(due))
+        {
             return due;
         }
         if let Some(old) = slot.timer.take() {
             self.wheel.remove(old);
         }
-        slot.due = due;
         slot.timer = Some(self.wheel.insert(index, due));
         due
     }
@@ -434,8 +433,7 @@ impl Queue {
                 slot.retry = None;
             }
             // Its deadline's tick, or the next one if the deadline is later in this tick.
-            slot.due = (slot.deadline / TICK_NANOS).max(tick + 1);
-            Some(slot.due)
+            Some((slot.deadline / TICK_NANOS).max(tick + 1))
         });
     }
 
