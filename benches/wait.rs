@@ -19,6 +19,10 @@
 //!   `max_waiters(100_000)`. Keys `_1000_keys` (100 waiters a key, interleaved) or
 //!   `_100000_keys` (one waiter a key: each heads its line, so parking also makes the second
 //!   attempt a head owes after counting itself).
+//! - `floodgate_key_by_value`: the same with 1,000 keys, each waiter given its key by value
+//!   (`acquire_owned_key`) from keys made untimed between batches, as a proxy has each
+//!   request's key already; `acquire` copies a borrowed key once it must wait. Its key is
+//!   freed with it, in `cancel`.
 //! - `floodgate_manual_clock`: the same with 1,000 keys on a `ManualClock`.
 //! - `floodgate/try_refused_<keys>`: for reference, the decision alone: 100,000 `try_acquire`s
 //!   of the same keys in the same order, all refused. Parking includes one such attempt (two
@@ -97,10 +101,16 @@ struct Floodgate {
     _held: Vec<OwnedPermit<String>>,
     keys: Vec<String>,
     futures: Vec<Acquire<String>>,
+    /// Gives each waiter its key by value (`acquire_owned_key`), from `owned`, where
+    /// `acquire` copies a borrowed one.
+    by_value: bool,
+    /// The next batch's keys, by value: made untimed between batches, as a proxy has each
+    /// request's key before it asks the limiter (freed with the waiter, in `cancel`).
+    owned: Vec<String>,
 }
 
 impl Floodgate {
-    fn new(keys: usize, clock: Option<&ManualClock>) -> Self {
+    fn new(keys: usize, clock: Option<&ManualClock>, by_value: bool) -> Self {
         let builder = Limiter::builder()
             .max_inflight(1)
             .max_waiters(WAITERS)
@@ -122,12 +132,15 @@ impl Floodgate {
             _held: held,
             keys,
             futures: Vec::with_capacity(WAITERS),
+            by_value,
+            owned: Vec::with_capacity(WAITERS),
         }
     }
 
     /// Parks and cancels one batch, checking that every waiter waited.
     fn check(&mut self) {
         let (wakes, waker) = counting_waker();
+        self.between();
         let pending = self.park(&mut Context::from_waker(&waker));
         assert_eq!(pending, WAITERS, "every acquire must wait");
         assert_eq!(self.limiter.stats().waiting, WAITERS);
@@ -142,8 +155,14 @@ impl Batch for Floodgate {
         let mut pending = 0;
         for i in 0..WAITERS {
             // Keys interleaved, as requests of many origins arrive.
-            let key = self.keys[i % self.keys.len()].as_str();
-            self.futures.push(self.limiter.acquire(key, MAX_WAIT));
+            let waiter = match self.owned.pop() {
+                Some(key) => self.limiter.acquire_owned_key(key, MAX_WAIT),
+                None => {
+                    let key = self.keys[i % self.keys.len()].as_str();
+                    self.limiter.acquire(key, MAX_WAIT)
+                }
+            };
+            self.futures.push(waiter);
             let future = self.futures.last_mut().expect("just pushed");
             pending += usize::from(Pin::new(future).poll(cx).is_pending());
         }
@@ -152,6 +171,15 @@ impl Batch for Floodgate {
 
     fn cancel(&mut self) {
         self.futures.clear();
+    }
+
+    fn between(&mut self) {
+        if self.by_value {
+            // Taken from the end: the same order of keys as borrowed.
+            let keys = &self.keys;
+            let batch = (0..WAITERS).rev().map(|i| keys[i % keys.len()].clone());
+            self.owned.extend(batch);
+        }
     }
 }
 
@@ -361,7 +389,7 @@ fn main() {
         // A batch takes milliseconds: ten samples keep the run short.
         g.sample_size(10);
         for keys in [1_000, WAITERS] {
-            let mut floodgate = Floodgate::new(keys, None);
+            let mut floodgate = Floodgate::new(keys, None, false);
             floodgate.check();
             let mut times = Times::default();
             let suffix = format!("_{keys}_keys");
@@ -376,8 +404,20 @@ fn main() {
                 times,
             ));
         }
+        let mut by_value = Floodgate::new(1_000, None, true);
+        by_value.check();
+        let mut times = Times::default();
+        bench_side(
+            &mut g,
+            "floodgate_key_by_value",
+            "_1000_keys",
+            &mut by_value,
+            &mut times,
+        );
+        rows.push(("floodgate key by value 1k keys", times));
+        drop(by_value);
         let clock = ManualClock::new();
-        let mut manual = Floodgate::new(1_000, Some(&clock));
+        let mut manual = Floodgate::new(1_000, Some(&clock), false);
         manual.check();
         let mut times = Times::default();
         bench_side(

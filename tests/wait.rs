@@ -111,6 +111,100 @@ fn an_in_flight_waiter_is_admitted_when_a_permit_comes_back_and_not_before() {
     assert_eq!(limiter.estimate("origin").inflight, Some(1));
 }
 
+/// A key that counts its copies (its `Hash` and `Eq` are its name's).
+#[derive(Debug)]
+struct CountedKey {
+    name: &'static str,
+    copies: Arc<AtomicUsize>,
+}
+
+impl CountedKey {
+    fn new(name: &'static str) -> Self {
+        CountedKey {
+            name,
+            copies: Arc::default(),
+        }
+    }
+
+    fn copies(&self) -> usize {
+        self.copies.load(Ordering::SeqCst)
+    }
+
+    /// The same key again, counting with this one, without counting a copy.
+    fn again(&self) -> Self {
+        CountedKey {
+            name: self.name,
+            copies: Arc::clone(&self.copies),
+        }
+    }
+}
+
+impl Clone for CountedKey {
+    fn clone(&self) -> Self {
+        self.copies.fetch_add(1, Ordering::SeqCst);
+        CountedKey {
+            name: self.name,
+            copies: Arc::clone(&self.copies),
+        }
+    }
+}
+
+impl PartialEq for CountedKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for CountedKey {}
+
+impl std::hash::Hash for CountedKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name.hash(state);
+    }
+}
+
+/// The copies of its key a request makes that waits for the permit of another of its key
+/// and is admitted when it comes back; `by_value`: given with `acquire_owned_key`.
+fn copies_of_a_waiting_request(by_value: bool) -> usize {
+    let clock = ManualClock::new();
+    let limiter: Limiter<CountedKey> = Limiter::builder()
+        .max_inflight(1)
+        .clock(&clock)
+        .build()
+        .unwrap();
+    let key = CountedKey::new("origin");
+    let held = limiter.try_acquire_owned(&key).unwrap();
+    let waker = Waker::from(Arc::new(Wakes::default()));
+    let mut cx = Context::from_waker(&waker);
+    let before = key.copies();
+    let mut waiting = match by_value {
+        true => limiter.acquire_owned_key(key.again(), SECOND),
+        false => limiter.acquire(&key, SECOND),
+    };
+    assert!(Pin::new(&mut waiting).poll(&mut cx).is_pending());
+    drop(held);
+    match Pin::new(&mut waiting).poll(&mut cx) {
+        Poll::Ready(Ok(_permit)) => {}
+        other => panic!("expected a permit once the first came back, got {other:?}"),
+    }
+    assert_eq!(limiter.stats().waiting, 0);
+    key.copies() - before
+}
+
+#[test]
+fn a_key_given_by_value_is_kept_not_copied_while_its_request_waits() {
+    // The same requests, the same decisions (the exact stage keeps a copy of a key it
+    // promotes, in both): a borrowed key is copied once more, when its request must wait,
+    // since the future outlives the borrow.
+    let borrowed = copies_of_a_waiting_request(false);
+    let by_value = copies_of_a_waiting_request(true);
+    assert_eq!(
+        borrowed,
+        by_value + 1,
+        "copies: borrowed {borrowed}, by value {by_value}"
+    );
+}
+
 #[test]
 fn a_rate_waiter_wakes_at_its_retry_time_rounded_up_to_the_tick() {
     let clock = ManualClock::new();

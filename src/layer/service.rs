@@ -506,8 +506,9 @@ where
             Some(limits) => self.limiter.with_limits(limits).cost(cost),
             None => self.limiter.with_cost(cost),
         };
-        let acquire = acquire.acquire(&*key, self.mode.0);
-        let key = key.into_owned();
+        // The key by value: the future keeps it while the request waits, and gives it back for
+        // the response (`WaitFuture`).
+        let acquire = acquire.acquire_owned_key(key.into_owned(), self.mode.0);
         // Held to its charge now: the inner service is given it as it is when it is called.
         let request = self.cost.admit(req);
         // The service made ready for this request goes with it; this one keeps a clone (what
@@ -522,7 +523,6 @@ where
                 limiter: self.limiter.clone(),
                 fields: self.fields.clone(),
                 request,
-                key,
                 policies,
             },
         )

@@ -27,7 +27,6 @@ pub(super) struct Waiting<S, B> {
     /// What its response says beyond the decision.
     pub(super) fields: ResponseSettings,
     pub(super) request: Request<B>,
-    pub(super) key: String,
     pub(super) policies: Policies,
 }
 
@@ -109,16 +108,18 @@ where
                     let Some(mut w) = waiting.take() else {
                         return Poll::Ready(Ok(super::refusal::refuse(None)));
                     };
+                    // Given by value (`LimitService::call`): always there, once.
+                    let key = acquire.take_key().unwrap_or_default();
                     let state: State<S::Future> = match decided {
                         Ok(permit) => {
-                            let admitted = w.fields.admitted(&w.limiter, &w.key, w.policies);
-                            let shadow_key = permit.shadow_rejection().map(|_| w.key);
+                            let admitted = w.fields.admitted(&w.limiter, &key, w.policies);
+                            let shadow_key = permit.shadow_rejection().map(|_| key);
                             let receipt = acquire.receipt();
                             let admission = Admission { permit, receipt };
                             let called = w.inner.call(w.request);
                             State::admitted(called, admission, admitted, shadow_key)
                         }
-                        Err(rejected) => State::refused(rejected, w.key, w.policies, &w.fields),
+                        Err(rejected) => State::refused(rejected, key, w.policies, &w.fields),
                     };
                     WaitState::Decided {
                         response: ResponseFuture { state },

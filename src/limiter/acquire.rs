@@ -29,6 +29,11 @@ pub struct Acquire<K> {
     /// Where the admission was counted, once admitted (for the layer, which takes it back
     /// when an inner layer refuses the request).
     receipt: Receipt,
+    /// The request's key, for its attempts while it waits: given by value
+    /// ([`Limiter::acquire_owned_key`](crate::Limiter::acquire_owned_key)), or copied from
+    /// the borrowed one when the request must wait (the future outlives the borrow). Always
+    /// there while it waits.
+    key: Option<K>,
 }
 
 // No field is ever pinned (the future moves its key and permit around by value).
@@ -40,7 +45,7 @@ enum Step<K> {
     /// Must wait: parks at its first poll (a waker is needed), and is then in its key's line
     /// as the waiter of that id. One variant, so that parking writes the id in place rather
     /// than moving what the request needs for its attempts.
-    Wait(Wait<K>, Option<WaiterId>),
+    Wait(Wait, Option<WaiterId>),
     /// Resolved already.
     Done,
 }
@@ -48,9 +53,8 @@ enum Step<K> {
 /// A waiter refused on its turns retries at most 2^4 = 16 ticks apart (`retry_after_turn`).
 const MAX_RETRY_DOUBLINGS: u32 = 4;
 
-/// What a waiting request needs for its attempts.
-struct Wait<K> {
-    key: K,
+/// What a waiting request needs for its attempts, but its key (`Acquire::key`).
+struct Wait {
     hash: u64,
     /// `None`: the limiter's defaults at each attempt.
     limits: Option<Limits>,
@@ -75,10 +79,12 @@ where
             shared: Arc::clone(shared),
             step: Step::Ready(result),
             receipt: Receipt::default(),
+            key: None,
         }
     }
 
-    /// The first attempt, made by `acquire` itself: a request with room never allocates.
+    /// The first attempt, made by `acquire` itself: a request with room never allocates; one
+    /// that must wait copies its key.
     pub(in crate::limiter) fn start<Q>(
         shared: &Arc<Shared<K>>,
         key: &Q,
@@ -88,6 +94,42 @@ where
     ) -> Self
     where
         K: Borrow<Q> + Clone,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let mut acquire = Self::begin(shared, key, limits, cost, max_wait);
+        if matches!(acquire.step, Step::Wait(..)) {
+            acquire.key = Some(key.to_owned());
+        }
+        acquire
+    }
+
+    /// [`start`](Self::start) for a key given by value: kept, never copied, whatever the
+    /// answer (the layer takes it back with [`take_key`](Self::take_key)).
+    pub(in crate::limiter) fn start_owned(
+        shared: &Arc<Shared<K>>,
+        key: K,
+        limits: Option<Limits>,
+        cost: u32,
+        max_wait: Duration,
+    ) -> Self
+    where
+        K: Clone,
+    {
+        let mut acquire = Self::begin(shared, &key, limits, cost, max_wait);
+        acquire.key = Some(key);
+        acquire
+    }
+
+    /// The first attempt, and the request's wait if it must, without its key.
+    fn begin<Q>(
+        shared: &Arc<Shared<K>>,
+        key: &Q,
+        limits: Option<Limits>,
+        cost: u32,
+        max_wait: Duration,
+    ) -> Self
+    where
+        K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         // What no waiting can help is answered at once, uncounted, queued or not: limits of
@@ -154,7 +196,6 @@ where
             shared: Arc::clone(shared),
             step: Step::Wait(
                 Wait {
-                    key: key.to_owned(),
                     hash,
                     limits,
                     cost,
@@ -165,6 +206,7 @@ where
                 None,
             ),
             receipt: Receipt::default(),
+            key: None,
         }
     }
 }
@@ -225,7 +267,7 @@ where
     /// Joins the key's line: `Ok(true)` when it heads the line with the turn (it must try at
     /// once), `Err` with the answer when there is no place to wait.
     fn park(&mut self, cx: &mut Context<'_>) -> Result<bool, Result<OwnedPermit<K>, Rejected>> {
-        let Step::Wait(wait, parked_as @ None) = &mut self.step else {
+        let (Step::Wait(wait, parked_as @ None), Some(key)) = (&mut self.step, &self.key) else {
             return Ok(false);
         };
         let waiters = &self.shared.waiters;
@@ -240,7 +282,7 @@ where
             let answer = match wait.first.take() {
                 Some(rejected) => Err(rejected),
                 None => {
-                    let (answer, receipt) = attempt(&self.shared, wait);
+                    let (answer, receipt) = attempt(&self.shared, wait, key);
                     self.receipt = receipt;
                     answer
                 }
@@ -271,7 +313,7 @@ where
         cx: &mut Context<'_>,
         parked: bool,
     ) -> Poll<Result<OwnedPermit<K>, Rejected>> {
-        let Step::Wait(wait, Some(id)) = &self.step else {
+        let (Step::Wait(wait, Some(id)), Some(key)) = (&self.step, &self.key) else {
             return Poll::Pending;
         };
         let (id, deadline) = (*id, wait.deadline);
@@ -287,7 +329,7 @@ where
         let result = match first_in_flight {
             Some(first) => Err(first.clone()),
             None => {
-                let (result, receipt) = attempt(&self.shared, wait);
+                let (result, receipt) = attempt(&self.shared, wait, key);
                 self.receipt = receipt;
                 result
             }
@@ -361,7 +403,7 @@ where
 /// is in shadow.
 fn limits_now<K: Hash + Eq>(
     shared: &Shared<K>,
-    wait: &Wait<K>,
+    wait: &Wait,
 ) -> (Result<Thresholds, Rejected>, bool) {
     let limits = wait.limits.map(|l| shared.plan(l));
     let plan_shadow = limits.is_some_and(|l| l.is_shadow());
@@ -372,10 +414,11 @@ fn limits_now<K: Hash + Eq>(
     (thresholds, plan_shadow)
 }
 
-/// One attempt for a waiting request, and where an admission was counted.
+/// One attempt for a waiting request of `key`, and where an admission was counted.
 fn attempt<K>(
     shared: &Arc<Shared<K>>,
-    wait: &Wait<K>,
+    wait: &Wait,
+    key: &K,
 ) -> (Result<OwnedPermit<K>, Rejected>, Receipt)
 where
     K: Hash + Eq + Clone,
@@ -389,7 +432,7 @@ where
     let answer = match thresholds {
         Ok(t) => {
             let request = Request {
-                key: &wait.key,
+                key,
                 hash: wait.hash,
                 cost: wait.cost,
                 plan_shadow,
@@ -453,10 +496,10 @@ where
                     // Its deadline passed (or, never, it was taken out): a last attempt.
                     Some(State::TimedOut) | None => {
                         drop(queue);
-                        let Step::Wait(wait, _) = &this.step else {
+                        let (Step::Wait(wait, _), Some(key)) = (&this.step, &this.key) else {
                             return Poll::Pending;
                         };
-                        let (result, receipt) = attempt(&this.shared, wait);
+                        let (result, receipt) = attempt(&this.shared, wait, key);
                         this.receipt = receipt;
                         Poll::Ready(this.finish(result))
                     }
@@ -471,6 +514,13 @@ impl<K> Acquire<K> {
     #[cfg(feature = "tower")]
     pub(crate) fn receipt(&self) -> Receipt {
         self.receipt
+    }
+
+    /// The key it was given by value ([`start_owned`](Self::start_owned)), for the layer's
+    /// response once it is answered; `None` after the first call.
+    #[cfg(feature = "tower")]
+    pub(crate) fn take_key(&mut self) -> Option<K> {
+        self.key.take()
     }
 }
 

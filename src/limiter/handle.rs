@@ -136,7 +136,8 @@ where
     /// refused: governor's `until_key_ready`, nginx's `limit_req … delay`, with a deadline.
     ///
     /// The first attempt is made now, in this call: a request with room gets its permit at
-    /// once (the future is then ready at its first poll) and allocates nothing, unless
+    /// once (the future is then ready at its first poll) and allocates nothing (one that must
+    /// wait copies its key: see [`acquire_owned_key`](Self::acquire_owned_key)), unless
     /// requests of its key (or, rarely, of another key sharing its counter of waiters) are
     /// waiting: then it joins the end of their line when first polled, and tries when its
     /// turn comes (at once, if it finds no line). Otherwise the future parks the request
@@ -205,6 +206,41 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         Acquire::start(&self.shared, key, None, 1, max_wait)
+    }
+
+    /// [`acquire`](Self::acquire) with the key given by value: the future keeps it for its
+    /// attempts while it waits, where `acquire` copies a borrowed key once it must wait (a
+    /// `String` key: an allocation when the request parks, a free when it leaves). For a
+    /// caller that owns the request's key already, as a proxy that builds it from each
+    /// request does. The same decisions, in the same line, as `acquire`.
+    ///
+    /// # Errors
+    ///
+    /// The future resolves to the [`Rejected`] of the last attempt when the request could not
+    /// be admitted in time.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::Limiter;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let limiter: Limiter<String> = Limiter::builder().max_inflight(1).build().unwrap();
+    /// let first = limiter.try_acquire_owned("origin").unwrap();
+    ///
+    /// let key = String::from("origin"); // built from the request
+    /// let waiting = limiter.acquire_owned_key(key, Duration::from_secs(5));
+    /// let finish = tokio::spawn(async move { drop(first) });
+    /// let _second = waiting.await.expect("admitted when the first permit came back");
+    /// finish.await.unwrap();
+    /// # }
+    /// ```
+    pub fn acquire_owned_key(&self, key: K, max_wait: Duration) -> Acquire<K>
+    where
+        K: Clone,
+    {
+        Acquire::start_owned(&self.shared, key, None, 1, max_wait)
     }
 
     /// The same admissions against the key's own `limits` instead of the limiter's defaults:

@@ -405,4 +405,39 @@ where
     {
         Acquire::start(self.shared, key, self.limits, self.cost, max_wait)
     }
+
+    /// As [`Limiter::acquire_owned_key`] (the key given by value, never copied), against
+    /// these limits and for this cost.
+    ///
+    /// # Errors
+    ///
+    /// The future resolves to the [`Rejected`] of the last attempt when the request could not
+    /// be admitted in time.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use floodgate::{Limiter, Limits};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let limiter: Limiter<String> = Limiter::builder().max_inflight(10).build().unwrap();
+    /// let heavy = limiter.with_limits(Limits::new().max_inflight(4)).cost(3);
+    /// let _first = heavy.try_acquire("origin").unwrap();
+    ///
+    /// // 3 of the 4 units in flight: a second request of 3 waits, and gives up.
+    /// let key = String::from("origin");
+    /// let rejected = heavy
+    ///     .acquire_owned_key(key, Duration::from_millis(20))
+    ///     .await
+    ///     .unwrap_err();
+    /// assert_eq!(rejected.limit, 4);
+    /// # }
+    /// ```
+    pub fn acquire_owned_key(&self, key: K, max_wait: Duration) -> Acquire<K>
+    where
+        K: Clone,
+    {
+        Acquire::start_owned(self.shared, key, self.limits, self.cost, max_wait)
+    }
 }
