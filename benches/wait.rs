@@ -155,14 +155,17 @@ impl Batch for Floodgate {
         let mut pending = 0;
         for i in 0..WAITERS {
             // Keys interleaved, as requests of many origins arrive.
-            let waiter = match self.owned.pop() {
-                Some(key) => self.limiter.acquire_owned_key(key, MAX_WAIT),
+            // One `push` a way, each future built in place (a `match` choosing the future
+            // before one `push` copied it: 29 instructions a waiter, callgrind).
+            match self.owned.pop() {
+                Some(key) => self
+                    .futures
+                    .push(self.limiter.acquire_owned_key(key, MAX_WAIT)),
                 None => {
                     let key = self.keys[i % self.keys.len()].as_str();
-                    self.limiter.acquire(key, MAX_WAIT)
+                    self.futures.push(self.limiter.acquire(key, MAX_WAIT));
                 }
-            };
-            self.futures.push(waiter);
+            }
             let future = self.futures.last_mut().expect("just pushed");
             pending += usize::from(Pin::new(future).poll(cx).is_pending());
         }
