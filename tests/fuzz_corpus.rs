@@ -79,6 +79,11 @@ fn construction_corpus() {
 }
 
 #[test]
+fn wait_corpus() {
+    replay("wait", harness::wait::run);
+}
+
+#[test]
 fn estimator_named_seeds() {
     seeds(harness::estimator::seeds(), harness::estimator::run);
 }
@@ -96,4 +101,9 @@ fn limiter_named_seeds() {
 #[test]
 fn construction_named_seeds() {
     seeds(harness::construction::seeds(), harness::construction::run);
+}
+
+#[test]
+fn wait_named_seeds() {
+    seeds(harness::wait::seeds(), harness::wait::run);
 }

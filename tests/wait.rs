@@ -16,6 +16,14 @@ use std::time::Duration;
 
 use floodgate::clock::ManualClock;
 use floodgate::{Acquire, Limiter, Limits, OwnedPermit, Reason, Rejected};
+use proptest::prelude::*;
+
+mod common;
+
+use common::ops::{arb, arb_vec};
+use floodgate_fuzz_harness as harness;
+use harness::limiter::LimiterConfig;
+use harness::wait::{WaitInput, WaitOp};
 
 const SECOND: Duration = Duration::from_secs(1);
 const TICK: Duration = Duration::from_millis(10);
@@ -865,4 +873,24 @@ fn more_waiters_than_a_limiter_can_hold_is_a_clear_error() {
         err.to_string().contains("at most 16777216 waiters"),
         "{err}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Properties 1, 2 and 9 (docs/architecture.md) for requests that wait, on inputs drawn over
+// their whole range (costs up to `u32::MAX`, limits up to `Limits::MAX_LIMIT`, `max_wait` from
+// 0 to `Duration::MAX`, lines that fill, waiters cancelled at any point): the wait fuzz
+// harness's (`fuzz/harness/src/wait.rs`), on operations proptest builds (`tests/common/ops.rs`).
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn waiters_never_pass_a_limit_are_never_refused_early_or_answered_late_and_leave_nothing(
+        config in arb::<LimiterConfig>(),
+        per_key in any::<u8>(),
+        total in any::<u8>(),
+        ops in arb_vec::<WaitOp>(1..120),
+    ) {
+        harness::wait::run(&WaitInput { config, per_key, total, ops });
+    }
 }

@@ -9,7 +9,7 @@
 //! - libFuzzer (`fuzz/fuzz_targets/*.rs`), decoding the input from its bytes;
 //! - `tests/fuzz_corpus.rs` on stable, replaying the committed corpus `fuzz/corpus/<target>/`
 //!   with the same decoding ([`decode`]) and the named seeds of each file;
-//! - the proptests in `tests/{estimator,inflight,rate,limiter}.rs`, which build the same
+//! - the proptests in `tests/{estimator,inflight,rate,limiter,wait}.rs`, which build the same
 //!   operation types from proptest bytes, one op at a time (`tests/common/ops.rs`).
 //!
 //! Parameters are raw integers in the types and bounded in one place, the accessor that reads
@@ -27,6 +27,7 @@ pub mod limiter;
 pub mod permits;
 pub mod rate;
 mod time;
+pub mod wait;
 
 use arbitrary::{Arbitrary, Unstructured};
 
