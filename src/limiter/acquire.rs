@@ -16,9 +16,10 @@ use super::wait::{wake, State, WaiterId};
 use super::{Limits, OwnedPermit, Reason, Rejected};
 use crate::clock::TICK_NANOS;
 
-/// The future of [`Limiter::acquire`](crate::Limiter::acquire) and
-/// [`WithLimits::acquire`](super::WithLimits::acquire): resolves to a permit, or to the last
-/// rejection once the wait is over.
+/// The future of [`Limiter::acquire`](crate::Limiter::acquire),
+/// [`Limiter::acquire_owned_key`](crate::Limiter::acquire_owned_key) and their
+/// [`WithLimits`](super::WithLimits) forms: resolves to a permit, or to the last rejection once
+/// the wait is over.
 ///
 /// `Send` when the key is, runtime-agnostic, and cancel-safe: dropping it before it is ready
 /// leaves nothing parked and holds nothing.
@@ -122,8 +123,9 @@ where
         Self::assemble(shared, begun, |waits| waits.then(|| key.to_owned()))
     }
 
-    /// [`start`](Self::start) for a key given by value: kept, never copied, whatever the
-    /// answer (the layer takes it back with [`take_key`](Self::take_key)).
+    /// [`start`](Self::start) for a key given by value: kept, not copied to wait, whatever
+    /// the answer (the layer takes it back with `take_key`). The exact stage keeps a copy of
+    /// a key it promotes, as for any request.
     pub(in crate::limiter) fn start_owned(
         shared: &Arc<Shared<K>>,
         key: K,

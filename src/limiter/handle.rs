@@ -136,8 +136,7 @@ where
     /// refused: governor's `until_key_ready`, nginx's `limit_req … delay`, with a deadline.
     ///
     /// The first attempt is made now, in this call: a request with room gets its permit at
-    /// once (the future is then ready at its first poll) and allocates nothing (one that must
-    /// wait copies its key: see [`acquire_owned_key`](Self::acquire_owned_key)), unless
+    /// once (the future is then ready at its first poll) and allocates nothing, unless
     /// requests of its key (or, rarely, of another key sharing its counter of waiters) are
     /// waiting: then it joins the end of their line when first polled, and tries when its
     /// turn comes (at once, if it finds no line). Otherwise the future parks the request
@@ -149,7 +148,9 @@ where
     /// once, as are rejections no waiting can help (a limit of 0, a kind not counted), and
     /// requests beyond the waiters the limiter allows
     /// ([`max_waiters`](crate::LimiterBuilder::max_waiters),
-    /// [`max_waiters_per_key`](crate::LimiterBuilder::max_waiters_per_key)).
+    /// [`max_waiters_per_key`](crate::LimiterBuilder::max_waiters_per_key)). A request that
+    /// waits copies its key, which the future owns while it waits:
+    /// [`acquire_owned_key`](Self::acquire_owned_key) takes an owned key instead.
     ///
     /// No timer per waiter and no runtime: the limiter's clock wakes the waiters that are due,
     /// through their wakers, on any executor. With the shared clock, a waiter wakes within
@@ -212,7 +213,10 @@ where
     /// attempts while it waits, where `acquire` copies a borrowed key once it must wait (a
     /// `String` key: an allocation when the request parks, a free when it leaves). For a
     /// caller that owns the request's key already, as a proxy that builds it from each
-    /// request does. The same decisions, in the same line, as `acquire`.
+    /// request does. The same decisions, in the same line, as `acquire`. The key is dropped
+    /// with the future: a caller that needs it afterwards (for its log line) keeps a copy, or
+    /// calls `acquire`. (The exact stage keeps a copy of a key it promotes, as for any
+    /// request.)
     ///
     /// # Errors
     ///

@@ -406,8 +406,8 @@ where
         Acquire::start(self.shared, key, self.limits, self.cost, max_wait)
     }
 
-    /// As [`Limiter::acquire_owned_key`] (the key given by value, never copied), against
-    /// these limits and for this cost.
+    /// As [`Limiter::acquire_owned_key`] (the key given by value, not copied to wait),
+    /// against these limits and for this cost.
     ///
     /// # Errors
     ///
@@ -418,20 +418,27 @@ where
     ///
     /// ```
     /// use std::time::Duration;
-    /// use floodgate::{Limiter, Limits};
+    /// use floodgate::{Limiter, Limits, Reason};
     ///
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// let limiter: Limiter<String> = Limiter::builder().max_inflight(10).build().unwrap();
     /// let heavy = limiter.with_limits(Limits::new().max_inflight(4)).cost(3);
-    /// let _first = heavy.try_acquire("origin").unwrap();
+    /// let first = heavy.try_acquire_owned("origin").unwrap();
     ///
-    /// // 3 of the 4 units in flight: a second request of 3 waits, and gives up.
+    /// // 3 of the 4 units in flight: a second request of 3 waits for them to come back.
+    /// let key = String::from("origin");
+    /// let waiting = heavy.acquire_owned_key(key, Duration::from_secs(5));
+    /// let finish = tokio::spawn(async move { drop(first) });
+    /// let _second = waiting.await.expect("admitted when the first request's units came back");
+    /// finish.await.unwrap();
+    ///
+    /// // With nothing coming back, it gives up after its `max_wait`.
     /// let key = String::from("origin");
     /// let rejected = heavy
     ///     .acquire_owned_key(key, Duration::from_millis(20))
     ///     .await
     ///     .unwrap_err();
-    /// assert_eq!(rejected.limit, 4);
+    /// assert_eq!((rejected.reason, rejected.limit), (Reason::Inflight, 4));
     /// # }
     /// ```
     pub fn acquire_owned_key(&self, key: K, max_wait: Duration) -> Acquire<K>
