@@ -114,9 +114,7 @@ struct Waiter {
     deadline: u64,
     /// Polled and pending at least once: it is in its key's line.
     parked: bool,
-    /// The clock's time at its first pending poll, and its place among those polls: lines
-    /// are in that order.
-    parked_at: u64,
+    /// Its place among the first pending polls: lines are in that order.
     place: u64,
     /// In its line when the clock last began to move (`WaitOp::Advance`).
     parked_before_advance: bool,
@@ -151,9 +149,9 @@ struct Run {
 /// - a request is refused before its deadline only when no waiting can help it (a cost over
 ///   a limit; a rate rejection whose `retry_after` passes the deadline) or it found no place
 ///   in its key's line (`max_waiters_per_key`, `max_waiters`);
-/// - a waiter in its line is answered by its first poll after the clock's first pass at or
-///   after its deadline and after it joined the line (the `ManualClock` passes at each 10 ms
-///   boundary it crosses);
+/// - a request first polled at or after its deadline is answered at that poll; a waiter in
+///   its line, by its first poll after the clock's first pass at or after its deadline (the
+///   `ManualClock` passes at each 10 ms boundary it crosses);
 /// - `stats().waiting` is the number of waiters in a line, whatever was cancelled, woken,
 ///   admitted or timed out;
 /// - at the end, every waiter dropped and every permit given back: no waiter left, and every
@@ -270,8 +268,7 @@ impl Run {
             }
             WaitOp::Advance(by) => {
                 // Waiters in a line before the clock moves: each must be answered by its
-                // first poll once a pass has run at or after its deadline, after it parked
-                // (one that parks past its deadline waits for the next pass).
+                // first poll once a pass has run at or after its deadline.
                 for w in &mut self.waiters {
                     w.parked_before_advance = w.parked;
                 }
@@ -281,9 +278,8 @@ impl Run {
                 let mut i = 0;
                 while i < self.waiters.len() {
                     let w = &self.waiters[i];
-                    let pass_after_parking = (w.parked_at / TICK_NANOS + 1) * TICK_NANOS;
                     let passed = (w.deadline.checked_next_multiple_of(TICK_NANOS))
-                        .is_some_and(|pass| pass.max(pass_after_parking) <= now);
+                        .is_some_and(|pass| pass <= now);
                     if w.parked_before_advance && passed {
                         let deadline = w.deadline;
                         // Answered, it is out of the list: `i` is the next one.
@@ -316,7 +312,6 @@ impl Run {
             units,
             deadline: self.time.now.saturating_add(nanos),
             parked: false,
-            parked_at: 0,
             place: 0,
             parked_before_advance: false,
             future,
@@ -373,10 +368,15 @@ impl Run {
         let w = &mut self.waiters[i];
         let mut cx = Context::from_waker(&w.waker);
         let answer = std::pin::Pin::new(&mut w.future).poll(&mut cx);
+        let now = self.time.now;
         match answer {
+            Poll::Pending if !w.parked && now >= w.deadline => {
+                let deadline = w.deadline;
+                panic!("first polled at {now} ns, past its deadline {deadline} ns: it waits");
+            }
             Poll::Pending => {
                 if !w.parked {
-                    (w.parked, w.parked_at, w.place) = (true, self.time.now, self.places);
+                    (w.parked, w.place) = (true, self.places);
                     self.places += 1;
                 }
                 false
