@@ -260,24 +260,6 @@ fn a_waiter_gives_up_at_its_deadline_with_the_last_rejection() {
 }
 
 #[test]
-fn a_request_first_polled_after_its_deadline_is_answered_at_that_poll() {
-    let clock = ManualClock::new();
-    let limiter = inflight_limiter(1, &clock);
-    let _held = limiter.try_acquire_owned("origin").unwrap();
-    let mut first = Polled::new(limiter.acquire("origin", 10 * SECOND));
-    first.pending();
-    // Behind a line: it would join it at its first poll, not try.
-    let mut late = Polled::new(limiter.acquire("origin", 2 * TICK));
-    // Its future is polled only after its deadline (a busy runtime, say).
-    clock.advance(5 * TICK + Duration::from_millis(3));
-    let rejected = late.rejected();
-    assert_eq!(rejected.reason, Reason::Inflight);
-    assert_eq!(late.woken(), 0);
-    assert_eq!(limiter.stats().waiting, 1, "it never joined the line");
-    first.pending();
-}
-
-#[test]
 fn a_waiter_refused_on_its_turn_in_its_last_tick_waits_out_its_deadline() {
     let clock = ManualClock::new();
     let limiter = inflight_limiter(1, &clock);

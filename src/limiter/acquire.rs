@@ -282,33 +282,23 @@ where
         let (Step::Wait(wait, parked_as @ None), Some(key)) = (&mut self.step, &self.key) else {
             return Ok(false);
         };
-        // The first rejection, or one attempt: the answer of a request that does not wait.
-        let without_waiting = |wait: &mut Wait, receipt: &mut Receipt| match wait.first.take() {
-            Some(rejected) => Err(rejected),
-            None => {
-                let answer;
-                (answer, *receipt) = attempt(&self.shared, wait, key);
-                answer
-            }
-        };
-        // First polled at or after its deadline (its future polled late: a busy runtime):
-        // answered now, not after the clock's next pass. The coarse time (one load) is never
-        // ahead of the time deadlines are counted in (`now`), so this is never early.
-        if self.shared.time.coarse() >= wait.deadline {
-            let answer = without_waiting(wait, &mut self.receipt);
-            self.step = Step::Done;
-            return Err(answer);
-        }
         let waiters = &self.shared.waiters;
         // Counted before it is in the line, and so before any attempt it makes: its half of
         // the wake-up handshake.
         waiters.count_parked(wait.hash);
         let mut queue = waiters.lock();
         let Some(parked) = queue.park(wait.hash, wait.deadline, cx.waker()) else {
-            // As many waiters as the limiter allows.
+            // As many waiters as the limiter allows: the first rejection, or one attempt.
             drop(queue);
             waiters.count_left(wait.hash);
-            let answer = without_waiting(wait, &mut self.receipt);
+            let answer = match wait.first.take() {
+                Some(rejected) => Err(rejected),
+                None => {
+                    let (answer, receipt) = attempt(&self.shared, wait, key);
+                    self.receipt = receipt;
+                    answer
+                }
+            };
             self.step = Step::Done;
             return Err(answer);
         };

@@ -143,8 +143,7 @@ where
     /// until a permit of its key comes back (in flight), its rate window has room (the time
     /// its rejection's `retry_after` gives), or `max_wait` passes (from this call: never
     /// early, and given up by the clock's first pass after it, a tick of 10 ms later at most
-    /// while the clock's thread gets a CPU in time; a future first polled after it is
-    /// answered at that poll); then
+    /// while the clock's thread gets a CPU in time); then
     /// it resolves to the last rejection. A rate rejection whose `retry_after` is beyond `max_wait` is returned at
     /// once, as are rejections no waiting can help (a limit of 0, a kind not counted), and
     /// requests beyond the waiters the limiter allows

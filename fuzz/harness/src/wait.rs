@@ -114,7 +114,9 @@ struct Waiter {
     deadline: u64,
     /// Polled and pending at least once: it is in its key's line.
     parked: bool,
-    /// Its place among the first pending polls: lines are in that order.
+    /// The clock's time at its first pending poll, and its place among those polls: lines
+    /// are in that order.
+    parked_at: u64,
     place: u64,
     /// In its line when the clock last began to move (`WaitOp::Advance`).
     parked_before_advance: bool,
@@ -149,9 +151,9 @@ struct Run {
 /// - a request is refused before its deadline only when no waiting can help it (a cost over
 ///   a limit; a rate rejection whose `retry_after` passes the deadline) or it found no place
 ///   in its key's line (`max_waiters_per_key`, `max_waiters`);
-/// - a request first polled at or after its deadline is answered at that poll; a waiter in
-///   its line, by its first poll after the clock's first pass at or after its deadline (the
-///   `ManualClock` passes at each 10 ms boundary it crosses);
+/// - a waiter in its line is answered by its first poll after the clock's first pass at or
+///   after its deadline and after it joined the line (the `ManualClock` passes at each 10 ms
+///   boundary it crosses);
 /// - `stats().waiting` is the number of waiters in a line, whatever was cancelled, woken,
 ///   admitted or timed out;
 /// - at the end, every waiter dropped and every permit given back: no waiter left, and every
@@ -268,7 +270,8 @@ impl Run {
             }
             WaitOp::Advance(by) => {
                 // Waiters in a line before the clock moves: each must be answered by its
-                // first poll once a pass has run at or after its deadline.
+                // first poll once a pass has run at or after its deadline, after it parked
+                // (one that parks past its deadline waits for the next pass).
                 for w in &mut self.waiters {
                     w.parked_before_advance = w.parked;
                 }
@@ -278,8 +281,9 @@ impl Run {
                 let mut i = 0;
                 while i < self.waiters.len() {
                     let w = &self.waiters[i];
+                    let pass_after_parking = (w.parked_at / TICK_NANOS + 1) * TICK_NANOS;
                     let passed = (w.deadline.checked_next_multiple_of(TICK_NANOS))
-                        .is_some_and(|pass| pass <= now);
+                        .is_some_and(|pass| pass.max(pass_after_parking) <= now);
                     if w.parked_before_advance && passed {
                         let deadline = w.deadline;
                         // Answered, it is out of the list: `i` is the next one.
@@ -312,6 +316,7 @@ impl Run {
             units,
             deadline: self.time.now.saturating_add(nanos),
             parked: false,
+            parked_at: 0,
             place: 0,
             parked_before_advance: false,
             future,
@@ -368,15 +373,10 @@ impl Run {
         let w = &mut self.waiters[i];
         let mut cx = Context::from_waker(&w.waker);
         let answer = std::pin::Pin::new(&mut w.future).poll(&mut cx);
-        let now = self.time.now;
         match answer {
-            Poll::Pending if !w.parked && now >= w.deadline => {
-                let deadline = w.deadline;
-                panic!("first polled at {now} ns, past its deadline {deadline} ns: it waits");
-            }
             Poll::Pending => {
                 if !w.parked {
-                    (w.parked, w.place) = (true, self.places);
+                    (w.parked, w.parked_at, w.place) = (true, self.time.now, self.places);
                     self.places += 1;
                 }
                 false
