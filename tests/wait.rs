@@ -260,6 +260,40 @@ fn a_waiter_gives_up_at_its_deadline_with_the_last_rejection() {
 }
 
 #[test]
+fn a_request_first_polled_after_its_deadline_behind_a_line_leaves_the_permit_to_the_head() {
+    let clock = ManualClock::new();
+    let limiter = inflight_limiter(1, &clock);
+    let held = limiter.try_acquire_owned("origin").unwrap();
+    let mut head = Polled::new(limiter.acquire("origin", 100 * SECOND));
+    head.pending();
+    // Behind the line: it makes no attempt in the call.
+    let mut late = Polled::new(limiter.acquire("origin", 2 * TICK));
+    clock.advance(3 * TICK);
+    drop(held);
+    assert_eq!(head.woken(), 1, "the release woke the head");
+    // First polled past its deadline: it joins the line, and takes nothing of the head's.
+    late.pending();
+    let _permit = head.admitted();
+    clock.advance(TICK);
+    assert_eq!(late.rejected().reason, Reason::Inflight);
+    assert_eq!(limiter.stats().waiting, 0);
+}
+
+#[test]
+fn a_request_first_polled_after_its_deadline_with_room_now_is_admitted() {
+    let clock = ManualClock::new();
+    let limiter = inflight_limiter(1, &clock);
+    let held = limiter.try_acquire_owned("origin").unwrap();
+    // Refused in the call, with no line to join: it will head one.
+    let mut late = Polled::new(limiter.acquire("origin", 2 * TICK));
+    drop(held);
+    clock.advance(5 * TICK);
+    // Its first rejection is stale: the permit came back before it was polled.
+    let _permit = late.admitted();
+    assert_eq!(limiter.stats().waiting, 0);
+}
+
+#[test]
 fn a_waiter_refused_on_its_turn_in_its_last_tick_waits_out_its_deadline() {
     let clock = ManualClock::new();
     let limiter = inflight_limiter(1, &clock);
