@@ -5,7 +5,10 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use arbitrary::Arbitrary;
-use floodgate::{AdaptiveInflight, Limiter, Limits as KeyLimits, Outcome, Reason, Rejected};
+use floodgate::clock::ManualClock;
+use floodgate::{
+    AdaptiveInflight, Limiter, LimiterBuilder, Limits as KeyLimits, Outcome, Reason, Rejected,
+};
 
 use super::time::{Advance, Time};
 use super::{bounded, key, slack, TICK_NANOS};
@@ -204,6 +207,32 @@ impl LimiterConfig {
 }
 
 impl Settings {
+    /// A limiter of these settings on `clock`: its limits, promotion threshold, exact stage
+    /// and sketch; whether it learns its in-flight limits is the caller's to add.
+    pub fn builder(&self, clock: &ManualClock) -> LimiterBuilder<u64> {
+        let mut builder = Limiter::<u64>::builder()
+            .promotion_threshold(self.promotion)
+            .exact_capacity(self.capacity)
+            .sketch(self.rows, self.columns)
+            .clock(clock);
+        if let Some(limit) = self.max_inflight {
+            builder = builder.max_inflight(limit);
+        }
+        if let Some(limit) = self.max_rate {
+            builder = builder.max_rate(limit, Duration::from_nanos(self.interval_nanos));
+        }
+        builder
+    }
+
+    /// The window of time `t` (windows anchored at `start`) and how far into it `t` is, as
+    /// the limiter computes them.
+    pub fn window(&self, start: u64, t: u64) -> (u64, f64) {
+        let elapsed = t - start;
+        let bucket = elapsed / self.interval_nanos;
+        let into = elapsed - bucket * self.interval_nanos;
+        (bucket, into as f64 / self.interval_nanos as f64)
+    }
+
     /// The builder's limits: the defaults until a `SetLimits`.
     fn defaults(&self) -> KeyLimits {
         self.limits(self.max_inflight, self.max_rate)
@@ -287,10 +316,7 @@ struct Model {
 impl Model {
     /// The window of time `t` and how far into it `t` is, as the limiter computes them.
     fn window(&self, t: u64) -> (u64, f64) {
-        let elapsed = t - self.start;
-        let bucket = elapsed / self.s.interval_nanos;
-        let into = elapsed - bucket * self.s.interval_nanos;
-        (bucket, into as f64 / self.s.interval_nanos as f64)
+        self.s.window(self.start, t)
     }
 
     fn count(map: &Windows, bucket: Option<u64>, key: Option<usize>) -> f64 {
@@ -378,19 +404,9 @@ pub fn run(input: &LimiterInput) {
     let s = input.config.settings();
     let mut time = Time::new();
     time.advance(s.offset);
-    let mut builder = Limiter::<u64>::builder()
-        .promotion_threshold(s.promotion)
-        .exact_capacity(s.capacity)
-        .sketch(s.rows, s.columns)
-        .clock(&time.clock);
-    if let Some(limit) = s.max_inflight {
-        builder = builder.max_inflight(limit);
-        if s.adaptive {
-            builder = builder.adaptive_inflight(AdaptiveInflight::new().floor(1));
-        }
-    }
-    if let Some(limit) = s.max_rate {
-        builder = builder.max_rate(limit, Duration::from_nanos(s.interval_nanos));
+    let mut builder = s.builder(&time.clock);
+    if s.learns() {
+        builder = builder.adaptive_inflight(AdaptiveInflight::new().floor(1));
     }
     let limiter = builder.build().expect("a valid limiter configuration");
     let memory = limiter.memory_bytes();

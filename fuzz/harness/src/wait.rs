@@ -167,20 +167,12 @@ pub fn run(input: &WaitInput) {
     let total = 1 + usize::from(input.total % 16);
     let mut time = Time::new();
     time.advance(s.offset);
-    let mut builder = Limiter::<u64>::builder()
-        .promotion_threshold(s.promotion)
-        .exact_capacity(s.capacity)
-        .sketch(s.rows, s.columns)
+    // Its in-flight limits are not learnt: a refusal is judged by the configured limit.
+    let limiter = (s.builder(&time.clock))
         .max_waiters(total)
         .max_waiters_per_key(per_key)
-        .clock(&time.clock);
-    if let Some(limit) = s.max_inflight {
-        builder = builder.max_inflight(limit);
-    }
-    if let Some(limit) = s.max_rate {
-        builder = builder.max_rate(limit, Duration::from_nanos(s.interval_nanos));
-    }
-    let limiter = builder.build().expect("a valid limiter configuration");
+        .build()
+        .expect("a valid limiter configuration");
     let start = time.now;
     let mut run = Run {
         limiter,
@@ -464,10 +456,7 @@ impl Run {
 
     /// The window of time `t` and how far into it `t` is.
     fn window(&self, t: u64) -> (u64, f64) {
-        let elapsed = t - self.start;
-        let bucket = elapsed / self.s.interval_nanos;
-        let into = elapsed - bucket * self.s.interval_nanos;
-        (bucket, into as f64 / self.s.interval_nanos as f64)
+        self.s.window(self.start, t)
     }
 
     /// The limiter counts as waiting exactly the waiters in a line.
