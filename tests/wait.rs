@@ -83,7 +83,10 @@ impl Polled {
     }
 }
 
-fn inflight_limiter(limit: u32, clock: &ManualClock) -> Limiter<String> {
+fn inflight_limiter<K: std::hash::Hash + Eq + Send + Sync + 'static>(
+    limit: u32,
+    clock: &ManualClock,
+) -> Limiter<K> {
     Limiter::builder()
         .max_inflight(limit)
         .clock(clock)
@@ -175,11 +178,7 @@ impl std::hash::Hash for CountedKey {
 /// and is admitted when it comes back; `by_value`: given with `acquire_owned_key`.
 fn copies_of_a_waiting_request(by_value: bool) -> usize {
     let clock = ManualClock::new();
-    let limiter: Limiter<CountedKey> = Limiter::builder()
-        .max_inflight(1)
-        .clock(&clock)
-        .build()
-        .unwrap();
+    let limiter: Limiter<CountedKey> = inflight_limiter(1, &clock);
     let key = CountedKey::new("origin");
     let held = limiter.try_acquire_owned(&key).unwrap();
     let waker = Waker::from(Arc::new(Wakes::default()));
