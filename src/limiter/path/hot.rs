@@ -212,9 +212,12 @@ where
                 }
                 // Counted here, with the run its deadline holds.
                 entry.rejected += 1;
-                entry.over_until = refusal.over_until.unwrap_or(0);
-                entry.held = 0;
+                // A refusal with no deadline (for its in-flight limit, or with no wait) leaves
+                // the slot as it was, and the entry's note of it: a deadline an admission held
+                // there for another cost stays for the next admission or refund to forget.
                 if let Some(deadline) = refusal.over_until {
+                    entry.over_until = deadline;
+                    entry.held = 0;
                     self.hold_over_limit(line, s, t, plan_shadow, deadline);
                 }
                 Err(refusal)
@@ -524,6 +527,43 @@ mod tests {
         assert!(
             sliding <= 100.0,
             "{admitted_in_window_1} admitted in window 1: {sliding}"
+        );
+    }
+
+    /// An admission that fills a key's rate for another request of its cost holds that
+    /// request's deadline in the over-limit cache. A request of another cost refused for its
+    /// in-flight limit holds none and leaves the slot as it was; a request of a third cost
+    /// then admitted makes that deadline early, and must forget it: a request of the first
+    /// cost is refused with a wait after which it fits (the fuzz input of a limit near 2^30,
+    /// retried 2 ns early).
+    #[test]
+    fn an_in_flight_refusal_keeps_the_deadline_an_admission_held_for_the_next_to_forget() {
+        let clock = ManualClock::new();
+        let limiter: Limiter<String> = Limiter::builder()
+            .max_inflight(13)
+            .max_rate(10, Duration::from_secs(1))
+            .promotion_threshold(0.01)
+            .clock(&clock)
+            .build()
+            .unwrap();
+        // 6 of 10: another 6 would not fit the rate (the cache holds its deadline), and would
+        // fit in flight (13); another 8 would not.
+        let _six = limiter.with_cost(6).try_acquire("host").unwrap();
+        assert_eq!(limiter.stats().promoted, 1);
+        let refused = limiter.with_cost(8).try_acquire("host").unwrap_err();
+        assert_eq!(refused.reason, Reason::Inflight, "{refused}");
+        let _one = limiter.with_cost(1).try_acquire("host").unwrap();
+        // 7 of 10 now: 6 more fit when 7·(1 − g) + 6 ≤ 10 in the next window, g ≥ 3/7.
+        let refused = limiter.with_cost(6).try_acquire("host").unwrap_err();
+        let retry = refused.retry_after.unwrap();
+        assert!(
+            retry >= Duration::from_nanos(1_428_571_429),
+            "{refused}: early (the deadline held for 6 of 10)"
+        );
+        clock.advance(retry);
+        assert!(
+            limiter.with_cost(6).try_acquire("host").is_ok(),
+            "{retry:?} later"
         );
     }
 }
