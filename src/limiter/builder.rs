@@ -16,6 +16,7 @@ use super::fleet::FleetSetup;
 use super::limits::check_defaults;
 use super::limits::Thresholds;
 use super::proof::HighestRatePromotion;
+use super::quiet::RateMark;
 use super::shared::Shared;
 use super::sketches::Sketches;
 use super::sweep::Sweeper;
@@ -696,7 +697,8 @@ impl<K> LimiterBuilder<K> {
             Shared {
                 deadline_unit: super::overlimit::Unit::for_longest_wait(longest_wait),
                 sketches,
-                defaults: Defaults::new(defaults),
+                defaults: Defaults::new(defaults, RateMark::new(&defaults)),
+                rate_mark: RateMark::new(&defaults),
                 promotion: self.promotion,
                 inflight_promotion,
                 adaptive: self.adaptive,

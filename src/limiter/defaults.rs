@@ -8,7 +8,8 @@
 //! - a request the over-limit cache refuses needs the rate limit and its tag
 //!   ([`LimitTag`]);
 //! - a request the sketches admit alone (its key below its promotion thresholds and not
-//!   flagged, outside a fleet) needs those two thresholds ([`Promotion`]);
+//!   flagged, outside a fleet) needs those two thresholds ([`Promotion`]), and whether it
+//!   may be judged on its current rate window alone (`quiet.rs`), in the same word;
 //! - a promoted key's request admitted in its lane needs, in a limiter that counts units in
 //!   flight alone, the in-flight limit and its threshold ([`InflightAlone`]), and in one
 //!   that counts both, both limits ([`BothLimits`]).
@@ -29,6 +30,7 @@ use crossbeam_utils::atomic::AtomicCell;
 
 use super::limits::{BothLimits, InflightAlone, Promotion, Thresholds};
 use super::overlimit::LimitTag;
+use super::quiet::RateMark;
 use crate::sync::{AtomicU64, Ordering};
 
 /// The default limits (see the module docs).
@@ -44,16 +46,20 @@ pub(crate) struct Defaults {
     both: AtomicU64,
     /// The rate limit and its over-limit tag.
     tag: LimitTag,
+    /// The limiter's rate mark: whether the defaults allow a request to be judged on its
+    /// current window alone (`quiet.rs`) is in their promotion word.
+    mark: RateMark,
 }
 
 impl Defaults {
-    pub(crate) fn new(t: Thresholds) -> Self {
+    pub(crate) fn new(t: Thresholds, mark: RateMark) -> Self {
         Defaults {
             thresholds: AtomicCell::new(t),
-            promotion: AtomicU64::new(t.promotion().to_bits()),
+            promotion: AtomicU64::new(promotion_bits(&t, mark)),
             inflight_alone: AtomicU64::new(inflight_alone_bits(&t)),
             both: AtomicU64::new(both_bits(&t)),
             tag: LimitTag::new(t.rate_tag()),
+            mark,
         }
     }
 
@@ -62,7 +68,7 @@ impl Defaults {
     pub(crate) fn store(&self, t: Thresholds) {
         self.thresholds.store(t);
         self.promotion
-            .store(t.promotion().to_bits(), Ordering::Release);
+            .store(promotion_bits(&t, self.mark), Ordering::Release);
         self.inflight_alone
             .store(inflight_alone_bits(&t), Ordering::Release);
         self.both.store(both_bits(&t), Ordering::Release);
@@ -99,6 +105,12 @@ impl Defaults {
     pub(crate) fn tag(&self) -> Option<(u64, isize)> {
         self.tag.get()
     }
+}
+
+/// `t`'s promotion thresholds as one word, saying whether `t` allows a request to be judged on
+/// its current window alone under `mark`.
+fn promotion_bits(t: &Thresholds, mark: RateMark) -> u64 {
+    t.promotion().with_current_alone(mark.allows(t)).to_bits()
 }
 
 fn inflight_alone_bits(t: &Thresholds) -> u64 {

@@ -1,6 +1,7 @@
 //! What a request looks up by its key's spread hash outside the sketches, in one cache line:
-//! its over-limit slot (the flood path, `overlimit.rs`) and its exact stage's filter cell
-//! (the promotion handshake, `exact/mod.rs`).
+//! its over-limit slot (the flood path, `overlimit.rs`), its exact stage's filter cell (the
+//! promotion handshake, `exact/mod.rs`) and the line's rate mark (whether a request may be
+//! judged on its current window alone, `quiet.rs`).
 //!
 //! Every request reads both, the slot and the cell before its sketches and the cell again
 //! after (a cell counts the promoted keys that hash to it and, in its high bits, the keys
@@ -13,8 +14,8 @@
 //!
 //! # Layout
 //!
-//! A line is [`CELLS_PER_LINE`] filter cells (a byte each) and [`SLOTS_PER_LINE`] over-limit
-//! slots (a word each): 64 bytes, aligned to a cache line. A key's line is picked by the
+//! A line is [`CELLS_PER_LINE`] filter cells (a byte each), [`SLOTS_PER_LINE`] over-limit
+//! slots (a word each) and the rate mark (a word): 64 bytes, aligned to a cache line. A key's line is picked by the
 //! spread's low bits (a power of two of lines), its cell within the line by the 4 bits from
 //! [`CELL_SHIFT`], and its slot by the 8 bits from [`SLOT_SHIFT`] scaled to the slots. All
 //! three come from the spread's low 32 bits, which the exact stage's set index (its top bits,
@@ -24,16 +25,16 @@
 //! # Sizes
 //!
 //! [`CELLS_PER_ENTRY`] cells per place of the exact stage, as its filter always had, so the
-//! stage's lines give each place `6 / (16 / 8) = 3` over-limit slots: over-limit keys are a
+//! stage's lines give each place `5 / (16 / 8) = 2.5` over-limit slots: over-limit keys are a
 //! subset of the keys near their limits, and the spare slots keep two flooding keys from
 //! taking turns in one. 32 bytes a place, where the two tables took 40.
 
-use crate::sync::{AtomicU64, AtomicU8};
+use crate::sync::{AtomicU64, AtomicU8, Ordering};
 
 /// Filter cells in a line.
 pub(crate) const CELLS_PER_LINE: usize = 16;
-/// Over-limit slots in a line: what the 64 bytes hold beside the cells.
-pub(crate) const SLOTS_PER_LINE: usize = 6;
+/// Over-limit slots in a line: what the 64 bytes hold beside the cells and the rate mark.
+pub(crate) const SLOTS_PER_LINE: usize = 5;
 /// Filter cells per place of the exact stage: with every place in use, about 1 in 8 requests
 /// for an unpromoted key that is already near its threshold takes a set's lock needlessly.
 pub(crate) const CELLS_PER_ENTRY: usize = 8;
@@ -71,6 +72,9 @@ pub(crate) fn spread(hash: u64) -> u64 {
 struct Line {
     cells: [AtomicU8; CELLS_PER_LINE],
     slots: [AtomicU64; SLOTS_PER_LINE],
+    /// One more than the latest rate window (bucket) in which a count of a key of the line
+    /// reached the limiter's mark; 0 if none has (see `quiet.rs`). Only raised.
+    rate_mark: AtomicU64,
 }
 
 /// A key's line and its spread hash: where its cell and its slot are.
@@ -91,6 +95,28 @@ impl<'a> KeyLine<'a> {
     #[inline(always)]
     pub(crate) fn cell(self) -> &'a AtomicU8 {
         &self.line.cells[(self.spread >> CELL_SHIFT) as usize % CELLS_PER_LINE]
+    }
+
+    /// The line's rate mark: one more than the latest window in which a count of one of its
+    /// keys reached the limiter's mark, 0 if none has. `SeqCst`, as the counts it stands for
+    /// (see `quiet.rs`).
+    #[inline(always)]
+    pub(crate) fn rate_mark(self) -> u64 {
+        self.line.rate_mark.load(Ordering::SeqCst)
+    }
+
+    /// Records that a count of a key of the line reached the limiter's mark in window
+    /// `bucket`: raises the mark to `bucket + 1`. A load first: the lines of keys near their
+    /// limits are marked by every request of theirs, and a load that finds the mark there
+    /// writes nothing. `SeqCst` (a plain load on x86-64), so that a mark found there is
+    /// placed in the one order of counts and marks before this request goes on, as one
+    /// written would be.
+    #[inline]
+    pub(crate) fn mark_rate(self, bucket: u64) {
+        let mark = bucket.saturating_add(1);
+        if self.line.rate_mark.load(Ordering::SeqCst) < mark {
+            self.line.rate_mark.fetch_max(mark, Ordering::SeqCst);
+        }
     }
 
     /// The key's over-limit slot.
@@ -115,6 +141,7 @@ impl KeyLines {
                 .map(|_| Line {
                     cells: std::array::from_fn(|_| AtomicU8::new(0)),
                     slots: std::array::from_fn(|_| AtomicU64::new(0)),
+                    rate_mark: AtomicU64::new(0),
                 })
                 .collect(),
         }

@@ -350,20 +350,50 @@ pub(crate) struct Promotion {
     inflight: u32,
     /// The sliding-window count that makes a key hot; infinite for none.
     rate: f32,
+    /// Whether a key whose line shows no rate mark may be judged on its current window alone
+    /// (see `quiet.rs`): set for the default limits that allow it, false otherwise.
+    current_alone: bool,
 }
 
+/// The bit of [`Promotion::to_bits`] that holds `current_alone`: the rate threshold's sign
+/// bit, free, since a threshold is never negative.
+const CURRENT_ALONE_BIT: u64 = 1 << 63;
+
 impl Promotion {
-    /// As one word: the rate's bits above the in-flight threshold's.
+    /// As one word: the rate's bits above the in-flight threshold's, `current_alone` in the
+    /// rate's sign bit.
     pub(crate) fn to_bits(self) -> u64 {
-        (u64::from(self.rate.to_bits()) << 32) | u64::from(self.inflight)
+        let word = (u64::from(self.rate.to_bits()) << 32) | u64::from(self.inflight);
+        debug_assert_eq!(word & CURRENT_ALONE_BIT, 0, "a negative rate threshold");
+        if self.current_alone {
+            word | CURRENT_ALONE_BIT
+        } else {
+            word
+        }
     }
 
     /// From [`to_bits`](Self::to_bits).
     pub(crate) fn from_bits(word: u64) -> Self {
         Promotion {
             inflight: word as u32,
-            rate: f32::from_bits((word >> 32) as u32),
+            rate: f32::from_bits(((word & !CURRENT_ALONE_BIT) >> 32) as u32),
+            current_alone: word & CURRENT_ALONE_BIT != 0,
         }
+    }
+
+    /// These thresholds, saying whether a quiet line's key may be judged on its current
+    /// window alone.
+    pub(crate) fn with_current_alone(self, current_alone: bool) -> Self {
+        Promotion {
+            current_alone,
+            ..self
+        }
+    }
+
+    /// Whether a key whose line shows no rate mark may be judged on its current window alone.
+    #[inline]
+    pub(crate) fn current_alone(&self) -> bool {
+        self.current_alone
     }
 
     /// Whether an in-flight estimate of `n` reaches its threshold.
@@ -570,6 +600,7 @@ impl Thresholds {
             rate: self
                 .rate
                 .map_or(f32::INFINITY, |t| f32_at_most(t.promote_at)),
+            current_alone: false,
         }
     }
 

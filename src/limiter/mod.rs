@@ -64,6 +64,7 @@ mod path;
 mod permit;
 mod promoted;
 mod proof;
+mod quiet;
 mod report;
 mod shared;
 mod sketches;

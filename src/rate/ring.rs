@@ -374,10 +374,17 @@ impl std::fmt::Debug for Rate {
 /// (one sub-window).
 impl Rate {
     /// Counts `cost` events for an already-hashed key and returns the window as it stands
-    /// after them.
+    /// after them: the previous window's count read in a window of bucket up to
+    /// `read_previous_through`, and left at 0 (unread) in a later one, for a caller that knows
+    /// it small enough not to matter (the limiter's rate mark); `u64::MAX` always reads it.
     #[inline(always)] // the request path: its caller, the limiter, is its only one (with a cost
                       // among its arguments, a plain `#[inline]` was no longer taken: 36 instructions a request)
-    pub(crate) fn observe_hashed(&self, hash: u64, cost: u32) -> WindowView {
+    pub(crate) fn observe_hashed(
+        &self,
+        hash: u64,
+        cost: u32,
+        read_previous_through: u64,
+    ) -> WindowView {
         let core = &*self.core;
         debug_assert_eq!(core.sub_windows, 1, "the limiter uses plain windows");
         let now = core.now_indexed();
@@ -386,13 +393,20 @@ impl Rate {
         let block = counts.block_of(hash);
         let curr = counts.incr_in(block, hash, cost as isize);
         // The slot before, without a second division.
-        let prev = match now.bucket {
-            0 => 0,
-            _ => core.slots[core.index_before(now.index)]
+        let prev = if now.bucket == 0 || now.bucket > read_previous_through {
+            0
+        } else {
+            core.slots[core.index_before(now.index)]
                 .counts
-                .get_in(block, hash),
+                .get_in(block, hash)
         };
         core.window_view(now, prev, curr)
+    }
+
+    /// `view` with the key's count in its previous window read now (0 in the first window).
+    pub(crate) fn with_previous(&self, hash: u64, view: WindowView) -> WindowView {
+        let (prev, _) = self.counts_in(hash, &view);
+        WindowView { prev, ..view }
     }
 
     /// Counts `units` more events for an already-hashed key in the window of bucket `bucket`,
@@ -404,17 +418,18 @@ impl Rate {
     /// window no longer weighs (a slot is cleared two windows after its own ended), and the
     /// units would count in a window they were not admitted in. Only a thread held up for a
     /// window between its check of the slot and its adds (the slot cleared in between) counts
-    /// them there: an over-count of that later window, never a unit missed.
-    pub(crate) fn add_at(&self, hash: u64, bucket: u64, units: u32) {
+    /// them there: an over-count of that later window, never a unit missed. Returns the key's
+    /// count in the window with them (`None`: not counted, the window no longer weighs).
+    pub(crate) fn add_at(&self, hash: u64, bucket: u64, units: u32) -> Option<isize> {
         let core = &*self.core;
         let index = core.slot_index(bucket);
         // `Acquire`, as before counting into a slot (`slot_to_count_in`). A slot a late tick
         // left uncleared still holds an older bucket, and counts for this one: counted.
         if core.slots[index].bucket.load(Ordering::Acquire) > bucket {
-            return;
+            return None;
         }
         let counts = &core.slots[index].counts;
-        counts.incr_in(counts.block_of(hash), hash, units as isize);
+        Some(counts.incr_in(counts.block_of(hash), hash, units as isize))
     }
 
     /// The current window as a request would see it, without reading or counting the key:

@@ -146,6 +146,9 @@ where
         // window's end, and a request of the next was decided first) is decided in the window
         // of the time now, counted again there (see `Sketches::again_after`).
         let again = self.sketches.again_after(s, entry.counts.rate.windows.at);
+        if let Some(again) = &again {
+            self.rate_mark.note_view(line, again.window.as_ref());
+        }
         let s = again.as_ref().unwrap_or(s);
         let now = self.sketches.recount(s);
         // A key learning its in-flight limit is judged by the learnt one too, and its

@@ -7,6 +7,7 @@ use super::CountedExactly;
 use crate::limiter::counts::Counts;
 use crate::limiter::decision::Admitted;
 use crate::limiter::exact::{Ask, Closed, GivenBack, InLane, LaneOf, LeaseAsk, Units, MAX_LEASE};
+use crate::limiter::key_lines::spread;
 use crate::limiter::limits::{BothLimits, InflightAlone, Thresholds};
 use crate::limiter::promoted::Promoted;
 use crate::limiter::shared::Shared;
@@ -124,7 +125,10 @@ impl<K> Shared<K> {
         entry.counts.rate.uncount(window, left as isize);
         let taken = granted.saturating_sub(left);
         if let (Some(rate), true) = (&self.sketches.rate, taken > 0) {
-            rate.add_at(hash, window, taken);
+            if let Some(count) = rate.add_at(hash, window, taken) {
+                let line = self.exact.lines().key_line(spread(hash));
+                self.rate_mark.note(line, window, count);
+            }
         }
     }
 

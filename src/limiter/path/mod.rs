@@ -162,12 +162,21 @@ where
                 return Ok(self.admitted(&s, 1, Some(counted), true, permit));
             }
         }
+        // Its previous rate window unread where its line allows (`quiet.rs`): then a key is
+        // hot by its current window alone, and read whole before it goes on.
         let promotion = self.defaults.promotion();
-        let sketched = self.sketches.observe(hash, 1);
+        let through =
+            self.rate_mark
+                .read_previous_through(line, promotion, &self.highest_rate_promotion);
+        let sketched = self
+            .sketches
+            .observe_reading_previous_through(hash, 1, through);
+        self.rate_mark.note_view(line, sketched.window.as_ref());
         // The request's half of the promotion handshake: after the sketch increments.
         if !decision::is_hot(&sketched, promotion) && !cell.flagged_since() {
             return Ok(self.admitted(&sketched, 1, None, true, permit));
         }
+        let sketched = self.sketches.with_previous(sketched);
         // A promoted key's usual request counted in flight alone: admitted in its lane. (One
         // that does not fit there is refused in it on the way below, out of line.)
         if cell.flagged() {
@@ -257,6 +266,7 @@ where
             }
         }
         let sketched = self.sketches.observe(request.hash, request.cost);
+        self.rate_mark.note_view(line, sketched.window.as_ref());
         let hot = decision::is_hot(&sketched, t.promotion());
         self.conclude(request, (line, cell), &sketched, t, hot, permit)
     }
