@@ -57,13 +57,6 @@ impl HighestRatePromotion {
         }
     }
 
-    /// Whether no decision was judged against a rate promotion threshold above `threshold`
-    /// (rounded up), and none without a rate limit.
-    #[inline]
-    pub(crate) fn at_most(&self, threshold: isize) -> bool {
-        self.0.load(Ordering::SeqCst) <= threshold.max(0) as u64
-    }
-
     /// The most often a key was admitted by the sketch alone in one rate window, below its
     /// promotion threshold: the highest threshold less one, `None` if unbounded, and `None` for
     /// a limiter in a fleet (`in_fleet`), whose shares and views the proof does not cover.

@@ -17,11 +17,10 @@
 //! promotion threshold `P` then leaves the sliding count below `(M − 1) + (P − 1)`: within
 //! `L` whenever `M + ⌈P⌉ ≤ L + 2`, which the limiter checks for its default limits each time
 //! they are set ([`RateMark::allows`]; with the default promotion at half of each limit and
-//! `M` the defaults' threshold at build, it holds until `set_limits` lowers the rate limit),
-//! and as long as no decision was judged against a rate threshold above `M` (a plan's, or
-//! defaults raised since; then every request reads both windows). Such a request is judged
-//! hot when its current count alone reaches `P`, and then, like any request the sketches do
-//! not admit alone, reads the previous window before anything else looks at its counts.
+//! `M` the defaults' threshold at build, it holds until `set_limits` lowers the rate limit).
+//! Such a request is judged hot when its current count alone reaches `P`, and then, like any
+//! request the sketches do not admit alone, reads the previous window before anything else
+//! looks at its counts.
 //!
 //! Only the default limits' requests of one unit outside a fleet are judged so (the common
 //! path, `acquire_one`); every other request reads both windows, and marks like the rest.
@@ -29,23 +28,28 @@
 //! # Orderings
 //!
 //! The mark is raised after the add that reached `M` and read after the request's own add,
-//! both `SeqCst` like the counts, so a request that reads no mark read it before that raise
-//! in the one order of counts and marks. A key that leaves the exact stage counts its lane's
-//! units (and marks) before its filter cell is unflagged (`Release`); a request that finds
-//! the cell unflagged (`Acquire`) then reads that mark.
+//! both `SeqCst` like the counts. A unit admitted before a request reads no mark was counted
+//! and, if its count reached `M`, marked before it was admitted; so what the key was admitted
+//! in the window before, as that request is decided, is below `M`. A key that leaves the
+//! exact stage counts its lane's units (and marks) before its filter cell is unflagged
+//! (`Release`); a request that finds the cell unflagged (`Acquire`) then reads that mark.
 //!
-//! A request held up between its add and its raise of the mark (a thread preempted there, as
-//! the window ends) may be missed by a request of the next window that reads the mark first.
-//! That add reached `M`, at least the threshold it is judged by (no decision is judged by a
-//! higher one while requests are judged so), so its key is hot: it is decided under the
-//! exact stage's lock, and there, its window passed, in the window of the time now
-//! (`Sketches::again_after`), after the request that missed it and counting it.
+//! A request of the window before held up between its add and its mark (a thread preempted
+//! there, as the window ends) is decided after a request of the next window that read no
+//! mark, and its units join the window before after that decision. Under the same limits,
+//! either its count made it hot (it is decided under the exact stage's lock, and there, its
+//! window passed, in the window of the time now, counting the request that missed it:
+//! `Sketches::again_after`), or it is admitted by the sketches alone below `P`: the sketches
+//! alone admit less than `P` of a key in a window (`proof.rs`), so the window before holds
+//! less than `P` of such late units and the sliding count stays below `2·(P − 1)`, within `L`
+//! when `2·⌈P⌉ ≤ L + 2`, the limiter's other check. A key judged under other limits too (a
+//! plan's) is judged by each decision's own: a request judged on its current window alone
+//! saw its count within its limit when it was decided.
 
 use crate::rate::WindowView;
 
 use super::key_lines::KeyLine;
 use super::limits::{Promotion, Thresholds};
-use super::proof::HighestRatePromotion;
 
 /// The count of one key in one rate window at which the key marks its line: the default
 /// limits' rate promotion threshold at build, rounded up (past every count without a rate).
@@ -85,33 +89,82 @@ impl RateMark {
 
     /// Whether a key under the limits `t`, below their rate promotion threshold in its current
     /// window and with less than the mark in the window before, is within their rate limit
-    /// (see the module docs): `M + ⌈P⌉ ≤ L + 2`. False without a rate limit.
+    /// (see the module docs): `M + ⌈P⌉ ≤ L + 2`, and `2·⌈P⌉ ≤ L + 2` for a window before
+    /// that requests held up between their adds and their marks filled (up to `P` by the
+    /// sketch alone). False without a rate limit.
     pub(crate) fn allows(self, t: &Thresholds) -> bool {
         t.rate.is_some_and(|rate| {
+            // `as` saturates; a threshold is at least 0.
             let promote_at = rate.promote_at.ceil() as isize;
-            self.at.saturating_add(promote_at) <= rate.limit.saturating_add(2)
+            let room = rate.limit.saturating_add(2);
+            self.at.saturating_add(promote_at) <= room && promote_at.saturating_mul(2) <= room
         })
     }
 }
 
-impl RateMark {
-    /// The last window whose previous count a request of a key of `line`, under the default
-    /// limits of `promotion`, must read: by the line's mark (one more than its latest marked
-    /// window, so every window up to the one after it), where the defaults allow it and no
-    /// decision was judged against a rate threshold above the mark (`highest`: a key admitted
-    /// alone under a higher one may have had that much in the window before); `u64::MAX`
-    /// (always read) otherwise.
-    #[inline(always)]
-    pub(crate) fn read_previous_through(
-        self,
-        line: KeyLine<'_>,
-        promotion: Promotion,
-        highest: &HighestRatePromotion,
-    ) -> u64 {
-        if promotion.current_alone() && highest.at_most(self.at) {
-            line.rate_mark()
-        } else {
-            u64::MAX
+/// The last window whose previous count a request of a key of `line`, under the default
+/// limits of `promotion`, must read: by the line's mark (one more than its latest marked
+/// window, so every window up to the one after it), where the defaults allow it; `u64::MAX`
+/// (always read) otherwise.
+#[inline(always)]
+pub(crate) fn read_previous_through(line: KeyLine<'_>, promotion: Promotion) -> u64 {
+    if promotion.current_alone() {
+        line.rate_mark()
+    } else {
+        u64::MAX
+    }
+}
+
+#[cfg(all(test, not(floodgate_loom)))]
+mod tests {
+    use super::*;
+    use crate::limiter::Limits;
+
+    fn thresholds(limit: u32, promotion: f64) -> Thresholds {
+        Thresholds::promoting(&Limits::new().max_rate(limit), promotion, promotion)
+    }
+
+    /// The defaults at build allow it, for every limit from 1 to the largest; lowered under
+    /// what the mark was set for, or with a promotion past half of each limit, they do not.
+    #[test]
+    fn the_current_window_alone_is_allowed_where_both_windows_stay_within_the_limit() {
+        for limit in [1, 2, 3, 7, 100, 101, 65_536, Limits::MAX_LIMIT] {
+            let t = thresholds(limit, 0.5);
+            let mark = RateMark::new(&t);
+            assert!(mark.allows(&t), "the defaults at build, limit {limit}");
+            // Whatever it allows, a key below the mark in the window before and below its
+            // threshold in this one is within its limit.
+            let promote_at = t.rate.unwrap().promote_at.ceil() as isize;
+            assert!((mark.at - 1) + (promote_at - 1) <= limit as isize);
+            assert!(mark.allows(&thresholds(
+                limit.saturating_mul(4).min(Limits::MAX_LIMIT),
+                0.5
+            )));
+        }
+        let mark = RateMark::new(&thresholds(100, 0.5));
+        assert!(!mark.allows(&thresholds(60, 0.5)), "lowered: 50 + 30 > 62");
+        assert!(
+            mark.allows(&thresholds(98, 0.5)),
+            "lowered a little: 50 + 49 ≤ 100"
+        );
+        assert!(!mark.allows(&thresholds(1_000, 0.9)), "2·900 > 1002");
+        assert!(!RateMark::new(&thresholds(100, 1.0)).allows(&thresholds(100, 1.0)));
+        let no_rate = Thresholds::promoting(&Limits::new().max_inflight(10), 0.5, 0.5);
+        assert!(!RateMark::new(&no_rate).allows(&no_rate), "no rate limit");
+    }
+
+    /// The promotion word keeps its thresholds whatever its bit says, and the bit itself.
+    #[test]
+    fn the_promotion_word_carries_whether_the_current_window_alone_is_allowed() {
+        for limit in [1, 100, Limits::MAX_LIMIT] {
+            let promotion = thresholds(limit, 0.5).promotion();
+            for allowed in [false, true] {
+                let word = promotion.with_current_alone(allowed).to_bits();
+                let back = Promotion::from_bits(word);
+                assert_eq!(back.current_alone(), allowed);
+                assert_eq!(back.rate(), promotion.rate());
+                assert_eq!(back.with_current_alone(false), promotion);
+            }
         }
     }
 }

@@ -20,6 +20,7 @@ use super::exact::{self, CellBefore};
 use super::key_lines::{spread, KeyLine};
 use super::limits::Thresholds;
 use super::overlimit::{cost_mix, OverLimit};
+use super::quiet;
 use super::shared::Shared;
 use super::sketches::{Sketched, UNCOUNTED};
 use super::ticket::{shadow_admission, Held, Receipt, Ticket};
@@ -165,9 +166,7 @@ where
         // Its previous rate window unread where its line allows (`quiet.rs`): then a key is
         // hot by its current window alone, and read whole before it goes on.
         let promotion = self.defaults.promotion();
-        let through =
-            self.rate_mark
-                .read_previous_through(line, promotion, &self.highest_rate_promotion);
+        let through = quiet::read_previous_through(line, promotion);
         let sketched = self
             .sketches
             .observe_reading_previous_through(hash, 1, through);
