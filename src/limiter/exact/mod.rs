@@ -1079,4 +1079,43 @@ mod loom_models {
             key.join().unwrap();
         });
     }
+
+    /// The same departure with the rate mark (`quiet.rs`): the units the key took out of its
+    /// lease in the window before take its count there to the limiter's mark, and its keeper
+    /// marks the key's line as it counts them, before the cell is unflagged; a request of the
+    /// next window reads its cell, the line's mark, and its cell again. Whatever the
+    /// interleaving, a request decided alone on its current window alone (its line showing no
+    /// mark of the window before) was decided before any unit was taken. With the mark raised
+    /// after the unflag, loom finds one decided so after the unit was taken.
+    #[test]
+    fn a_request_judged_on_its_current_window_alone_read_the_mark_of_units_taken_before() {
+        loom::model(|| {
+            const KEY: u64 = 0x1234_5678_9ABC_DEF0;
+            // The window the lease was of; the request is of the next.
+            const BEFORE: u64 = 7;
+            let stage = Arc::new(ExactStage::<u64, ()>::new(16));
+            let taken = Arc::new(AtomicU32::new(0));
+            let (st, tk) = (Arc::clone(&stage), Arc::clone(&taken));
+            let key = thread::spawn(move || {
+                st.flag(KEY);
+                tk.fetch_add(1, Ordering::SeqCst);
+                // Counted in the window before, where the count reached the mark.
+                st.lines.key_line(spread(KEY)).mark_rate(BEFORE);
+                st.unflag(KEY);
+            });
+            let line = stage.lines.key_line(spread(KEY));
+            // Either side may come first.
+            thread::yield_now();
+            let before = cell_before(line);
+            let quiet = line.rate_mark() < BEFORE + 1;
+            let taken_by_then = taken.load(Ordering::SeqCst);
+            if !before.flagged() && !before.flagged_since() && quiet {
+                assert_eq!(
+                    taken_by_then, 0,
+                    "judged on its current window alone after a unit of the window before"
+                );
+            }
+            key.join().unwrap();
+        });
+    }
 }
