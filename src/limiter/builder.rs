@@ -698,7 +698,6 @@ impl<K> LimiterBuilder<K> {
                 deadline_unit: super::overlimit::Unit::for_longest_wait(longest_wait),
                 sketches,
                 defaults: Defaults::new(defaults, RateMark::new(&defaults)),
-                rate_mark: RateMark::new(&defaults),
                 promotion: self.promotion,
                 inflight_promotion,
                 adaptive: self.adaptive,

@@ -46,8 +46,8 @@ pub(crate) struct Defaults {
     both: AtomicU64,
     /// The rate limit and its over-limit tag.
     tag: LimitTag,
-    /// The limiter's rate mark: whether the defaults allow a request to be judged on its
-    /// current window alone (`quiet.rs`) is in their promotion word.
+    /// The limiter's rate mark, fixed at build (`quiet.rs`): whether the defaults allow a
+    /// request to be judged on its current window alone under it is in their promotion word.
     mark: RateMark,
 }
 
@@ -98,6 +98,13 @@ impl Defaults {
     #[inline]
     pub(crate) fn both(&self) -> Option<BothLimits> {
         BothLimits::from_bits(self.both.load(Ordering::Acquire))
+    }
+
+    /// The limiter's rate mark: the count at which an add to the rate sketch marks its key's
+    /// line.
+    #[inline]
+    pub(crate) fn rate_mark(&self) -> RateMark {
+        self.mark
     }
 
     /// The rate limit's over-limit tag mix and the limit, if there is a rate limit.

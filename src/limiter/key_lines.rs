@@ -3,10 +3,11 @@
 //! promotion handshake, `exact/mod.rs`) and the line's rate mark (whether a request may be
 //! judged on its current window alone, `quiet.rs`).
 //!
-//! Every request reads both, the slot and the cell before its sketches and the cell again
-//! after (a cell counts the promoted keys that hash to it and, in its high bits, the keys
-//! that left it: see "Leaving between two reads" in `exact/mod.rs`). In tables of
-//! their own they were two more lines a request, each a random one of tables that outgrow a
+//! Every request reads the slot and the cell before its sketches and the cell again after (a
+//! cell counts the promoted keys that hash to it and, in its high bits, the keys that left
+//! it: see "Leaving between two reads" in `exact/mod.rs`); a request that may be judged on
+//! its current window alone reads the mark too. In tables of their own the slots and cells
+//! were two more lines a request, each a random one of tables that outgrow a
 //! core's caches at the rates the limiter is sized for (640 KiB at a million requests a
 //! second); in one line they are one. Callgrind (a 32 KiB L1) counted 3.2 L1 misses per
 //! healthy request of the uniform trace at 100k requests a second with the two tables, and
@@ -15,8 +16,9 @@
 //! # Layout
 //!
 //! A line is [`CELLS_PER_LINE`] filter cells (a byte each), [`SLOTS_PER_LINE`] over-limit
-//! slots (a word each) and the rate mark (a word): 64 bytes, aligned to a cache line. A key's line is picked by the
-//! spread's low bits (a power of two of lines), its cell within the line by the 4 bits from
+//! slots (a word each) and the rate mark (a word): 64 bytes, aligned to a cache line. A key's
+//! line is picked by the spread's low bits (a power of two of lines), its cell within the
+//! line by the 4 bits from
 //! [`CELL_SHIFT`], and its slot by the 8 bits from [`SLOT_SHIFT`] scaled to the slots. All
 //! three come from the spread's low 32 bits, which the exact stage's set index (its top bits,
 //! scaled) and the over-limit tags (its top 24) do not use, so keys sharing a line, a cell or

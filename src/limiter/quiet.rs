@@ -58,8 +58,9 @@
 //! first, and so which is refused while the other is judged alone: a review's random driver
 //! (1,000 seeds of limits from 1 to 101 on sketches down to one row of four counters) found
 //! 121 seeds with more wrong refusals than before and 87 with fewer, 0.24% more in all, and
-//! no admission past a limit; the limiter bench's workloads, sized as a user would, refuse no healthy key
-//! after their warm-up either way. The over-limit cache has five slots a line for six.
+//! no admission past a limit; the limiter bench's workloads, sized as a user would, refuse no
+//! healthy key after their warm-up either way. The over-limit cache has five slots a line for
+//! six.
 
 use crate::rate::WindowView;
 

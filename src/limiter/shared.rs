@@ -11,7 +11,6 @@ use super::limits::Thresholds;
 use super::overlimit;
 use super::promoted::Promoted;
 use super::proof::HighestRatePromotion;
-use super::quiet::RateMark;
 use super::sketches::Sketches;
 use super::tally::Tally;
 use super::wait::Waiters;
@@ -43,8 +42,6 @@ pub(super) struct Shared<K> {
     /// How each hot key's in-flight limit is learnt from its latency
     /// ([`LimiterBuilder::adaptive_inflight`]; `None`: the configured limit, always).
     pub(super) adaptive: Option<AdaptiveInflight>,
-    /// The count of a key in a rate window at which it marks its key line (`quiet.rs`).
-    pub(super) rate_mark: RateMark,
     /// The highest rate promotion threshold any decision was judged against so far.
     pub(super) highest_rate_promotion: HighestRatePromotion,
     /// The decisions counted for the operator's metrics (feature `metrics`; nothing without).

@@ -115,14 +115,16 @@ impl Sketches {
         }
     }
 
-    /// `s` with its key's previous rate window read now: for a request observed without it
-    /// ([`observe_reading_previous_through`](Self::observe_reading_previous_through)) that the
-    /// sketches do not admit alone.
-    pub(crate) fn with_previous(&self, s: Sketched) -> Sketched {
-        Sketched {
-            window: (self.rate.as_ref().zip(s.window))
-                .map(|(rate, w)| rate.with_previous(s.hash, w)),
-            ..s
+    /// `s`, observed by [`observe_reading_previous_through`](Self::observe_reading_previous_through)
+    /// with `read_previous_through`, with its key's previous rate window read now if it was
+    /// left unread then: for a request the sketches do not admit alone.
+    pub(crate) fn with_previous(&self, s: Sketched, read_previous_through: u64) -> Sketched {
+        match (&self.rate, s.window) {
+            (Some(rate), Some(w)) if w.bucket > read_previous_through => Sketched {
+                window: Some(rate.with_previous(s.hash, w)),
+                ..s
+            },
+            _ => s,
         }
     }
 

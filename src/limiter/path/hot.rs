@@ -147,7 +147,9 @@ where
         // of the time now, counted again there (see `Sketches::again_after`).
         let again = self.sketches.again_after(s, entry.counts.rate.windows.at);
         if let Some(again) = &again {
-            self.rate_mark.note_view(line, again.window.as_ref());
+            self.defaults
+                .rate_mark()
+                .note_view(line, again.window.as_ref());
         }
         let s = again.as_ref().unwrap_or(s);
         let now = self.sketches.recount(s);

@@ -127,7 +127,7 @@ impl<K> Shared<K> {
         if let (Some(rate), true) = (&self.sketches.rate, taken > 0) {
             if let Some(count) = rate.add_at(hash, window, taken) {
                 let line = self.exact.lines().key_line(spread(hash));
-                self.rate_mark.note(line, window, count);
+                self.defaults.rate_mark().note(line, window, count);
             }
         }
     }

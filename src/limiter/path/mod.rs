@@ -170,12 +170,14 @@ where
         let sketched = self
             .sketches
             .observe_reading_previous_through(hash, 1, through);
-        self.rate_mark.note_view(line, sketched.window.as_ref());
+        self.defaults
+            .rate_mark()
+            .note_view(line, sketched.window.as_ref());
         // The request's half of the promotion handshake: after the sketch increments.
         if !decision::is_hot(&sketched, promotion) && !cell.flagged_since() {
             return Ok(self.admitted(&sketched, 1, None, true, permit));
         }
-        let sketched = self.sketches.with_previous(sketched);
+        let sketched = self.sketches.with_previous(sketched, through);
         // A promoted key's usual request counted in flight alone: admitted in its lane. (One
         // that does not fit there is refused in it on the way below, out of line.)
         if cell.flagged() {
@@ -265,7 +267,9 @@ where
             }
         }
         let sketched = self.sketches.observe(request.hash, request.cost);
-        self.rate_mark.note_view(line, sketched.window.as_ref());
+        self.defaults
+            .rate_mark()
+            .note_view(line, sketched.window.as_ref());
         let hot = decision::is_hot(&sketched, t.promotion());
         self.conclude(request, (line, cell), &sketched, t, hot, permit)
     }
